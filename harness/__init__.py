@@ -1,0 +1,1 @@
+"""Orchestration side of the WAN training harness: CLI, link emulation, launch, results, reports."""
