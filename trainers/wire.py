@@ -1,0 +1,335 @@
+"""The wire format: length-prefixed binary frames over TCP, with byte counting at the socket.
+
+A frame is a fixed 44-byte header followed by `body_len` bytes of body:
+
+    offset size field
+    0      4    magic           b"HILO"
+    4      1    format version  FORMAT_VERSION; any other value is rejected
+    5      1    message type    one of MessageType
+    6      2    flags           reserved, must be 0
+    8      8    token check     first 8 bytes of HMAC-SHA256(run token, TOKEN_CONTEXT): proves the
+                                sender knows the run token without ever sending the token itself
+    16     4    sender          0 = learner, 1..N = worker id
+    20     8    policy version  the adapter version the message refers to
+    28     8    sequence number per connection and direction, starts at 0, +1 per frame
+    36     4    body length     bytes; bounded by the receiver's max_body_bytes before reading
+    40     4    checksum        CRC-32 of header bytes 0..39 followed by the body
+
+All integers are big-endian. What the body holds depends on the message type (see the
+message table in `MESSAGE_BODIES`): opaque bytes (a compressor payload, a safetensors
+snapshot), a JSON object, or a tensor table built by `pack_tensors`:
+
+    u32 table length | JSON table {"meta": {...}, "tensors": [{"name", "dtype", "shape"}, ...]}
+    | the raw little-endian bytes of each tensor, in table order, back to back
+
+Received bytes are never unpickled and never passed to `torch.load`: a tensor is rebuilt with
+`torch.frombuffer` over a private copy, after its dtype (whitelist), shape and byte count
+have been checked against the bytes actually present.
+
+Every malformed, forged, oversized or out-of-sequence frame raises `WireError` with a
+one-line reason; the caller logs it and closes that connection only.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import math
+import socket
+import struct
+import threading
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+MAGIC = b"HILO"
+FORMAT_VERSION = 1
+TOKEN_CONTEXT = b"wan-harness/wire/token-check/v1"
+HEADER = struct.Struct("!4sBBH8sIQQII")  # see the module docstring for the layout
+HEADER_BYTES = HEADER.size  # 44
+DEFAULT_MAX_BODY_BYTES = 256 * 2**20  # 256 MiB: a rank-64 adapter of a 7B model fits; a forged length does not
+MAX_TABLE_BYTES = 4 * 2**20  # the JSON table of a tensor body
+MAX_TENSORS = 65536
+MAX_DIMS = 8
+MAX_JSON_BYTES = 1 * 2**20  # a JSON-bodied control message
+
+
+class MessageType(enum.IntEnum):
+    HELLO = 1  # worker -> learner, JSON {"worker": id}; must be the first frame of a connection
+    WELCOME = 2  # learner -> worker, JSON: the run's parameters and where to start
+    ROLLOUTS = 3  # worker -> learner, tensor table: one batch of rollouts (+ meta: batch, policy version)
+    UPDATE = 4  # learner -> worker, opaque bytes: the method's payload for version v-1 -> v
+    SNAPSHOT = 5  # learner -> worker, opaque bytes: safetensors of adapter + optimizer at version v
+    HASH = 6  # worker -> learner, JSON: state hashes at version v
+    STOP = 7  # learner -> worker, JSON {"reason": ...}: no more updates, exit cleanly
+
+
+# How a receiver parses each body; "raw" bodies are handed on as bytes.
+MESSAGE_BODIES = {
+    MessageType.HELLO: "json", MessageType.WELCOME: "json", MessageType.ROLLOUTS: "tensors",
+    MessageType.UPDATE: "raw", MessageType.SNAPSHOT: "raw", MessageType.HASH: "json",
+    MessageType.STOP: "json",
+}
+
+# dtype whitelist: name on the wire -> torch dtype. Nothing else is ever accepted.
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+    "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+}
+DTYPE_NAMES = {dt: name for name, dt in DTYPES.items()}
+
+
+class WireError(Exception):
+    """A frame or body that must be rejected; the message is the one-line reason."""
+
+
+class PeerClosed(WireError):
+    """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+def token_check(token: str | bytes) -> bytes:
+    """8 bytes derived from the run token; the token itself never goes on the wire."""
+    key = token.encode() if isinstance(token, str) else token
+    return hmac.new(key, TOKEN_CONTEXT, hashlib.sha256).digest()[:8]
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: MessageType
+    sender: int
+    version: int
+    seq: int
+    body: bytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this frame occupies on the socket."""
+        return HEADER_BYTES + len(self.body)
+
+
+# ----------------------------------------------------------------------------- frames
+
+
+def encode_frame(msg_type: MessageType, body: bytes, *, check: bytes, sender: int, version: int,
+                 seq: int) -> bytes:
+    """Header + body, ready for `sendall`."""
+    prefix = HEADER.pack(MAGIC, FORMAT_VERSION, int(msg_type), 0, check, sender, version, seq,
+                         len(body), 0)[:-4]
+    crc = zlib.crc32(body, zlib.crc32(prefix))
+    return prefix + struct.pack("!I", crc) + body
+
+
+def parse_header(header: bytes, *, check: bytes, expected_seq: int, max_body_bytes: int):
+    """Validate a 44-byte header; returns (type, sender, version, seq, body_len, crc).
+
+    Checked before any body byte is read, so a forged length never allocates memory.
+    """
+    if len(header) != HEADER_BYTES:
+        raise WireError(f"truncated header: {len(header)} of {HEADER_BYTES} bytes")
+    magic, fmt, mtype, flags, tok, sender, version, seq, body_len, crc = HEADER.unpack(header)
+    if magic != MAGIC:
+        raise WireError(f"bad magic {magic!r}, expected {MAGIC!r}")
+    if fmt != FORMAT_VERSION:
+        raise WireError(f"unsupported format version {fmt}, expected {FORMAT_VERSION}")
+    if not hmac.compare_digest(tok, check):
+        raise WireError("wrong run token")
+    if mtype not in MessageType._value2member_map_:
+        raise WireError(f"unknown message type {mtype}")
+    if flags != 0:
+        raise WireError(f"reserved flags set: {flags:#x}")
+    if body_len > max_body_bytes:
+        raise WireError(f"frame too large: body of {body_len} bytes exceeds the limit of {max_body_bytes}")
+    if seq != expected_seq:
+        raise WireError(f"out of sequence: expected {expected_seq}, got {seq}")
+    return MessageType(mtype), sender, version, seq, body_len, crc
+
+
+def verify_checksum(header: bytes, body: bytes, crc: int) -> None:
+    if zlib.crc32(body, zlib.crc32(header[:-4])) != crc:
+        raise WireError("checksum mismatch")
+
+
+# ----------------------------------------------------------------------------- bodies
+
+
+def pack_json(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def unpack_json(body: bytes) -> dict:
+    if len(body) > MAX_JSON_BYTES:
+        raise WireError(f"JSON body of {len(body)} bytes exceeds {MAX_JSON_BYTES}")
+    try:
+        obj = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WireError(f"body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise WireError(f"JSON body must be an object, got {type(obj).__name__}")
+    return obj
+
+
+def pack_tensors(tensors: dict[str, torch.Tensor], meta: dict | None = None) -> bytes:
+    """A tensor table: names, dtypes and shapes as JSON, then the raw bytes (little-endian, C order)."""
+    entries, chunks = [], []
+    for name, t in tensors.items():
+        if t.dtype not in DTYPE_NAMES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} is not in the wire whitelist {sorted(DTYPES)}")
+        t = t.detach().cpu().contiguous()
+        entries.append({"name": name, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape)})
+        # Through uint8 so that bfloat16 (which numpy lacks) is handled like every other dtype.
+        chunks.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    table = pack_json({"meta": meta or {}, "tensors": entries})
+    return struct.pack("!I", len(table)) + table + b"".join(chunks)
+
+
+def _check_entry(entry) -> tuple[str, torch.dtype, tuple[int, ...], int]:
+    """Validate one table entry; returns (name, dtype, shape, nbytes)."""
+    if not isinstance(entry, dict) or set(entry) != {"name", "dtype", "shape"}:
+        raise WireError(f"tensor table entry must have exactly name/dtype/shape, got {entry!r:.80}")
+    name, dtype_name, shape = entry["name"], entry["dtype"], entry["shape"]
+    if not isinstance(name, str) or not name or len(name) > 512:
+        raise WireError(f"bad tensor name {name!r:.80}")
+    if dtype_name not in DTYPES:
+        raise WireError(f"tensor {name!r}: dtype {dtype_name!r:.40} not in the whitelist {sorted(DTYPES)}")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):
+        raise WireError(f"tensor {name!r}: bad shape {shape!r:.80}")
+    dtype = DTYPES[dtype_name]
+    nbytes = math.prod(shape) * dtype.itemsize  # exact Python ints: no overflow
+    return name, dtype, tuple(shape), nbytes
+
+
+def unpack_tensors(body: bytes) -> tuple[dict[str, torch.Tensor], dict]:
+    """Parse a tensor table; every size is checked against the bytes present before any copy."""
+    if len(body) < 4:
+        raise WireError(f"tensor body of {len(body)} bytes has no table length")
+    (table_len,) = struct.unpack_from("!I", body)
+    if table_len > MAX_TABLE_BYTES or 4 + table_len > len(body):
+        raise WireError(f"tensor table length {table_len} does not fit the body of {len(body)} bytes")
+    table = unpack_json(body[4:4 + table_len])
+    if set(table) != {"meta", "tensors"} or not isinstance(table["meta"], dict) \
+            or not isinstance(table["tensors"], list):
+        raise WireError("tensor table must be {'meta': {...}, 'tensors': [...]}")
+    if len(table["tensors"]) > MAX_TENSORS:
+        raise WireError(f"{len(table['tensors'])} tensors exceed the limit of {MAX_TENSORS}")
+    entries = [_check_entry(e) for e in table["tensors"]]
+    names = [e[0] for e in entries]
+    if len(set(names)) != len(names):
+        raise WireError("duplicate tensor names in the table")
+    data_bytes = len(body) - 4 - table_len
+    if sum(e[3] for e in entries) != data_bytes:
+        raise WireError(f"tensor table declares {sum(e[3] for e in entries)} bytes, body carries {data_bytes}")
+    out, offset = {}, 4 + table_len
+    for name, dtype, shape, nbytes in entries:
+        # bytearray: a private, writable copy, so the tensor never aliases the receive buffer.
+        chunk = bytearray(body[offset:offset + nbytes])
+        flat = torch.frombuffer(chunk, dtype=dtype) if nbytes else torch.empty(0, dtype=dtype)
+        out[name] = flat.reshape(shape)
+        offset += nbytes
+    return out, table["meta"]
+
+
+# ----------------------------------------------------------------------------- byte counting
+
+
+class ByteCounter:
+    """Bytes and frames per (peer, direction, message type), counted where they hit the socket.
+
+    `frame` bytes are header + body, exactly what `sendall` wrote (or `recv` read);
+    `payload` bytes are the body alone. Thread-safe: senders run on several threads.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+
+    def add(self, peer: str, direction: str, msg_type: MessageType, frame_bytes: int, payload_bytes: int):
+        with self._lock:
+            c = self._counts[(peer, direction, msg_type.name)]
+            c[0] += frame_bytes
+            c[1] += payload_bytes
+            c[2] += 1
+
+    def total(self, *, peer: str | None = None, direction: str | None = None,
+              msg_type: str | None = None, field: str = "frame") -> int:
+        i = {"frame": 0, "payload": 1, "frames": 2}[field]
+        with self._lock:
+            return sum(c[i] for (p, d, t), c in self._counts.items()
+                       if (peer is None or p == peer) and (direction is None or d == direction)
+                       and (msg_type is None or t == msg_type))
+
+    def rows(self) -> list[dict]:
+        with self._lock:
+            return [{"peer": p, "direction": d, "type": t, "frame_bytes": c[0], "payload_bytes": c[1],
+                     "frames": c[2]} for (p, d, t), c in sorted(self._counts.items())]
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+class Connection:
+    """One TCP connection speaking the frame format: counted sends, validated receives.
+
+    `send` is thread-safe (one lock per connection). `recv` is meant for a single reader
+    thread. Sequence numbers are tracked per direction: a frame whose number is not exactly
+    the next one (a replay, a gap) is rejected.
+    """
+
+    def __init__(self, sock: socket.socket, *, token: str | bytes, sender: int, peer: str,
+                 counter: ByteCounter | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        self.sock = sock
+        self.check = token_check(token)
+        self.sender = sender
+        self.peer = peer
+        self.counter = counter if counter is not None else ByteCounter()
+        self.max_body_bytes = max_body_bytes
+        self._send_lock = threading.Lock()
+        self._send_seq = 0
+        self._recv_seq = 0
+        self.closed = False
+
+    def send(self, msg_type: MessageType, body: bytes, version: int = 0) -> int:
+        """Write one frame; returns the bytes written to the socket."""
+        with self._send_lock:
+            frame = encode_frame(msg_type, body, check=self.check, sender=self.sender,
+                                 version=version, seq=self._send_seq)
+            self.sock.sendall(frame)
+            self._send_seq += 1
+        self.counter.add(self.peer, "sent", msg_type, len(frame), len(body))
+        return len(frame)
+
+    def _read_exact(self, n: int, what: str) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            if not chunk:
+                if not buf and what == "header":
+                    raise PeerClosed("connection closed by peer")
+                raise PeerClosed(f"connection closed in the middle of a {what}: {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    def recv(self) -> Frame:
+        """Read and validate one frame; raises WireError (PeerClosed on EOF)."""
+        header = self._read_exact(HEADER_BYTES, "header")
+        mtype, sender, version, seq, body_len, crc = parse_header(
+            header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
+        body = self._read_exact(body_len, "body") if body_len else b""
+        verify_checksum(header, body, crc)
+        self._recv_seq += 1
+        self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)
+        return Frame(mtype, sender, version, seq, body)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
