@@ -1,0 +1,115 @@
+"""tc-style unit parsing: rates, times, percentages and sizes, parsed once at the edge.
+
+Rates follow tc(8): ``bit`` or a bare number is bit/s; ``kbit``/``mbit``/``gbit``/``tbit`` are
+SI (x1000); ``kibit``/``mibit``/... are binary (x1024); ``bps``/``kbps``/``mbps``/``gbps`` are
+*bytes* per second (x8). Times: ``s``/``sec``/``secs``, ``ms``/``msec``/``msecs``,
+``us``/``usec``/``usecs``, ``ns``; a bare number is microseconds as in tc(8). Percentages need
+``%`` (a bare ``0`` is accepted): ``loss: 0.05`` is ambiguous (5 % or 0.05 %?) so it is an
+error. Every parser raises :class:`UnitError` whose message names the value and the reason;
+callers prefix the field name.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_SPLIT = re.compile(rf"^\s*{_NUM}\s*([a-zA-Z%]*)\s*$")
+
+# multiplier to bit/s
+RATE_UNITS = {
+    "": 1, "bit": 1,
+    "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+    "kibit": 1024, "mibit": 1024**2, "gibit": 1024**3, "tibit": 1024**4,
+    "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
+    "kibps": 8 * 1024, "mibps": 8 * 1024**2, "gibps": 8 * 1024**3, "tibps": 8 * 1024**4,
+}
+# multiplier to seconds
+TIME_UNITS = {
+    "": 1e-6, "s": 1.0, "sec": 1.0, "secs": 1.0,
+    "ms": 1e-3, "msec": 1e-3, "msecs": 1e-3,
+    "us": 1e-6, "usec": 1e-6, "usecs": 1e-6, "ns": 1e-9,
+}
+
+
+class UnitError(ValueError):
+    """A value that does not parse as the unit expected; the message names value and reason."""
+
+
+def _split(value: object, kind: str) -> tuple[float, str]:
+    if isinstance(value, bool):
+        raise UnitError(f"{value!r} is not a {kind}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    elif isinstance(value, str):
+        match = _SPLIT.match(value)
+        if not match:
+            raise UnitError(f"{value!r} is not a {kind}")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    else:
+        raise UnitError(f"{value!r} is not a {kind}")
+    if not math.isfinite(number):
+        raise UnitError(f"{value!r} is not a finite {kind}")
+    return number, unit
+
+
+def parse_rate(value: object) -> float:
+    """``"62.5mbit"`` -> 62.5e6 (bit/s). Must be > 0."""
+    number, unit = _split(value, "rate")
+    if unit not in RATE_UNITS:
+        raise UnitError(f"{value!r} has unknown rate unit {unit!r} (use bit, kbit, mbit, gbit, bps, ...)")
+    rate = number * RATE_UNITS[unit]
+    if rate <= 0:
+        raise UnitError(f"{value!r}: rate must be > 0")
+    return rate
+
+
+def parse_time(value: object) -> float:
+    """``"20ms"`` -> 0.02 (seconds). Must be >= 0."""
+    number, unit = _split(value, "time")
+    if unit not in TIME_UNITS:
+        raise UnitError(f"{value!r} has unknown time unit {unit!r} (use s, ms, us)")
+    seconds = number * TIME_UNITS[unit]
+    if seconds < 0:
+        raise UnitError(f"{value!r}: time must be >= 0")
+    return seconds
+
+
+def parse_percent(value: object) -> float:
+    """``"0.1%"`` -> 0.001 (fraction in [0, 1])."""
+    number, unit = _split(value, "percentage")
+    if unit != "%" and not (unit == "" and number == 0):
+        raise UnitError(f"{value!r} needs a '%' suffix (e.g. '0.1%')")
+    if not 0 <= number <= 100:
+        raise UnitError(f"{value!r}: percentage must be within 0% and 100%")
+    return number / 100.0
+
+
+def parse_count(value: object, minimum: int = 1) -> int:
+    """A whole number of packets (queue limits), >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UnitError(f"{value!r} is not a whole number of packets")
+    if value < minimum:
+        raise UnitError(f"{value!r}: must be >= {minimum}")
+    return value
+
+
+def format_rate(bit_s: float) -> str:
+    """62.5e6 -> '62.5mbit' (inverse of parse_rate, for printing plans and `show`)."""
+    for unit, mult in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bit_s >= mult:
+            return f"{bit_s / mult:g}{unit}"
+    return f"{bit_s:g}bit"
+
+
+def format_time(seconds: float) -> str:
+    """0.02 -> '20ms'; 0.0005 -> '500us'."""
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    if seconds * 1e3 >= 1 or seconds == 0:
+        return f"{round(seconds * 1e3, 6):g}ms"
+    return f"{round(seconds * 1e6, 3):g}us"
+
+
+def format_percent(frac: float) -> str:
+    return f"{round(frac * 100, 6):g}%"
