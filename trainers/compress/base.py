@@ -1,0 +1,386 @@
+"""The compressor contract: what every method of the HiLo family ships on the wire.
+
+A compressor turns the gradients of the LoRA factors into bytes and back.
+
+- ``encode(grads) -> bytes`` is *stateful*: the compressor owns its error-feedback buffers
+  (``M = G + E``; ``E <- M - decode(payload)``) and any warm-start state (PowerSGD's Q).
+  Only the learner encodes.
+- ``decode(payload) -> grads`` is *pure*: a fresh instance built with the same options, in
+  another process, decodes the same payload to the same bits. Every replica, the learner
+  included, steps its optimizer from ``decode(encode(G))``.
+- The payload is exactly what goes on the wire as the body of an update message:
+  ``len(payload)`` is the byte count the harness reports. Nothing is pickled.
+
+Payload container (shared by every compressor, little-endian)::
+
+    magic      4s   b"HLOC"
+    version    u8   FORMAT_VERSION
+    name_len   u8   then the compressor name (ascii): a payload of one compressor is
+                    never decoded by another
+    table_len  u32  then `table`: zlib-compressed JSON
+                    {"tensors": [[name, [dim, ...]], ...],        the gradients' layout
+                     "segments": [[key, dtype, count], ...],       the body's arrays, in order
+                     "meta": {...}}                                 compressor-specific, small
+    body            the segments' raw little-endian bytes, back to back; nothing may follow
+
+``decode`` validates every field before it allocates anything: lengths are checked against
+the bytes actually present, decompression is capped, shapes are bounded by
+``max_decoded_elements``, and float segments must be finite. Any violation raises
+``PayloadError`` with a one-line reason; it never crashes the process.
+"""
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+MAGIC = b"HLOC"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<4sBB")  # magic, version, name length
+_U32 = struct.Struct("<I")
+
+# Caps that bound what a hostile payload can make the decoder allocate.
+MAX_TABLE_BYTES = 1 << 20          # compressed table, bytes
+MAX_TABLE_JSON_BYTES = 16 << 20    # decompressed table, bytes (zip-bomb guard)
+DEFAULT_MAX_DECODED_ELEMENTS = 1 << 28  # ~1 GiB of fp32 output
+
+# Wire dtypes by the names used in options, tables and results.
+DTYPES: dict[str, tuple[torch.dtype, str]] = {
+    "fp32": (torch.float32, "<f4"),
+    "fp16": (torch.float16, "<f2"),
+    "bf16": (torch.bfloat16, "<u2"),  # numpy has no bfloat16: carried as raw 16-bit words
+    "int8": (torch.int8, "i1"),
+    "uint8": (torch.uint8, "u1"),
+    "int32": (torch.int32, "<i4"),
+    "int64": (torch.int64, "<i8"),
+    "int16": (torch.int16, "<i2"),
+}
+FLOAT_DTYPES = ("fp32", "fp16", "bf16")
+
+
+class PayloadError(ValueError):
+    """A payload that is malformed, truncated, foreign or otherwise not decodable."""
+
+
+class OptionError(ValueError):
+    """An unknown or invalid compressor option."""
+
+
+def dtype_bytes(name: str) -> int:
+    return torch.empty((), dtype=DTYPES[name][0]).element_size()
+
+
+def check_wire_dtype(value: str, allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
+    if value not in allowed:
+        raise OptionError(f"dtype {value!r} is not one of {list(allowed)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One array of the payload body."""
+
+    key: str
+    dtype: str
+    array: torch.Tensor  # 1-D, contiguous, of dtype DTYPES[dtype][0]
+
+
+def _to_bytes(t: torch.Tensor) -> bytes:
+    # Tensors are reinterpreted as raw words (bf16 has no numpy type); the machine is little-endian.
+    t = t.detach().contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().tobytes()
+
+
+def _from_bytes(buf: memoryview, dtype: str, count: int) -> torch.Tensor:
+    torch_dtype, np_dtype = DTYPES[dtype]
+    arr = np.frombuffer(buf, dtype=np.dtype(np_dtype), count=count).copy()  # copy: own the memory
+    t = torch.from_numpy(arr)
+    return t.view(torch.bfloat16) if dtype == "bf16" else t
+
+
+def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[Segment],
+         meta: dict[str, Any] | None = None) -> bytes:
+    """Serialise a payload. Deterministic: same arguments -> same bytes."""
+    table = {"tensors": [[n, list(s)] for n, s in tensors],
+             "segments": [[s.key, s.dtype, int(s.array.numel())] for s in segments],
+             "meta": meta or {}}
+    table_bytes = zlib.compress(json.dumps(table, sort_keys=True, separators=(",", ":")).encode(), 6)
+    name_b = name.encode("ascii")
+    parts = [_PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)), name_b,
+             _U32.pack(len(table_bytes)), table_bytes]
+    parts += [_to_bytes(s.array) for s in segments]
+    return b"".join(parts)
+
+
+def header_bytes(name: str, tensors: list[tuple[str, tuple[int, ...]]],
+                 segment_specs: list[tuple[str, str, int]], meta: dict[str, Any] | None = None) -> int:
+    """Bytes the payload spends before its body: what a budget must reserve up front."""
+    table = {"tensors": [[n, list(s)] for n, s in tensors],
+             "segments": [list(x) for x in segment_specs], "meta": meta or {}}
+    table_bytes = zlib.compress(json.dumps(table, sort_keys=True, separators=(",", ":")).encode(), 6)
+    return _PREFIX.size + len(name.encode("ascii")) + _U32.size + len(table_bytes)
+
+
+@dataclass
+class Unpacked:
+    tensors: list[tuple[str, tuple[int, ...]]]
+    segments: dict[str, torch.Tensor]
+    meta: dict[str, Any]
+
+
+def unpack(name: str, payload: bytes, max_decoded_elements: int) -> Unpacked:
+    """Parse and validate the container; raises PayloadError, never anything else."""
+    try:
+        return _unpack(name, memoryview(payload), max_decoded_elements)
+    except PayloadError:
+        raise
+    except Exception as exc:  # any parsing surprise is the payload's fault, reported in one line
+        raise PayloadError(f"{name}: malformed payload ({type(exc).__name__}: {exc})") from None
+
+
+def _unpack(name: str, buf: memoryview, max_elements: int) -> Unpacked:
+    if len(buf) < _PREFIX.size:
+        raise PayloadError(f"{name}: payload truncated: {len(buf)} bytes, shorter than the {_PREFIX.size}-byte prefix")
+    magic, version, name_len = _PREFIX.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise PayloadError(f"{name}: bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != FORMAT_VERSION:
+        raise PayloadError(f"{name}: unsupported payload format version {version}, expected {FORMAT_VERSION}")
+    pos = _PREFIX.size
+    sender = bytes(buf[pos:pos + name_len]).decode("ascii", errors="replace")
+    if sender != name:
+        raise PayloadError(f"{name}: payload was written by compressor {sender!r}")
+    pos += name_len
+    if len(buf) < pos + _U32.size:
+        raise PayloadError(f"{name}: payload truncated before the table length")
+    (table_len,) = _U32.unpack_from(buf, pos)
+    pos += _U32.size
+    if table_len > MAX_TABLE_BYTES or pos + table_len > len(buf):
+        raise PayloadError(f"{name}: table length {table_len} exceeds the {len(buf) - pos} bytes present (cap {MAX_TABLE_BYTES})")
+    table = _read_table(name, bytes(buf[pos:pos + table_len]))
+    pos += table_len
+    tensors = _check_tensors(name, table.get("tensors"), max_elements)
+    segments = _read_segments(name, table.get("segments"), buf[pos:])
+    meta = table.get("meta")
+    if not isinstance(meta, dict):
+        raise PayloadError(f"{name}: table meta is not an object")
+    return Unpacked(tensors, segments, meta)
+
+
+def _read_table(name: str, raw: bytes) -> dict:
+    inflater = zlib.decompressobj()
+    text = inflater.decompress(raw, MAX_TABLE_JSON_BYTES)
+    if inflater.unconsumed_tail:
+        raise PayloadError(f"{name}: table inflates beyond {MAX_TABLE_JSON_BYTES} bytes")
+    table = json.loads(text)
+    if not isinstance(table, dict):
+        raise PayloadError(f"{name}: table is not a JSON object")
+    return table
+
+
+def _check_tensors(name: str, entries: Any, max_elements: int) -> list[tuple[str, tuple[int, ...]]]:
+    if not isinstance(entries, list):
+        raise PayloadError(f"{name}: table has no tensor list")
+    out, total = [], 0
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and isinstance(entry[1], list) and len(entry[1]) <= 8
+                and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in entry[1])):
+            raise PayloadError(f"{name}: bad tensor entry {str(entry)[:80]}")
+        total += math.prod(entry[1])
+        if total > max_elements:
+            raise PayloadError(f"{name}: tensors hold more than max_decoded_elements={max_elements}")
+        out.append((entry[0], tuple(entry[1])))
+    if len({n for n, _ in out}) != len(out):
+        raise PayloadError(f"{name}: duplicate tensor names in the table")
+    return out
+
+
+def _read_segments(name: str, specs: Any, body: memoryview) -> dict[str, torch.Tensor]:
+    if not isinstance(specs, list):
+        raise PayloadError(f"{name}: table has no segment list")
+    segments, pos = {}, 0
+    for spec in specs:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)
+                and spec[1] in DTYPES and isinstance(spec[2], int) and spec[2] >= 0):
+            raise PayloadError(f"{name}: bad segment entry {str(spec)[:80]}")
+        key, dtype, count = spec
+        size = count * dtype_bytes(dtype)
+        if pos + size > len(body):
+            raise PayloadError(f"{name}: segment {key!r} needs {size} bytes, only {len(body) - pos} left (truncated)")
+        array = _from_bytes(body[pos:pos + size], dtype, count)
+        if dtype in FLOAT_DTYPES and not bool(torch.isfinite(array).all()):
+            raise PayloadError(f"{name}: segment {key!r} holds NaN or inf")
+        segments[key] = array
+        pos += size
+    if pos != len(body):
+        raise PayloadError(f"{name}: {len(body) - pos} trailing bytes after the last segment")
+    return segments
+
+
+def flatten(m: dict[str, torch.Tensor]) -> torch.Tensor:
+    """All tensors as one 1-D vector, in dict order."""
+    return torch.cat([t.reshape(-1) for t in m.values()])
+
+
+def unflatten(flat: torch.Tensor, tensors: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    """Inverse of `flatten` for the layout `tensors` (views into `flat`)."""
+    out, pos = {}, 0
+    for name, shape in tensors:
+        n = math.prod(shape)
+        out[name] = flat[pos:pos + n].reshape(shape)
+        pos += n
+    return out
+
+
+def outer_sum(shape: tuple[int, int], scale: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """sum_j scale_j * u_j v_j^T for u (k, a), v (k, b), in fp32, bit-reproducible.
+
+    One rank-1 update at a time: every output element sees the same sequence of multiply-adds
+    whatever the BLAS thread count, which a (a, k) @ (k, b) matmul does not promise. That is
+    what keeps decode identical on the learner and on every worker.
+    """
+    out = torch.zeros(shape, dtype=torch.float32)
+    u, v, scale = u.to(torch.float32), v.to(torch.float32), scale.to(torch.float32)
+    for j in range(u.shape[0]):
+        out.addr_(u[j], v[j], alpha=float(scale[j]))
+    return out
+
+
+def require(cond: bool, name: str, reason: str) -> None:
+    """Raise a PayloadError unless `cond`: a payload's contents disagree with its own table."""
+    if not cond:
+        raise PayloadError(f"{name}: {reason}")
+
+
+def parse_budget(value: str | float) -> float:
+    """'1.6%' -> 0.016; a bare number is a fraction in (0, 1]."""
+    try:
+        frac = float(value[:-1]) / 100 if isinstance(value, str) and value.endswith("%") else float(value)
+    except ValueError:
+        raise OptionError(f"budget {value!r} is not a percentage like '1.6%' or a fraction like 0.016") from None
+    if not (0 < frac <= 1) or math.isnan(frac):
+        raise OptionError(f"budget {value!r} is outside (0, 100%]")
+    return frac
+
+
+class Compressor(ABC):
+    """Base class: option checking, error feedback, and the encode/decode round trip.
+
+    Subclasses declare `name` and `options` (option name -> default) and implement
+    `_compress(M) -> (segments, meta)` and `_reconstruct(unpacked) -> grads`. Error feedback
+    is handled here, from the *decoded* payload, so that over any number of steps
+    sum(decoded) + residual == sum(inputs) holds up to float rounding.
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[dict[str, Any]] = {}
+    # Options every compressor takes.
+    common_options: ClassVar[dict[str, Any]] = {"error_feedback": True,
+                                                "max_decoded_elements": DEFAULT_MAX_DECODED_ELEMENTS}
+
+    def __init__(self, **options: Any):
+        allowed = {**self.common_options, **self.options}
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise OptionError(f"{self.name}: unknown option {unknown[0]!r}; valid options: {sorted(allowed)}")
+        self.config = {**allowed, **options}
+        self.error_feedback = bool(self.config["error_feedback"])
+        self.max_decoded_elements = int(self.config["max_decoded_elements"])
+        self.residuals: dict[str, torch.Tensor] = {}
+        self._validate()
+
+    def _validate(self) -> None:
+        """Check option values; raise OptionError naming the option."""
+
+    def encode(self, grads: dict[str, torch.Tensor]) -> bytes:
+        self._check_inputs(grads)
+        with torch.no_grad():
+            m = {n: self._with_residual(n, g) for n, g in grads.items()}
+            layout = [(n, tuple(t.shape)) for n, t in m.items()]
+            segments, meta = self._compress(m)
+            payload = pack(self.name, layout, segments, meta)
+            if self.error_feedback:
+                decoded = self.decode(payload)
+                self.residuals = {n: m[n] - decoded[n] for n in m}
+        return payload
+
+    def decode(self, payload: bytes) -> dict[str, torch.Tensor]:
+        unpacked = unpack(self.name, payload, self.max_decoded_elements)
+        try:
+            with torch.no_grad():
+                return self._reconstruct(unpacked)
+        except PayloadError:
+            raise
+        except Exception as exc:
+            raise PayloadError(f"{self.name}: payload contents inconsistent ({type(exc).__name__}: {exc})") from None
+
+    def residual(self) -> dict[str, torch.Tensor]:
+        """The error-feedback buffers E (what has been owed to the wire so far)."""
+        return dict(self.residuals)
+
+    def _with_residual(self, name: str, g: torch.Tensor) -> torch.Tensor:
+        g = g.detach().to(torch.float32)
+        r = self.residuals.get(name)
+        return g + r if (self.error_feedback and r is not None) else g.clone()
+
+    def _check_inputs(self, grads: dict[str, torch.Tensor]) -> None:
+        if not grads:
+            raise ValueError(f"{self.name}: nothing to encode")
+        for n, g in grads.items():
+            if not torch.is_floating_point(g):
+                raise ValueError(f"{self.name}: gradient {n!r} is not floating point ({g.dtype})")
+            if not bool(torch.isfinite(g).all()):
+                raise ValueError(f"{self.name}: gradient {n!r} holds NaN or inf; refusing to ship it")
+
+    @abstractmethod
+    def _compress(self, m: dict[str, torch.Tensor]) -> tuple[list[Segment], dict[str, Any]]:
+        """Error-corrected gradients -> body segments + table meta."""
+
+    @abstractmethod
+    def _reconstruct(self, p: Unpacked) -> dict[str, torch.Tensor]:
+        """Validated container -> fp32 gradients, shaped as in `p.tensors`."""
+
+
+def full_adapter_bytes(shapes: list[tuple[int, ...]], dtype: str) -> int:
+    """Bytes of the whole adapter in `dtype`: the reference that budget fractions refer to."""
+    return sum(math.prod(s) for s in shapes) * dtype_bytes(dtype)
+
+
+class BudgetedCompressor(Compressor):
+    """A compressor whose payload size is set by a byte budget.
+
+    `budget` is a fraction of the full adapter's bytes in `reference_dtype` ("1.6%" or 0.016);
+    `budget_bytes`, when given, is an absolute cap and wins. The reference dtype defaults to
+    bf16 because that is what full synchronisation ships in the HiLo paper, so "1.6 %" means the
+    same thing here as there (about one direction per factor at rank 64).
+    """
+
+    budget_options: ClassVar[dict[str, Any]] = {"budget": "1.6%", "budget_bytes": None,
+                                                "reference_dtype": "bf16"}
+
+    def __init__(self, **options: Any):
+        self.options = {**self.budget_options, **self.options}
+        super().__init__(**options)
+
+    def _validate(self) -> None:
+        self.budget_frac = parse_budget(self.config["budget"])
+        check_wire_dtype(self.config["reference_dtype"])
+        b = self.config["budget_bytes"]
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):
+            raise OptionError(f"{self.name}: budget_bytes must be a positive integer, got {b!r}")
+
+    def budget_for(self, shapes: list[tuple[int, ...]]) -> int:
+        """The payload's byte cap for an adapter of these shapes."""
+        if self.config["budget_bytes"] is not None:
+            return int(self.config["budget_bytes"])
+        return int(self.budget_frac * full_adapter_bytes(shapes, self.config["reference_dtype"]))

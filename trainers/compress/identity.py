@@ -1,0 +1,29 @@
+"""`identity`: the exact gradient, in fp32 (bit-exact) or a 16-bit wire dtype (rounded, with error feedback)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainers.compress.base import DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, require, unflatten
+
+
+class IdentityCompressor(Compressor):
+    """Ships every gradient element as is, in `dtype`."""
+
+    name = "identity"
+    options = {"dtype": "fp32"}
+
+    def _validate(self) -> None:
+        self.dtype = check_wire_dtype(self.config["dtype"])
+
+    def _compress(self, m):
+        flat = flatten(m).to(DTYPES[self.dtype][0])
+        return [Segment("values", self.dtype, flat)], {}
+
+    def _reconstruct(self, p: Unpacked):
+        values = p.segments.get("values")
+        total = sum(math.prod(s) for _, s in p.tensors)
+        require(values is not None and values.numel() == total, self.name,
+                f"values segment does not match the {total} elements of the table")
+        return unflatten(values.to(torch.float32), p.tensors)

@@ -1,0 +1,61 @@
+"""`topk`: the largest-magnitude gradient elements across the whole adapter, with error feedback.
+
+Each kept element costs its value (in `dtype`) plus a 4-byte index into the flattened adapter.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype,
+                                    dtype_bytes, flatten, header_bytes, require, unflatten)
+
+_INDEX_BYTES = 4  # int32 index: adapters up to 2^31 elements
+
+
+class TopKCompressor(BudgetedCompressor):
+    """Global top-k by |value| under a byte budget."""
+
+    name = "topk"
+    options = {"dtype": "fp16"}
+
+    def _validate(self) -> None:
+        super()._validate()
+        self.dtype = check_wire_dtype(self.config["dtype"])
+
+    def _compress(self, m):
+        layout = [(n, tuple(t.shape)) for n, t in m.items()]
+        flat = flatten(m)
+        if flat.numel() >= 2**31:
+            raise ValueError(f"{self.name}: adapter of {flat.numel()} elements exceeds the int32 index")
+        k = self._k(layout, flat.numel())
+        # Ties in magnitude are broken by position (stable sort), so encode is deterministic.
+        order = torch.sort(flat.abs(), descending=True, stable=True).indices[:k]
+        index = torch.sort(order).values.to(torch.int32)
+        values = flat[index.long()].to(DTYPES[self.dtype][0])
+        return [Segment("index", "int32", index), Segment("values", self.dtype, values)], {}
+
+    def _k(self, layout, numel: int) -> int:
+        budget = self.budget_for([s for _, s in layout])
+        # Upper bound of the header: the segment counts written with as many digits as numel.
+        head = header_bytes(self.name, layout, [("index", "int32", numel), ("values", self.dtype, numel)])
+        per_element = dtype_bytes(self.dtype) + _INDEX_BYTES
+        k = (budget - head) // per_element
+        if k < 1:
+            raise ValueError(f"{self.name}: budget of {budget} bytes cannot hold one element after the "
+                             f"{head}-byte header")
+        return min(int(k), numel)
+
+    def _reconstruct(self, p: Unpacked):
+        total = sum(math.prod(s) for _, s in p.tensors)
+        index, values = p.segments.get("index"), p.segments.get("values")
+        require(index is not None and values is not None and index.numel() == values.numel(), self.name,
+                "index and values segments missing or of different lengths")
+        idx = index.long()
+        if idx.numel():
+            require(int(idx[0]) >= 0 and int(idx[-1]) < total, self.name, f"index outside [0, {total})")
+            require(bool((idx[1:] > idx[:-1]).all()), self.name, "indices not strictly increasing")
+        flat = torch.zeros(total, dtype=torch.float32)
+        flat[idx] = values.to(torch.float32)
+        return unflatten(flat, p.tensors)

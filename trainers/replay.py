@@ -1,0 +1,213 @@
+"""A replica's trainable state, stepped identically on the learner and on every worker.
+
+HiLo ships a (compressed) gradient, and every replica re-runs the optimizer step locally, so
+learner and workers must hold the same bits: LoRA adapter, AdamW state (m, v, step), the lr
+schedule and the policy version. `Replica` holds exactly that. It steps from a *decoded*
+gradient (the learner too: it steps from `decode(encode(G))`, never from G), hashes its
+state, and snapshots/restores it to bytes with safetensors (no pickle) so that a late or
+restarted worker can load a snapshot and replay the logged updates after it.
+
+Bit-exactness: AdamW runs its single-tensor, non-fused path (`foreach=False, fused=False`),
+which is elementwise and so independent of the thread count; decode is made deterministic by
+the compressors (see `trainers.compress.base.outer_sum`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+SNAPSHOT_FORMAT = "replica-v1"
+_SCHEDULES = ("constant", "cosine")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW and its lr schedule; part of the replica's identity (a snapshot records it)."""
+
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    warmup_steps: int = 0          # linear warm-up over this many updates
+    schedule: str = "constant"     # "constant" or "cosine" (decays to 0 at total_steps)
+    total_steps: int = 0           # only for "cosine"
+
+    def __post_init__(self):
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ValueError(f"betas must lie in [0, 1), got ({self.beta1}, {self.beta2})")
+        if self.schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {list(_SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule == "cosine" and self.total_steps < 1:
+            raise ValueError("the cosine schedule needs total_steps >= 1")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for the update that takes the replica from version `step` to `step + 1`."""
+        lr = self.lr
+        if self.warmup_steps > 0:
+            lr *= min(1.0, (step + 1) / self.warmup_steps)
+        if self.schedule == "cosine":
+            lr *= 0.5 * (1 + math.cos(math.pi * min(step, self.total_steps) / self.total_steps))
+        return lr
+
+
+class Replica:
+    """LoRA adapter + AdamW state + policy version, keyed by parameter name in a fixed order."""
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], optim: OptimConfig | None = None):
+        if not params:
+            raise ValueError("a replica needs at least one trainable tensor")
+        self.params = dict(params)
+        self.optim_config = optim or OptimConfig()
+        c = self.optim_config
+        self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=c.lr, betas=(c.beta1, c.beta2),
+                                           eps=c.eps, weight_decay=c.weight_decay, foreach=False, fused=False)
+        self.version = 0
+        self._init_state()
+
+    def _init_state(self) -> None:
+        # What AdamW would create lazily on its first step; created up front so that hashes and
+        # snapshots cover the same tensors at every version.
+        for p in self.params.values():
+            self.optimizer.state[p] = {"step": torch.tensor(0.0),
+                                       "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                       "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+    # -- stepping ---------------------------------------------------------------------------
+    def step(self, grads: dict[str, torch.Tensor]) -> None:
+        """One AdamW step from a decoded gradient; version -> version + 1."""
+        self._check_layout({n: tuple(g.shape) for n, g in grads.items()}, "gradient")
+        for name, p in self.params.items():
+            p.grad = grads[name].detach().to(dtype=p.dtype, copy=True)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optim_config.lr_at(self.version)
+        self.optimizer.step()
+        for p in self.params.values():
+            p.grad = None
+        self.version += 1
+
+    def adapter(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.params.items()}
+
+    def load_adapter(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        """Full synchronisation: take the learner's adapter as is (optimizer state untouched)."""
+        self._check_layout({n: tuple(t.shape) for n, t in tensors.items()}, "adapter")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(tensors[name])
+        self.version = int(version)
+
+    # -- hashing ----------------------------------------------------------------------------
+    def policy_hash(self) -> str:
+        """Hash of the adapter as held: what the replica samples with."""
+        h = hashlib.sha256()
+        for name, p in self.params.items():
+            _update(h, name, p)
+        return h.hexdigest()[:32]
+
+    def optimizer_hash(self) -> str:
+        h = hashlib.sha256()
+        for name, p in self.params.items():
+            state = self.optimizer.state[p]
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                _update(h, f"{key}/{name}", state[key])
+        return h.hexdigest()[:32]
+
+    def state_hash(self) -> str:
+        """Everything a replica's future depends on: version, adapter, optimizer state, schedule."""
+        h = hashlib.sha256()
+        h.update(json.dumps({"version": self.version, "optim": asdict(self.optim_config)}, sort_keys=True).encode())
+        h.update(self.policy_hash().encode())
+        h.update(self.optimizer_hash().encode())
+        return h.hexdigest()[:32]
+
+    # -- snapshots --------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        tensors = {}
+        for name, p in self.params.items():
+            state = self.optimizer.state[p]
+            tensors[f"adapter/{name}"] = p.detach().contiguous()
+            tensors[f"exp_avg/{name}"] = state["exp_avg"].contiguous()
+            tensors[f"exp_avg_sq/{name}"] = state["exp_avg_sq"].contiguous()
+            tensors[f"step/{name}"] = state["step"].reshape(1)
+        meta = {"format": SNAPSHOT_FORMAT, "version": str(self.version),
+                "optim": json.dumps(asdict(self.optim_config), sort_keys=True)}
+        return st_save(tensors, metadata=meta)
+
+    def restore(self, blob: bytes) -> None:
+        """Load a snapshot of a replica with the same layout and optimizer config."""
+        meta, tensors = _read_snapshot(blob)
+        if json.loads(meta["optim"]) != asdict(self.optim_config):
+            raise ValueError(f"snapshot optimizer config {meta['optim']} differs from this replica's")
+        self._check_layout({n[len("adapter/"):]: tuple(t.shape) for n, t in tensors.items()
+                            if n.startswith("adapter/")}, "snapshot")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(_get(tensors, f"adapter/{name}", p.shape))
+                self.optimizer.state[p] = {
+                    "step": _get(tensors, f"step/{name}", (1,)).reshape(()).to(torch.float32).clone(),
+                    "exp_avg": _get(tensors, f"exp_avg/{name}", p.shape).to(p.dtype).clone(),
+                    "exp_avg_sq": _get(tensors, f"exp_avg_sq/{name}", p.shape).to(p.dtype).clone()}
+        self.version = int(meta["version"])
+
+    def _check_layout(self, shapes: dict[str, tuple[int, ...]], what: str) -> None:
+        mine = {n: tuple(p.shape) for n, p in self.params.items()}
+        if shapes != mine:
+            missing = sorted(set(mine) - set(shapes))[:1]
+            extra = sorted(set(shapes) - set(mine))[:1]
+            wrong = sorted(n for n in set(mine) & set(shapes) if mine[n] != shapes[n])[:1]
+            raise ValueError(f"{what} does not match the adapter: missing {missing}, unexpected {extra}, "
+                             f"wrong shape {wrong}")
+
+
+def clip_by_global_norm(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
+    """Scale all gradients so their joint L2 norm is at most `max_norm`; returns (grads, norm before)."""
+    total = torch.sqrt(sum((g.detach().to(torch.float32) ** 2).sum() for g in grads.values()))
+    norm = float(total)
+    if max_norm <= 0 or norm <= max_norm:
+        return grads, norm
+    scale = max_norm / (norm + 1e-6)
+    return {n: g * scale for n, g in grads.items()}, norm
+
+
+def _update(h, name: str, t: torch.Tensor) -> None:
+    t = t.detach().contiguous().cpu()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes())
+
+
+def _read_snapshot(blob: bytes) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    try:
+        blob = bytes(blob)
+        tensors = st_load(blob)
+        meta = _snapshot_metadata(blob)
+    except Exception as exc:
+        raise ValueError(f"unreadable replica snapshot ({type(exc).__name__}: {exc})") from None
+    if meta.get("format") != SNAPSHOT_FORMAT or not str(meta.get("version", "")).isdigit() or "optim" not in meta:
+        raise ValueError(f"not a {SNAPSHOT_FORMAT} snapshot (metadata {dict(list(meta.items())[:3])})")
+    return meta, tensors
+
+
+def _snapshot_metadata(blob: bytes) -> dict[str, str]:
+    # safetensors layout: u64 header length, then a JSON header whose "__metadata__" holds ours.
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    meta = header.get("__metadata__") or {}
+    if not isinstance(meta, dict):
+        raise ValueError("snapshot metadata is not an object")
+    return meta
+
+
+def _get(tensors: dict[str, torch.Tensor], key: str, shape) -> torch.Tensor:
+    t = tensors.get(key)
+    if t is None or tuple(t.shape) != tuple(shape):
+        raise ValueError(f"snapshot entry {key!r} is missing or has the wrong shape")
+    return t
