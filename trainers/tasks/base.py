@@ -1,0 +1,84 @@
+"""The task contract: what every training task offers the rollout, objective and evaluator code.
+
+A task is a deterministic generator of problems plus a scorer of completions. Problems are
+generated locally from a seed (no downloads) and are plain frozen dataclasses, so that the
+same `(task options, seed, n)` gives the same problems on every replica.
+
+Contract (every task in `trainers/tasks/` implements all of it):
+
+- `generate(n, seed) -> list[problem]`: `n` problems, a pure function of `(options, n, seed)`.
+  `generate(n, seed)[:m] == generate(m, seed)` is NOT promised; use one `n` per stream.
+- `prompt(problem) -> str`: the text the model is conditioned on. It ends where the answer
+  begins; the model's completion is everything it samples after it, up to end-of-sequence.
+- `gold(problem) -> str`: a correct completion in the canonical answer format (used by the
+  tests, by the teacher warm-up in `trainers.objectives.distill`, and as a format example).
+  `score(p, gold(p))` always has `correct=True` and the top reward `max_reward`.
+- `score(problem, completion) -> Score`: the reward, whether the answer is correct, and a
+  short reason (why the format was rejected, which part was wrong). Never raises on model
+  output, however malformed: bad text scores low with a reason.
+- `reward(problem, completion) -> float` and `is_correct(problem, completion) -> bool`:
+  shorthands for `score(...).reward` and `score(...).correct`.
+
+Rewards lie in [0, max_reward] (max_reward = 1.0 for every task here) and separate format
+from correctness: a well-formed wrong answer earns a small format reward, a correct one 1.0.
+Each task documents its exact reward table in its module docstring.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+# Cap on the completion text a scorer looks at (characters): a runaway sample must not make
+# scoring slow or memory-hungry; anything longer is judged malformed.
+MAX_COMPLETION_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one completion: reward in [0, 1], exact correctness, and why."""
+
+    reward: float
+    correct: bool
+    reason: str = ""
+
+
+class Task(ABC):
+    """A problem generator and scorer; see the module docstring for the full contract."""
+
+    name: str = ""
+    max_reward: float = 1.0
+
+    @abstractmethod
+    def generate(self, n: int, seed: int) -> list[Any]:
+        """`n` problems, deterministic in `(options, n, seed)`."""
+
+    @abstractmethod
+    def prompt(self, problem: Any) -> str:
+        """The conditioning text; the completion starts right after it."""
+
+    @abstractmethod
+    def gold(self, problem: Any) -> str:
+        """A correct completion in the canonical format."""
+
+    @abstractmethod
+    def score(self, problem: Any, completion: str) -> Score:
+        """Reward, correctness and reason for `completion`; never raises on malformed text."""
+
+    def reward(self, problem: Any, completion: str) -> float:
+        return self.score(problem, completion).reward
+
+    def is_correct(self, problem: Any, completion: str) -> bool:
+        return self.score(problem, completion).correct
+
+    def rewards(self, problems: Sequence[Any], completions: Sequence[str]) -> list[float]:
+        return [self.reward(p, c) for p, c in zip(problems, completions, strict=True)]
+
+    def options(self) -> dict[str, Any]:
+        """The options this task was built with (recorded in run configs and cache keys)."""
+        return {}
+
+
+def check_count(n: int) -> None:
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"number of problems must be a non-negative int, got {n!r}")

@@ -1,0 +1,173 @@
+"""`knights_knaves`: logic puzzles with exactly one solution, checked by brute force.
+
+Each of N inhabitants (options `min_people`..`max_people`, 2..8 allowed, default 2..4)
+makes one statement built recursively: atoms "X is a knight" / "X is a knave", combined
+with not, and, or, if-then (implies), if-and-only-if, up to `depth` levels of nesting
+(default 2; 0 = atoms only) and `width` operands per and/or (default 2). Knights always
+tell the truth, knaves always lie: an assignment is a solution when every statement is
+true exactly for the knights. Only puzzles with exactly one solution (brute force over
+all 2^N assignments) are kept.
+
+Answer format (the gold): "(1) Alice is a knight (2) Bob is a knave", one clause per
+inhabitant in puzzle order. Parsing is tolerant in form: any order, any whitespace and
+case, numbering optional, clauses may be separated by commas, semicolons, periods or
+"and". It is strict in content: only the puzzle's names, each at most once, and nothing
+else in the text.
+
+Reward table:
+- 1.0: every inhabitant named exactly once with the right role (correct).
+- 0.1: well formed but wrong: a wrong role, or a person missing (reason says which).
+- 0.0: malformed: no clause, stray text, an unknown name, a name given twice.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from dataclasses import dataclass
+
+from trainers.tasks import register
+from trainers.tasks.base import MAX_COMPLETION_CHARS, Score, Task, check_count
+
+NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Iris", "Jack",
+         "Kate", "Liam", "Mia", "Noah", "Olga", "Paul", "Quinn", "Rosa", "Sam", "Tina")
+BINARY = ("implies", "iff")
+NARY = ("and", "or")
+
+# A statement is a nested tuple:
+#   ("is", person_index, knight: bool) | ("not", s) | ("and", s1, s2, ...) | ("or", ...)
+#   | ("implies", s1, s2) | ("iff", s1, s2)
+
+
+@dataclass(frozen=True)
+class KKProblem:
+    names: tuple[str, ...]
+    statements: tuple[tuple, ...]   # statements[i] is what names[i] says
+    solution: tuple[bool, ...]      # True = knight
+
+
+def evaluate(statement: tuple, knights: tuple[bool, ...]) -> bool:
+    """Truth value of `statement` when knights[i] says whether person i is a knight."""
+    op = statement[0]
+    if op == "is":
+        return knights[statement[1]] == statement[2]
+    if op == "not":
+        return not evaluate(statement[1], knights)
+    if op == "and":
+        return all(evaluate(s, knights) for s in statement[1:])
+    if op == "or":
+        return any(evaluate(s, knights) for s in statement[1:])
+    a, b = evaluate(statement[1], knights), evaluate(statement[2], knights)
+    return (not a or b) if op == "implies" else a == b
+
+
+def solutions(statements: tuple[tuple, ...]) -> list[tuple[bool, ...]]:
+    """Every consistent assignment: each person is a knight iff their statement is true."""
+    n = len(statements)
+    return [k for k in itertools.product((True, False), repeat=n)
+            if all(evaluate(s, k) == k[i] for i, s in enumerate(statements))]
+
+
+def render(statement: tuple, names: tuple[str, ...], top: bool = True) -> str:
+    op = statement[0]
+    if op == "is":
+        return f"{names[statement[1]]} is a {'knight' if statement[2] else 'knave'}"
+    if op == "not":
+        text = f"it is not true that {render(statement[1], names, False)}"
+    elif op in NARY:
+        text = f" {op} ".join(render(s, names, False) for s in statement[1:])
+    elif op == "implies":
+        text = f"if {render(statement[1], names, False)} then {render(statement[2], names, False)}"
+    else:
+        text = f"{render(statement[1], names, False)} if and only if {render(statement[2], names, False)}"
+    return text if top else f"({text})"
+
+
+@register("knights_knaves")
+class KnightsKnaves(Task):
+    """Knights always tell the truth, knaves always lie: who is which?"""
+
+    def __init__(self, min_people: int = 2, max_people: int = 4, depth: int = 2, width: int = 2):
+        if not (2 <= min_people <= max_people <= 8):
+            raise ValueError(f"knights_knaves: need 2 <= min_people <= max_people <= 8, got {min_people}, {max_people}")
+        if not (0 <= depth <= 4):
+            raise ValueError(f"knights_knaves: depth must be 0..4, got {depth}")
+        if not (2 <= width <= 4):
+            raise ValueError(f"knights_knaves: width must be 2..4, got {width}")
+        self.min_people, self.max_people, self.depth, self.width = min_people, max_people, depth, width
+
+    def options(self):
+        return {"min_people": self.min_people, "max_people": self.max_people,
+                "depth": self.depth, "width": self.width}
+
+    def generate(self, n, seed):
+        check_count(n)
+        rng = random.Random(f"knights_knaves:{seed}")
+        return [self._one(rng) for _ in range(n)]
+
+    def _one(self, rng: random.Random) -> KKProblem:
+        people = rng.randint(self.min_people, self.max_people)
+        names = tuple(rng.sample(NAMES, people))
+        while True:  # rejection sampling: ~1 in 3 random puzzles has a unique solution
+            statements = tuple(self._statement(rng, people, self.depth) for _ in range(people))
+            found = solutions(statements)
+            if len(found) == 1:
+                return KKProblem(names, statements, found[0])
+
+    def _statement(self, rng: random.Random, people: int, depth: int) -> tuple:
+        if depth == 0 or rng.random() < 0.4:
+            return ("is", rng.randrange(people), rng.random() < 0.5)
+        op = rng.choice(("not",) + NARY + BINARY)
+        if op == "not":
+            return ("not", self._statement(rng, people, depth - 1))
+        arity = rng.randint(2, self.width) if op in NARY else 2
+        return (op,) + tuple(self._statement(rng, people, depth - 1) for _ in range(arity))
+
+    def prompt(self, problem):
+        says = " ".join(f"{name} says: {render(s, problem.names)}." for name, s in zip(problem.names, problem.statements))
+        return (f"Knights always tell the truth and knaves always lie. Inhabitants: {', '.join(problem.names)}. "
+                f"{says} Who is a knight and who is a knave?\nAnswer: ")
+
+    def gold(self, problem):
+        return " ".join(f"({i + 1}) {name} is a {'knight' if k else 'knave'}"
+                        for i, (name, k) in enumerate(zip(problem.names, problem.solution)))
+
+    def score(self, problem, completion):
+        parsed = parse_answer(completion, problem.names)
+        if isinstance(parsed, str):
+            return Score(0.0, False, parsed)
+        missing = [n for n in problem.names if n not in parsed]
+        wrong = [n for n, k in zip(problem.names, problem.solution) if n in parsed and parsed[n] != k]
+        if missing or wrong:
+            why = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
+                                        f"wrong role for {', '.join(wrong)}" if wrong else "") if x)
+            return Score(0.1, False, why)
+        return Score(1.0, True, "correct")
+
+
+_CLAUSE = re.compile(r"(?:\(\s*\d+\s*\)\s*)?([A-Za-z]+)\s+is\s+an?\s+(knight|knave)\b", re.IGNORECASE)
+_FILLER = re.compile(r"(?:[\s,;.]|\band\b)*", re.IGNORECASE)
+
+
+def parse_answer(text: str, names: tuple[str, ...]) -> dict[str, bool] | str:
+    """{name: is_knight} from an answer, or a one-line reason why it is malformed."""
+    if len(text) > MAX_COMPLETION_CHARS:
+        return "answer too long"
+    canonical = {n.lower(): n for n in names}
+    found: dict[str, bool] = {}
+    pos = 0
+    for m in _CLAUSE.finditer(text):
+        if not _FILLER.fullmatch(text[pos:m.start()]):
+            return f"unexpected text {text[pos:m.start()].strip()[:40]!r}"
+        name = canonical.get(m.group(1).lower())
+        if name is None:
+            return f"unknown name {m.group(1)!r}"
+        if name in found:
+            return f"{name} named twice"
+        found[name] = m.group(2).lower() == "knight"
+        pos = m.end()
+    if not found:
+        return "no '<name> is a knight/knave' clause"
+    if not _FILLER.fullmatch(text[pos:]):
+        return f"unexpected text {text[pos:].strip()[:40]!r}"
+    return found
