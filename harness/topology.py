@@ -41,7 +41,7 @@ from pyroute2.ethtool import Ethtool
 
 PREFIX = "wh"
 NETNS_DIR = "/run/netns"
-NS_PATTERN = re.compile(rf"^{PREFIX}([0-9a-f]{{4,8}})-(rt|learner|w[0-9]+)$")
+NS_PATTERN = re.compile(rf"^{PREFIX}([0-9a-f]{{4,8}})-(rt|probe|learner|w[0-9]+)$")
 SUBNET = "10.88"
 MAX_WORKERS = 250           # one /24 per node in 10.88.0.0/16
 _CLONE_NEWNET = 0x40000000

@@ -1,0 +1,212 @@
+"""A userspace delay line on NFQUEUE: the fallback backend's delay, jitter and burst loss.
+
+Why userspace: this kernel has no sch_netem. nftables rules in the router namespace send the
+packets of one link direction to one queue (``queue num Q bypass``); this process holds each
+packet's verdict for its delay and then accepts it. It talks nfnetlink_queue directly over an
+``AF_NETLINK`` socket because pyroute2 0.9 does not wrap nfnetlink_queue and the C bindings
+(NetfilterQueue) issue one verdict per packet from a Python callback, which cannot keep up at
+~80 k packets/s. Here a queue is a FIFO with a fixed release order, so one *batch* verdict
+("accept every id <= N") releases everything due; the per-packet work is one ``unpack_from``.
+
+Model per queue: release time = max(previous release, arrival + delay + U(-jitter, +jitter)),
+so jitter never reorders packets (TCP would read reordering as loss). Gilbert-Elliott burst loss
+drops a packet with an immediate NF_DROP verdict. Packets are copied metadata-only (no payload
+crosses to userspace). The kernel queue length is sized by the caller to the bandwidth-delay
+product; the nftables rule carries ``bypass`` so packets pass undelayed when no process is bound
+(a dead delay line fails open rather than black-holing the link).
+
+Run as ``python -m harness.delayline CONFIG_JSON`` inside the router namespace, one process per
+node link, where CONFIG_JSON is ``{"queues": [{"num": 2, "delay_us": 20000, "jitter_us": 0,
+"maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on SIGTERM/SIGINT
+and when its parent dies (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_QUEUE = 3
+NFQNL_MSG_PACKET, NFQNL_MSG_VERDICT, NFQNL_MSG_CONFIG, NFQNL_MSG_VERDICT_BATCH = 0, 1, 2, 3
+NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN = 1, 2, 3
+NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
+NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
+NFQNL_COPY_META = 1
+NF_DROP, NF_ACCEPT = 0, 1
+NLM_F_REQUEST, NLM_F_ACK = 1, 4
+NLMSG_ERROR = 2
+SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
+PR_SET_PDEATHSIG, PR_SET_TIMERSLACK = 1, 29
+RCVBUF_BYTES = 64 << 20       # ~0.5 M metadata messages: absorbs bursts while we sleep
+_HDR = struct.Struct("=IHHII")   # nlmsghdr: len, type, flags, seq, pid
+_NFGEN = struct.Struct("!BBH")   # nfgenmsg: family, version, res_id (queue number, big endian)
+
+
+@dataclass
+class Queue:
+    num: int
+    delay_s: float
+    jitter_s: float = 0.0
+    maxlen: int = 4096
+    ge: tuple[float, float, float, float] | None = None   # p, r, bad_loss, good_loss (fractions)
+    pending: deque = field(default_factory=deque)          # (release_time, packet_id)
+    last_release: float = 0.0
+    bad: bool = False                                       # Gilbert-Elliott state
+    stats: dict = field(default_factory=lambda: {"packets": 0, "ge_dropped": 0})
+
+    def release_time(self, now: float) -> float:
+        jitter = random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
+        self.last_release = max(self.last_release, now + self.delay_s + jitter)
+        return self.last_release
+
+    def ge_drop(self) -> bool:
+        p, r, bad_loss, good_loss = self.ge
+        self.bad = (random.random() >= r) if self.bad else (random.random() < p)
+        return random.random() < (bad_loss if self.bad else good_loss)
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def _msg(msg_type: int, queue: int, attrs: bytes, flags: int = NLM_F_REQUEST, seq: int = 0) -> bytes:
+    body = _NFGEN.pack(socket.AF_UNSPEC, 0, queue) + attrs
+    return _HDR.pack(_HDR.size + len(body), (NFNL_SUBSYS_QUEUE << 8) | msg_type, flags, seq, 0) + body
+
+
+class DelayLine:
+    def __init__(self, queues: list[Queue]):
+        self.queues = {q.num: q for q in queues}
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        self.sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF_BYTES)   # SO_RCVBUFFORCE (root)
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+        self.sock.bind((0, 0))
+        self.buf = bytearray(1 << 20)
+        self.running = True
+        for q in queues:
+            self._bind(q)
+
+    def _request(self, payload: bytes) -> None:
+        self.sock.send(payload)
+        n = self.sock.recv_into(self.buf)
+        _, mtype, _, _, _ = _HDR.unpack_from(self.buf, 0)
+        if mtype == NLMSG_ERROR:
+            (err,) = struct.unpack_from("=i", self.buf, _HDR.size)
+            if err:
+                raise OSError(-err, f"nfnetlink_queue config: {os.strerror(-err)}")
+
+    def _bind(self, q: Queue) -> None:
+        flags = NLM_F_REQUEST | NLM_F_ACK
+        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)), flags))
+        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)), flags))
+        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", q.maxlen)), flags))
+
+    def _verdict(self, queue: int, packet_id: int, verdict: int, batch: bool) -> None:
+        kind = NFQNL_MSG_VERDICT_BATCH if batch else NFQNL_MSG_VERDICT
+        self.sock.send(_msg(kind, queue, _attr(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
+
+    def _drain(self) -> None:
+        """Read every queued packet notification without blocking; schedule each one."""
+        now = time.monotonic()
+        while True:
+            try:
+                n = self.sock.recv_into(self.buf, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            off = 0
+            while off + _HDR.size <= n:
+                length, mtype, _, _, _ = _HDR.unpack_from(self.buf, off)
+                if length < _HDR.size:
+                    break
+                if mtype == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
+                    self._on_packet(off, now)
+                off += (length + 3) & ~3
+
+    def _on_packet(self, off: int, now: float) -> None:
+        (qnum,) = struct.unpack_from("!H", self.buf, off + 18)
+        # the kernel puts NFQA_PACKET_HDR first: nlattr(4) then packet_id (be32)
+        (packet_id,) = struct.unpack_from("!I", self.buf, off + 24)
+        q = self.queues.get(qnum)
+        if q is None:
+            return
+        q.stats["packets"] += 1
+        if q.ge is not None and q.ge_drop():
+            q.stats["ge_dropped"] += 1
+            self._verdict(qnum, packet_id, NF_DROP, batch=False)
+            return
+        q.pending.append((q.release_time(now), packet_id))
+
+    def _release_due(self) -> float | None:
+        """Accept everything due now (one batch verdict per queue); return the next due time."""
+        now = time.monotonic()
+        nxt = None
+        for q in self.queues.values():
+            last = None
+            while q.pending and q.pending[0][0] <= now:
+                last = q.pending.popleft()[1]
+            if last is not None:
+                self._verdict(q.num, last, NF_ACCEPT, batch=True)
+            if q.pending and (nxt is None or q.pending[0][0] < nxt):
+                nxt = q.pending[0][0]
+        return nxt
+
+    def run(self) -> None:
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        while self.running:
+            nxt = self._release_due()
+            timeout_ms = 200 if nxt is None else max(0.0, (nxt - time.monotonic()) * 1e3)
+            if poller.poll(timeout_ms):
+                self._drain()
+
+    def close(self) -> None:
+        # Accept what we hold so a clean stop loses nothing; unbinding then restores bypass.
+        for q in self.queues.values():
+            if q.pending:
+                self._verdict(q.num, q.pending[-1][1], NF_ACCEPT, batch=True)
+            self.sock.send(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0))))
+        self.sock.close()
+
+
+def parse_config(text: str) -> list[Queue]:
+    doc = json.loads(text)
+    return [Queue(num=int(q["num"]), delay_s=q["delay_us"] / 1e6, jitter_s=q.get("jitter_us", 0) / 1e6,
+                  maxlen=int(q.get("maxlen", 4096)), ge=tuple(q["ge"]) if q.get("ge") else None)
+            for q in doc["queues"]]
+
+
+def _prctl_setup() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)    # 1 us: wake-ups land on the release time
+
+
+def main(argv: list[str]) -> int:
+    _prctl_setup()
+    line = DelayLine(parse_config(argv[1]))
+
+    def stop(signum, frame):
+        line.running = False
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print("ready", flush=True)   # the parent waits for this before sending traffic
+    try:
+        line.run()
+    finally:
+        line.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
