@@ -77,9 +77,9 @@ def dtype_bytes(name: str) -> int:
     return torch.empty((), dtype=DTYPES[name][0]).element_size()
 
 
-def check_wire_dtype(value: str, allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
+def check_wire_dtype(owner: str, value: str, option: str = "dtype", allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
     if value not in allowed:
-        raise OptionError(f"dtype {value!r} is not one of {list(allowed)}")
+        raise OptionError(f"{owner}: {option} {value!r} is not one of {list(allowed)}")
     return value
 
 
@@ -374,7 +374,7 @@ class BudgetedCompressor(Compressor):
 
     def _validate(self) -> None:
         self.budget_frac = parse_budget(self.config["budget"])
-        check_wire_dtype(self.config["reference_dtype"])
+        check_wire_dtype(self.name, self.config["reference_dtype"], "reference_dtype")
         b = self.config["budget_bytes"]
         if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):
             raise OptionError(f"{self.name}: budget_bytes must be a positive integer, got {b!r}")

@@ -15,7 +15,7 @@ class IdentityCompressor(Compressor):
     options = {"dtype": "fp32"}
 
     def _validate(self) -> None:
-        self.dtype = check_wire_dtype(self.config["dtype"])
+        self.dtype = check_wire_dtype(self.name, self.config["dtype"])
 
     def _compress(self, m):
         flat = flatten(m).to(DTYPES[self.dtype][0])

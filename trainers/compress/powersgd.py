@@ -22,7 +22,7 @@ class PowerSGDCompressor(Compressor):
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
             raise OptionError(f"{self.name}: rank must be a positive integer, got {rank!r}")
         self.rank = rank
-        self.dtype = check_wire_dtype(self.config["dtype"])
+        self.dtype = check_wire_dtype(self.name, self.config["dtype"])
         self.q_state: dict[str, torch.Tensor] = {}
         self.generator = torch.Generator().manual_seed(int(self.config["seed"]))
 

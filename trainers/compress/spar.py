@@ -28,7 +28,7 @@ class SparCompressor(BudgetedCompressor):
 
     def _validate(self) -> None:
         super()._validate()
-        self.dtype = check_wire_dtype(self.config["dtype"])
+        self.dtype = check_wire_dtype(self.name, self.config["dtype"])
         if self.config["select"] not in _SELECTIONS:
             raise OptionError(f"{self.name}: select must be one of {list(_SELECTIONS)}, got {self.config['select']!r}")
 

@@ -22,7 +22,7 @@ class TopKCompressor(BudgetedCompressor):
 
     def _validate(self) -> None:
         super()._validate()
-        self.dtype = check_wire_dtype(self.config["dtype"])
+        self.dtype = check_wire_dtype(self.name, self.config["dtype"])
 
     def _compress(self, m):
         layout = [(n, tuple(t.shape)) for n, t in m.items()]

@@ -1,0 +1,162 @@
+"""The contract every registered compressor must meet (one suite, parametrized over the registry)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.compress.common import gradient, new_replica, options, warm_gradients
+from trainers.compress import OptionError, available, get_compressor
+
+NAMES = available()
+
+
+@pytest.fixture(scope="module")
+def grads():
+    return warm_gradients(9)
+
+
+def test_registry_lists_every_method():
+    assert {"identity", "spar", "powersgd", "topk", "int8"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_trip_shapes_and_error(name, grads):
+    g = grads[0]
+    c = get_compressor(name, **options(name))
+    payload = c.encode(g)
+    assert isinstance(payload, bytes)
+    out = c.decode(payload)
+    assert list(out) == list(g)
+    for n in g:
+        assert out[n].shape == g[n].shape and out[n].dtype == torch.float32
+        assert torch.isfinite(out[n]).all()
+    err = _rel_err(out, g)
+    if name == "identity":
+        assert err == 0.0
+    else:
+        assert 0.0 <= err < 1.0, f"{name} reconstructs worse than sending nothing ({err:.3f})"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_instance_decodes_same_bits(name, grads):
+    c = get_compressor(name, **options(name))
+    for g in grads[:3]:
+        payload = c.encode(g)
+        a, b = c.decode(payload), get_compressor(name, **options(name)).decode(payload)
+        assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_feedback_conserves_the_gradient_sum(name, grads):
+    c = get_compressor(name, **options(name))
+    sent = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
+    given = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
+    for g in grads:
+        out = c.decode(c.encode(g))
+        for n in g:
+            sent[n] += out[n].double()
+            given[n] += g[n].double()
+    residual = c.residual()
+    scale = max(float(t.abs().max()) for t in given.values())
+    for n in given:
+        gap = (sent[n] + residual.get(n, torch.zeros_like(sent[n])).double() - given[n]).abs().max()
+        assert float(gap) <= 1e-5 * scale, f"{name}: {n} loses {float(gap):.3g} of the gradient"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_is_deterministic(name, grads):
+    first, second = get_compressor(name, **options(name)), get_compressor(name, **options(name))
+    for g in grads[:4]:
+        assert first.encode(g) == second.encode(g)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_error_feedback_off_keeps_no_residual(name, grads):
+    c = get_compressor(name, error_feedback=False, **options(name))
+    c.encode(grads[0])
+    assert c.residual() == {}
+
+
+def test_two_replicas_stay_bit_identical_across_processes(tmp_path):
+    """Learner steps from decode(encode(g)); a worker in another process replays the payloads."""
+    steps, expected = 20, {}
+    for name in NAMES:
+        model, learner = new_replica()
+        compressor = get_compressor(name, **options(name))
+        for t in range(steps):
+            payload = compressor.encode(gradient(model, t))
+            (tmp_path / f"{name}.{t}.bin").write_bytes(payload)
+            learner.step(compressor.decode(payload))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"options": options(name), "count": steps}))
+        expected[name] = learner.state_hash()
+        assert learner.version == steps
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run([sys.executable, "-m", "tests.compress.replay_peer", str(tmp_path)], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_identity_replay_equals_exact_gradient_training():
+    """Replaying identity(fp32) payloads gives the adapter of a plain torch training loop, bit for bit."""
+    model_ref, _ = new_replica()
+    params = [p for p in model_ref.parameters() if p.requires_grad]
+    from tests.compress.common import OPTIM, batch
+    opt = torch.optim.AdamW(params, lr=OPTIM.lr, betas=(OPTIM.beta1, OPTIM.beta2), eps=OPTIM.eps,
+                            weight_decay=OPTIM.weight_decay, foreach=False)
+    model, replica = new_replica()
+    compressor = get_compressor("identity")
+    for t in range(10):
+        opt.zero_grad(set_to_none=True)
+        ids = batch(t)
+        model_ref(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        replica.step(compressor.decode(compressor.encode(gradient(model, t))))
+    ref = {n: p for n, p in model_ref.named_parameters() if p.requires_grad}
+    assert all(torch.equal(ref[n], p) for n, p in replica.params.items())
+
+
+def test_unknown_compressor_lists_valid_names():
+    with pytest.raises(OptionError, match=r"unknown compressor 'nope'.*spar"):
+        get_compressor("nope")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_option_lists_valid_options(name):
+    with pytest.raises(OptionError, match=r"unknown option 'bogus'; valid options: \["):
+        get_compressor(name, bogus=1)
+
+
+@pytest.mark.parametrize("bad", ["0%", "150%", "-1%", "abc", 0, 1.5, "nan%"])
+@pytest.mark.parametrize("name", ["spar", "topk"])
+def test_bad_budget_is_rejected(name, bad):
+    with pytest.raises(OptionError, match="budget"):
+        get_compressor(name, budget=bad)
+
+
+@pytest.mark.parametrize("name,opts", [("identity", {"dtype": "int7"}), ("spar", {"dtype": "fp64"}),
+                                       ("powersgd", {"rank": 0}), ("int8", {"block_size": 0}),
+                                       ("spar", {"select": "random"}), ("topk", {"budget_bytes": -5})])
+def test_bad_option_values_are_rejected(name, opts):
+    with pytest.raises(OptionError, match=f"^{name}: "):
+        get_compressor(name, **opts)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_non_finite_gradients_are_refused(name, grads):
+    g = {n: t.clone() for n, t in grads[0].items()}
+    next(iter(g.values()))[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        get_compressor(name, **options(name)).encode(g)
+
+
+def _rel_err(out, ref) -> float:
+    num = sum(float((out[n] - ref[n]).double().norm() ** 2) for n in ref)
+    den = sum(float(ref[n].double().norm() ** 2) for n in ref)
+    return (num / den) ** 0.5

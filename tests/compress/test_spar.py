@@ -1,0 +1,92 @@
+"""What makes spar spar: a global byte budget it never exceeds, spent where the energy is."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.compress.common import warm_gradients
+from trainers.compress import get_compressor
+from trainers.compress.base import full_adapter_bytes, unpack
+
+
+def power_law_factors(seed: int = 0, rank: int = 16, d: int = 96, n: int = 6) -> dict[str, torch.Tensor]:
+    """Thin LoRA-like factors whose spectra fall as 1/j, with per-factor scales over two decades."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for i in range(n):
+        for side, shape in (("A", (rank, d)), ("B", (d, rank))):
+            u = torch.linalg.qr(torch.randn(shape[0], rank, generator=g)).Q
+            v = torch.linalg.qr(torch.randn(shape[1], rank, generator=g)).Q
+            s = torch.tensor([10 ** (-2 * i / n) / (j + 1) for j in range(rank)])
+            out[f"layer{i}.{side}"] = (u * s) @ v.T
+    return out
+
+
+def rel_err(out, ref) -> float:
+    return float(sum((out[n] - ref[n]).norm() ** 2 for n in ref) ** 0.5 / sum(ref[n].norm() ** 2 for n in ref) ** 0.5)
+
+
+@pytest.mark.parametrize("budget", ["2%", "5%", "10%", "25%", "60%"])
+def test_payload_never_exceeds_the_fraction_budget(budget):
+    grads = warm_gradients(6)
+    c = get_compressor("spar", budget=budget)
+    cap = int(float(budget[:-1]) / 100 * full_adapter_bytes([tuple(t.shape) for t in grads[0].values()], "bf16"))
+    for g in grads:
+        assert len(c.encode(g)) <= cap
+
+
+@pytest.mark.parametrize("cap", [1500, 2500, 4000, 9000, 30000])
+def test_payload_never_exceeds_the_byte_budget(cap):
+    c = get_compressor("spar", budget_bytes=cap)
+    for seed in range(4):
+        assert len(c.encode(power_law_factors(seed))) <= cap
+
+
+def test_budget_below_the_fixed_overhead_is_an_error():
+    with pytest.raises(ValueError, match="below the payload's fixed overhead"):
+        get_compressor("spar", budget_bytes=50).encode(power_law_factors())
+
+
+def test_more_budget_means_less_error():
+    m = power_law_factors()
+    errors = [rel_err(get_compressor("spar", budget_bytes=b, error_feedback=False).decode(
+        get_compressor("spar", budget_bytes=b, error_feedback=False).encode(m)), m) for b in (2000, 5000, 15000, 40000)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 2
+
+
+def test_budget_goes_to_the_factors_with_the_most_energy():
+    m = power_law_factors()
+    payload = get_compressor("spar", budget_bytes=6000).encode(m)
+    p = unpack("spar", payload, 1 << 28)
+    counts = dict(zip([n for n, _ in p.tensors], p.segments["counts"].tolist()))
+    assert counts["layer0.A"] > counts["layer5.A"] and counts["layer0.B"] > counts["layer5.B"]
+    assert counts["layer5.A"] == 0  # two decades weaker: not worth a byte at this budget
+
+
+def test_spar_beats_powersgd_at_equal_bytes_on_the_first_step():
+    m = power_law_factors()
+    psgd = get_compressor("powersgd", rank=1, error_feedback=False)
+    payload = psgd.encode(m)
+    spar = get_compressor("spar", budget_bytes=len(payload), error_feedback=False)
+    spar_payload = spar.encode(m)
+    assert len(spar_payload) <= len(payload)
+    assert rel_err(spar.decode(spar_payload), m) < rel_err(psgd.decode(payload), m)
+
+
+def test_full_rank_budget_reconstructs_exactly():
+    m = power_law_factors(rank=4, d=16, n=2)
+    # Every triplet of a thin matrix costs more than the dense matrix: give room for all of them.
+    c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", error_feedback=False)
+    assert rel_err(c.decode(c.encode(m)), m) < 1e-5
+
+
+def test_energy_per_byte_prefers_cheap_directions():
+    # Two factors with equal top energy, one 8x wider: per-byte scoring takes the narrow one first.
+    g = torch.Generator().manual_seed(3)
+    m = {"narrow": torch.randn(4, 16, generator=g), "wide": torch.randn(4, 128, generator=g)}
+    m["wide"] *= m["narrow"].norm() / m["wide"].norm()
+    def counts(select):
+        p = get_compressor("spar", budget_bytes=600, select=select).encode(m)
+        return dict(zip(["narrow", "wide"], unpack("spar", p, 1 << 28).segments["counts"].tolist()))
+    assert counts("energy_per_byte")["narrow"] >= counts("energy")["narrow"]
+    assert counts("energy_per_byte")["narrow"] > 0
