@@ -162,12 +162,12 @@ class DelayLine:
         return nxt
 
     def run(self) -> None:
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+        # select() takes a timeval (microseconds); poll/epoll would round waits up to whole ms
         while self.running:
             nxt = self._release_due()
-            timeout_ms = 200 if nxt is None else max(0.0, (nxt - time.monotonic()) * 1e3)
-            if poller.poll(timeout_ms):
+            timeout_s = 0.2 if nxt is None else max(0.0, nxt - time.monotonic())
+            readable, _, _ = select.select([self.sock], [], [], timeout_s)
+            if readable:
                 self._drain()
 
     def close(self) -> None:

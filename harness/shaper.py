@@ -44,6 +44,7 @@ API::
 from __future__ import annotations
 
 import json
+import os
 import math
 import signal
 import subprocess
@@ -386,7 +387,13 @@ class signals_raise:
     _old: dict = field(default_factory=dict)
 
     def __enter__(self):
+        owner = os.getpid()
+
         def handler(signum, frame):
+            if os.getpid() != owner:
+                # a forked child (pyroute2 opens netns sockets from short-lived forks) must not
+                # unwind the parent's stack and run its teardown: just die as the default would
+                os._exit(128 + signum)
             raise SystemExit(128 + signum)
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:

@@ -200,7 +200,8 @@ class Topology:
         for ns in self.namespaces():
             if ns in existing:
                 kill_ns_processes(ns)
-                netns.remove(ns)
+                with contextlib.suppress(FileNotFoundError):
+                    netns.remove(ns)
                 removed.append(ns)
         self._destroyed = True
         return removed
