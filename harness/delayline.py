@@ -16,7 +16,7 @@ product; the nftables rule carries ``bypass`` so packets pass undelayed when no 
 (a dead delay line fails open rather than black-holing the link).
 
 Run as ``python -m harness.delayline CONFIG_JSON`` inside the router namespace, one process per
-node link, where CONFIG_JSON is ``{"queues": [{"num": 2, "delay_us": 20000, "jitter_us": 0,
+node link, where CONFIG_JSON is ``{"run_id": "3fa2c1", "queues": [{"num": 2, "delay_us": 20000, "jitter_us": 0,
 "maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on SIGTERM/SIGINT
 and when its parent dies (PR_SET_PDEATHSIG).
 """

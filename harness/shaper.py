@@ -58,7 +58,7 @@ import contextlib
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from harness import profiles, topology
+from harness import profiles, topology, units
 from harness.profiles import LinkDir, Profile
 from harness.topology import Topology
 
@@ -86,8 +86,16 @@ class Plan:
     ops: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps({"run_id": self.run_id, "profile": self.profile, "backend": self.backend,
-                           "at_s": self.at_s, "ops": self.ops}, indent=1, sort_keys=True)
+        """One operation per line (readable golden diffs); ``json.loads`` gives the plan back."""
+        head = json.dumps({"run_id": self.run_id, "profile": self.profile, "backend": self.backend,
+                           "at_s": self.at_s}, sort_keys=True)[:-1]
+        ops = ",\n  ".join(json.dumps(op, sort_keys=True) for op in self.ops)
+        return f'{head}, "ops": [\n  {ops}\n]}}\n' if self.ops else f'{head}, "ops": []}}\n'
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        doc = json.loads(text)
+        return cls(run_id=doc["run_id"], profile=doc["profile"], backend=doc["backend"], at_s=doc["at_s"], ops=doc["ops"])
 
     def devices(self) -> set[tuple[str, str]]:
         return {(op["ns"], op["dev"]) for op in self.ops if "dev" in op}
@@ -301,7 +309,7 @@ class Shaper:
                 self._start_delayline(op)
 
     def _start_delayline(self, op: dict[str, Any]) -> None:
-        config = json.dumps({"queues": op["queues"]})
+        config = json.dumps({"run_id": self.plan.run_id, "queues": op["queues"]})
         proc = topology.popen_in(op["ns"], [sys.executable, "-m", "harness.delayline", config],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.delaylines[op["node"]] = proc
@@ -422,3 +430,97 @@ def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
                     stop.set()
     finally:
         topo.destroy()
+
+
+# ---- show: the live kernel state as a profile document ------------------------------------------
+
+def _iptables_save(ns: str, counters: bool = False) -> str:
+    argv = ["iptables-save"] + (["-c"] if counters else [])
+    proc = topology.popen_in(ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=30)
+    if proc.returncode:
+        raise ShaperError(f"iptables-save in {ns}: {err.strip()}")
+    return out
+
+
+def _htb_rate_and_limit(ipr: IPRoute, dev: str) -> tuple[float | None, int | None]:
+    idx = ipr.link_lookup(ifname=dev)
+    if not idx:
+        return None, None
+    rate = limit = None
+    for cls in ipr.get_classes(index=idx[0]):
+        if cls.get_attr("TCA_KIND") == "htb":
+            opts = cls.get_attr("TCA_OPTIONS")
+            rate = (opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8.0
+    for qd in ipr.get_qdiscs(index=idx[0]):
+        if qd.get_attr("TCA_KIND") == "pfifo":
+            limit = qd.get_attr("TCA_OPTIONS")["limit"]
+    return rate, limit
+
+
+def _delayline_configs(rt: str) -> dict[int, dict[str, Any]]:
+    """Queue number -> queue config, read from the running delay-line processes' argv."""
+    queues = {}
+    for pid in topology.ns_pids(rt):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().decode().split("\0")
+        except OSError:
+            continue
+        if "harness.delayline" in argv:
+            for q in json.loads(argv[argv.index("harness.delayline") + 1])["queues"]:
+                queues[q["num"]] = q
+    return queues
+
+
+def _loss_by_port(saved: str) -> dict[tuple[str, str], float]:
+    """(port, 'up'|'down') -> drop probability, from iptables-save output."""
+    out = {}
+    for line in saved.splitlines():
+        parts = line.split()
+        if "--probability" in parts and parts[-1] == "DROP":
+            flag, port = parts[2], parts[3]
+            out[(port, "up" if flag == "-i" else "down")] = float(parts[parts.index("--probability") + 1])
+    return out
+
+
+def _dir_doc(rate, limit, loss, queue) -> dict[str, Any]:
+    doc = LinkDir(rate_bit_s=rate, loss_frac=loss or 0.0).to_doc()
+    if queue:
+        if queue["delay_us"]:
+            doc["delay"] = units.format_time(queue["delay_us"] / 1e6)
+        if queue["jitter_us"]:
+            doc["jitter"] = units.format_time(queue["jitter_us"] / 1e6)
+        if queue.get("ge"):
+            doc["burst_loss"] = {k: units.format_percent(v) for k, v in zip(("p", "r", "bad_loss", "good_loss"), queue["ge"])}
+    if limit is not None and limit != DEFAULT_LEAF_LIMIT:
+        doc["limit"] = limit
+    return doc
+
+
+def show(run_id: str) -> dict[str, Any]:
+    """Read a live run's shaping (fallback backend) back into a document that
+    :func:`harness.profiles.from_doc` accepts (so `show` output can be applied again)."""
+    rt = topology.ns_name(run_id, "rt")
+    if rt not in netns.listnetns():
+        raise ShaperError(f"run: {run_id!r} has no live namespaces (see `harness clean --list`)")
+    nodes = sorted((m.group(2) for m in map(topology.NS_PATTERN.match, netns.listnetns())
+                    if m and m.group(1) == run_id and m.group(2) not in ("rt", "probe")),
+                   key=lambda n: -1 if n == "learner" else int(n[1:]))
+    loss = _loss_by_port(_iptables_save(rt))
+    queues = _delayline_configs(rt)
+    doc: dict[str, Any] = {"name": f"live-{run_id}", "description": f"kernel state of run {run_id}",
+                           "source": "harness show (fallback backend readback)", "defaults": {}, "workers": {}}
+    with IPRoute(netns=rt, flags=0) as rti:
+        for name in nodes:
+            index = 0 if name == "learner" else int(name[1:])
+            port = f"p{index}"
+            with IPRoute(netns=topology.ns_name(run_id, name), flags=0) as ipr:
+                up = _dir_doc(*_htb_rate_and_limit(ipr, "eth0"), loss.get((port, "up")), queues.get(2 * index))
+            down = _dir_doc(*_htb_rate_and_limit(rti, port), loss.get((port, "down")), queues.get(2 * index + 1))
+            link = {"up": up, "down": down}
+            if name == "learner":
+                doc["learner"] = link
+            else:
+                doc["workers"][name] = link
+    return doc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _SPLIT = re.compile(rf"^\s*{_NUM}\s*([a-zA-Z%]*)\s*$")
 
 # multiplier to bit/s

@@ -1,0 +1,67 @@
+"""The link-emulation subcommands' bodies (`harness profiles`, `harness calibrate`), kept out of
+cli.py so that file stays a thin list of commands. Raises ValueError (ProfileError,
+ShaperError, UnitError) for usage errors; cli.py turns them into one line and exit code 2."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness import profiles, shaper, topology, units
+
+
+def load_with_overrides(name: str, **flags: str | None) -> profiles.Profile:
+    """A profile with CLI flags (rate, delay, jitter, loss) overriding its worker defaults."""
+    prof = profiles.load(name)
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    return profiles.with_link(prof, overrides) if overrides else prof
+
+
+def profiles_text(name, plan, workers, backend, live, yaml) -> str:
+    if live:
+        try:
+            return yaml.safe_dump(shaper.show(live), sort_keys=False)
+        except shaper.ShaperError as err:
+            raise ValueError(str(err)) from None
+    if name is None:
+        lines = []
+        for pname in profiles.list_profiles():
+            lines.append(f"{pname:24s} {profiles.load(pname).description}")
+        return "\n".join(lines)
+    prof = profiles.load(name)
+    if plan:
+        if backend not in shaper.BACKENDS:
+            raise ValueError(f"backend: {backend!r} is unknown (valid: {', '.join(shaper.BACKENDS)})")
+        topo = topology.Topology.plan("0000", workers)
+        return shaper.build_plan(prof, topo, backend).to_json()
+    return yaml.safe_dump(prof.to_doc(), sort_keys=False)
+
+
+def _fmt_rate(v):
+    return "-" if v is None else units.format_rate(v)
+
+
+def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: str | None,
+                  out: str, dry_run: bool) -> int:
+    """Run the calibration and print a table; exit code 0 if every check passed, else 1."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness import calibrate
+
+    if dry_run:
+        print(shaper.build_plan(prof, topology.Topology.plan("0000", workers), backend or shaper.probe_backend()).to_json())
+        return 0
+    rows = calibrate.calibrate(prof, workers, secs=secs, backend=backend, out_dir=Path(out))
+    table = Table(title=f"calibration: {prof.name} ({workers} worker(s)) -> {out}/calibration.json")
+    for col in ("link", "rate", "goodput", "ratio", "RTT want", "RTT got", "loss want", "lost/sent (99% int)", "ok"):
+        table.add_column(col)
+    ok_all = True
+    for r in rows:
+        ok = r.ok_goodput and r.ok_rtt and r.ok_loss
+        ok_all &= ok
+        table.add_row(f"{r.node} {r.direction}", _fmt_rate(r.rate_bit_s), _fmt_rate(r.goodput_bit_s),
+                      "-" if r.goodput_ratio is None else f"{r.goodput_ratio:.3f}",
+                      f"{r.rtt_want_s * 1e3:.2f} ms", "-" if r.rtt_median_s is None else f"{r.rtt_median_s * 1e3:.2f} ms",
+                      units.format_percent(r.loss_want), f"{r.loss_lost}/{r.loss_sent} ({r.loss_interval[0]}-{r.loss_interval[1]})",
+                      "yes" if ok else f"NO ({'goodput ' if not r.ok_goodput else ''}{'rtt ' if not r.ok_rtt else ''}{'loss' if not r.ok_loss else ''})")
+    Console(width=160).print(table)
+    return 0 if ok_all else 1
