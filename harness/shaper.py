@@ -218,7 +218,10 @@ def _tc(ipr: IPRoute, op: dict[str, Any]) -> None:
     idx = ipr.link_lookup(ifname=op["dev"])[0]
     kind = op["op"]
     if kind == "htb_root":
-        ipr.tc("replace", "htb", idx, _handle(op["handle"]), default=_handle(op["default"]) & 0xFFFF)
+        # HTB cannot be "replaced" by itself (EINVAL): an HTB root with our handle is kept as is
+        if not any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == _handle(op["handle"])
+                   and q["parent"] == 0xFFFFFFFF for q in ipr.get_qdiscs(index=idx)):
+            ipr.tc("replace", "htb", idx, _handle(op["handle"]), default=_handle(op["default"]) & 0xFFFF)
     elif kind == "htb_class":
         ipr.tc("replace-class", "htb", idx, _handle(op["classid"]), parent=_handle(op["parent"]),
                rate=int(op["rate_bit_s"] / 8), ceil=int(op["rate_bit_s"] / 8), burst=op["burst_bytes"],

@@ -121,6 +121,9 @@ def offload_state(netns_name: str, ifname: str) -> dict[str, bool]:
 
 def popen_in(netns_name: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
     """Start ``argv`` inside a namespace (setns between fork and exec; no `ip netns exec`)."""
+    path = os.path.join(NETNS_DIR, netns_name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, f"network namespace {netns_name!r} does not exist", path)
     return subprocess.Popen(list(argv), preexec_fn=lambda: setns(netns_name), **kwargs)
 
 

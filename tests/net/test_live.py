@@ -1,0 +1,271 @@
+"""Live link emulation on this kernel: real namespaces, qdiscs, netfilter rules, delay lines.
+
+Kernel state is read back twice: through pyroute2 (`harness profiles --live`, i.e. shaper.show)
+and through iproute2/iptables as an independent reader (`tc -j`, `ip -j`, `iptables-save`).
+Each test uses its own run id and cleans only that run, so parallel test sessions do not
+interfere.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import calibrate, clean, linkstats, profiles, shaper, topology
+from harness.topology import Topology
+
+pytestmark = pytest.mark.root
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+HARNESS = [sys.executable, "-m", "harness.cli"]
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
+
+
+def tc_json(ns, *args):
+    return json.loads(run(["tc", "-j", "-n", ns, *args]).stdout or "[]")
+
+
+def ip_json(ns, *args):
+    return json.loads(run(["ip", "-j", "-n", ns, *args]).stdout or "[]")
+
+
+def ns_run(ns, argv):
+    return run(["ip", "netns", "exec", ns, *argv])
+
+
+@pytest.fixture
+def topo2():
+    topo = Topology.create(topology.new_run_id(), 2)
+    yield topo
+    topo.destroy()
+
+
+def _connect(topo, src, dst, port=7000):
+    """TCP connect from src to a listener in dst; True if the handshake completes."""
+    server = topo.run_in(dst, [sys.executable, "-c",
+                               "import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                               f"s.bind(('0.0.0.0',{port}));s.listen();print('up',flush=True);c,_=s.accept();c.close()"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "up"
+        client = topo.run_in(src, [sys.executable, "-c",
+                                   f"import socket;socket.create_connection(('{topo.nodes[dst].address}',{port}),timeout=10)"])
+        return client.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+
+
+# ---- topology --------------------------------------------------------------------------------
+
+def test_topology_namespaces_addresses_and_offloads(topo2):
+    names = set(clean.leftovers(topo2.run_id))
+    assert names == {f"wh{topo2.run_id}-{n}" for n in ("rt", "learner", "w1", "w2")}
+    links = {l["ifname"]: l for l in ip_json(topo2.nodes["w2"].netns, "addr")}
+    assert links["eth0"]["addr_info"][0]["local"] == "10.88.2.2"
+    assert {l["ifname"] for l in ip_json(topo2.router_ns, "link")} >= {"p0", "p1", "p2"}
+    assert _connect(topo2, "w1", "learner") and _connect(topo2, "learner", "w2", 7001)
+    feats = ns_run(topo2.nodes["w1"].netns, ["ethtool", "-k", "eth0"]).stdout
+    for feat in ("tcp-segmentation-offload: off", "generic-segmentation-offload: off", "generic-receive-offload: off"):
+        assert feat in feats
+    removed = topo2.destroy()
+    assert len(removed) == 4 and clean.leftovers(topo2.run_id) == []
+    assert topo2.destroy() == []      # idempotent
+
+
+def test_missing_namespace_is_an_error_not_created():
+    with pytest.raises(FileNotFoundError):
+        topology.popen_in("wh00ffee-w1", ["true"])
+    assert "wh00ffee-w1" not in clean.leftovers()
+
+
+# ---- apply + read back -----------------------------------------------------------------------
+
+def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
+    prof = profiles.load(str(HERE / "ge-burst.yaml"))
+    plan = shaper.build_plan(prof, topo2, "fallback")
+    with shaper.Shaper(plan) as sh:
+        # pyroute2 reader: show() gives back a profile with the same links
+        live = profiles.from_doc(shaper.show(topo2.run_id), f"live-{topo2.run_id}")
+        for node in topo2.nodes:
+            assert live.link(node) == prof.link(node)
+        # iproute2 reader
+        qd = tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")
+        assert [q["kind"] for q in qd] == ["htb", "pfifo"]
+        classes = run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
+        assert "rate 20Mbit" in classes
+        w1 = tc_json(topo2.nodes["w1"].netns, "qdisc", "show", "dev", "eth0")
+        assert [q["options"].get("limit") for q in w1 if q["kind"] == "pfifo"] == [200]
+        saved = ns_run(topo2.router_ns, ["iptables-save"]).stdout
+        assert "-A FORWARD -i p1 -j NFQUEUE --queue-num 2 --queue-bypass" in saved
+        assert "-A PREROUTING -i p0 -m statistic --mode random --probability 0.00499999989 -j DROP" in saved
+        assert set(sh.delaylines) == {"w1", "w2"} and all(p.poll() is None for p in sh.delaylines.values())
+        # applying the same plan again (replace semantics) changes nothing
+        sh.update(plan)
+        assert tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1") == qd
+    # teardown: no qdisc of ours, no rules, no delay line
+    assert [q["kind"] for q in tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")] != ["htb", "pfifo"]
+    assert "NFQUEUE" not in ns_run(topo2.router_ns, ["iptables-save"]).stdout
+    assert clean.orphan_delaylines(topo2.run_id) == []
+
+
+def test_scheduled_change_updates_the_kernel(topo2):
+    prof = profiles.load("heterogeneous-edge")
+    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+        assert "rate 50Mbit" in run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
+        sh.update(shaper.build_plan(prof, topo2, "fallback", at_s=30))
+        assert "rate 20Mbit" in run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
+        assert profiles.from_doc(shaper.show(topo2.run_id), "live-" + topo2.run_id).link("w2") == prof.link("w2", 30)
+
+
+def test_netem_backend_applies_where_the_kernel_has_netem(topo2):
+    if shaper.probe_backend() != "netem":
+        pytest.skip("this kernel has no sch_netem (CONFIG_NET_SCH_NETEM unset): netem plans are golden-tested only")
+    prof = profiles.load("transatlantic")
+    with shaper.Shaper(shaper.build_plan(prof, topo2, "netem")):
+        kinds = [q["kind"] for q in tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")]
+        assert kinds == ["htb", "netem"]
+
+
+def test_probe_backend_matches_the_kernel_config():
+    import gzip
+    try:
+        config = gzip.open("/proc/config.gz", "rt").read()
+    except OSError:
+        pytest.skip("no /proc/config.gz to compare with")
+    has_netem = "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
+    assert shaper.probe_backend() == ("netem" if has_netem else "fallback")
+    assert [n for n in clean.leftovers() if n.endswith("-probe")] == []
+
+
+def test_dead_delay_line_fails_open(topo2):
+    prof = profiles.with_link(profiles.load("paper-62.5mbit"), {"delay": "20ms"})
+    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+        proc = sh.delaylines["w1"]
+        proc.kill()
+        proc.wait()
+        assert _connect(topo2, "w1", "learner")   # --queue-bypass: no delay line, traffic passes
+
+
+# ---- measured behaviour (statistical margins from calibrate) ----------------------------------
+
+def test_goodput_rtt_and_loss_within_targets():
+    prof = profiles.with_link(profiles.load("paper-62.5mbit"), {"rate": "20mbit", "delay": "10ms", "loss": "1%"})
+    rows = calibrate.calibrate(prof, 1, secs=2.0, rtt_count=40, loss_count=3000)
+    for row in rows:
+        assert row.ok_rtt, row
+        assert row.ok_loss, row
+        assert row.loss_lost > 0          # 1 % of 3000: zero would mean the rule never fired
+    lossless = calibrate.calibrate(profiles.with_link(profiles.load("paper-62.5mbit"), {"delay": "5ms"}), 1,
+                                   secs=2.0, rtt_count=20, loss_count=500)
+    for row in lossless:
+        assert row.ok_goodput and row.ok_rtt and row.ok_loss, row
+
+
+def test_link_counters_sample_traffic(topo2, tmp_path):
+    prof = profiles.load("paper-62.5mbit")
+    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")):
+        with linkstats.LinkSampler(topo2, tmp_path / "links.csv", interval_s=0.2):
+            assert _connect(topo2, "w1", "learner")
+        import csv
+        rows = list(csv.DictReader((tmp_path / "links.csv").open()))
+    assert {r["node"] for r in rows} == {"learner", "w1", "w2"}
+    w1_up = [int(r["packets"]) for r in rows if r["node"] == "w1" and r["direction"] == "up"]
+    assert w1_up[-1] > w1_up[0] or w1_up[-1] >= 2     # SYN and ACK went up w1's link
+
+
+# ---- cleanup ---------------------------------------------------------------------------------
+
+def _start_holder(*extra):
+    proc = subprocess.Popen([sys.executable, str(HERE / "hold_shaping.py"), "mobile-4g", "2", *extra],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    run_id = proc.stdout.readline().strip()
+    assert run_id, "holder did not start"
+    return proc, run_id
+
+
+def test_sigkilled_controller_then_harness_clean_leaves_nothing():
+    proc, run_id = _start_holder()
+    assert len(clean.leftovers(run_id)) == 4 and len(clean.orphan_delaylines(run_id)) == 2
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    assert clean.leftovers(run_id)                  # SIGKILL: no teardown ran
+    first = run(HARNESS + ["clean", "--run-id", run_id], cwd=ROOT)
+    assert first.returncode == 0 and f"removed namespace wh{run_id}-rt" in first.stdout
+    assert clean.leftovers(run_id) == [] and clean.orphan_delaylines(run_id) == []
+    second = run(HARNESS + ["clean", "--run-id", run_id], cwd=ROOT)
+    assert second.returncode == 0 and second.stdout.strip() == "nothing to clean"
+
+
+def test_sigterm_runs_teardown():
+    proc, run_id = _start_holder("emulate")
+    assert clean.leftovers(run_id)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    assert clean.leftovers(run_id) == [] and clean.orphan_delaylines(run_id) == []
+
+
+# ---- bad input changes nothing ----------------------------------------------------------------
+
+def _kernel_snapshot():
+    return (sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+            run(["ip", "-j", "link"]).stdout, run(["tc", "-j", "qdisc"]).stdout, run(["iptables-save"]).stdout)
+
+
+BAD_FLAGS = [
+    (["--profile", "no-such-profile"], "profile: 'no-such-profile' is unknown"),
+    (["--profile", "lan", "--rate", "-5mbit"], "rate: '-5mbit'"),
+    (["--profile", "lan", "--rate", "0"], "rate: '0'"),
+    (["--profile", "lan", "--loss", "150%"], "loss: '150%'"),
+    (["--profile", "lan", "--delay", "20parsecs"], "delay: '20parsecs'"),
+    (["--profile", "lan", "--delay", "1ms", "--jitter", "5ms"], "jitter: '5ms'"),
+    (["--profile", "lan", "--backend", "tbf"], "backend: 'tbf'"),
+    (["--profile", "lan", "--workers", "0"], "workers: 0"),
+    (["--profile", str(HERE / "does-not-exist.yaml")], "cannot be read"),
+]
+
+
+@pytest.mark.parametrize("flags,needle", BAD_FLAGS)
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(flags, needle):
+    before = _kernel_snapshot()
+    res = run(HARNESS + ["calibrate", *flags], cwd=ROOT)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert _kernel_snapshot() == before
+
+
+def test_bad_yaml_file_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults:\n  rate: 10mbit\n  bogus_key: 1\n")
+    before = _kernel_snapshot()
+    res = run(HARNESS + ["calibrate", "--profile", str(bad)], cwd=ROOT)
+    assert res.returncode == 2 and res.stderr.strip() == "error: bad.defaults.bogus_key: unknown key (valid: burst_loss, delay, down, jitter, limit, loss, rate, up)"
+    assert _kernel_snapshot() == before
+
+
+# ---- scale -----------------------------------------------------------------------------------
+
+def test_32_workers():
+    prof = profiles.load("transatlantic")
+    topo = Topology.create(topology.new_run_id(), 32)
+    try:
+        with shaper.Shaper(shaper.build_plan(prof, topo, "fallback")) as sh:
+            assert len(sh.delaylines) == 33
+            assert _connect(topo, "w32", "learner") and _connect(topo, "learner", "w17", 7002)
+            live = profiles.from_doc(shaper.show(topo.run_id), "live-" + topo.run_id)
+            assert live.link("w32") == prof.link("w32")
+    finally:
+        topo.destroy()
+    assert clean.leftovers(topo.run_id) == []
