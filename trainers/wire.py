@@ -39,6 +39,7 @@ import math
 import socket
 import struct
 import threading
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -104,6 +105,9 @@ class Frame:
     version: int
     seq: int
     body: bytes
+    # Monotonic seconds when the header was complete and when the last body byte arrived:
+    # the receive phase of a large frame on a slow link.
+    received: tuple[float, float] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -254,6 +258,14 @@ class ByteCounter:
             c[1] += payload_bytes
             c[2] += 1
 
+    def rename(self, old: str, new: str) -> None:
+        """Move the counts of `old` to `new` (a connection is named once its handshake says who it is)."""
+        with self._lock:
+            for (p, d, t) in [k for k in self._counts if k[0] == old]:
+                c, into = self._counts.pop((p, d, t)), self._counts[(new, d, t)]
+                for i in range(3):
+                    into[i] += c[i]
+
     def total(self, *, peer: str | None = None, direction: str | None = None,
               msg_type: str | None = None, field: str = "frame") -> int:
         i = {"frame": 0, "payload": 1, "frames": 2}[field]
@@ -316,13 +328,14 @@ class Connection:
     def recv(self) -> Frame:
         """Read and validate one frame; raises WireError (PeerClosed on EOF)."""
         header = self._read_exact(HEADER_BYTES, "header")
+        t_header = time.monotonic()
         mtype, sender, version, seq, body_len, crc = parse_header(
             header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
         body = self._read_exact(body_len, "body") if body_len else b""
         verify_checksum(header, body, crc)
         self._recv_seq += 1
         self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)
-        return Frame(mtype, sender, version, seq, body)
+        return Frame(mtype, sender, version, seq, body, (t_header, time.monotonic()))
 
     def close(self) -> None:
         if self.closed:

@@ -1,0 +1,267 @@
+"""The learner and workers as real processes over real localhost TCP (micro model, tiny batches)."""
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.services.cluster import ROOT, TOKEN, Cluster, service_env
+from trainers import wire
+from trainers.wire import MessageType
+
+METHODS = ("full", "identity", "spar")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """1 learner + 3 workers, 5 updates, for each method; every worker talks through a counting proxy."""
+    out = {}
+    for method in METHODS:
+        run_dir = tmp_path_factory.mktemp("runs") / method
+        with Cluster(run_dir, workers=3, proxies=True, method=method, updates=5) as c:
+            summary = c.wait()
+            counted = {w: p.drain() for w, p in c.proxies.items()}
+            out[method] = (c, summary, counted)
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_all_replicas_end_equal(runs, method):
+    c, s, _ = runs[method]
+    assert s["complete"] and s["status"] == "complete" and s["updates"] == 5
+    assert s["consistent"] is True, s["hash_mismatches"]
+    assert set(s["state_hashes"]) == {"learner", "w1", "w2", "w3"}
+    assert len(set(s["state_hashes"].values())) == 1
+    if method != "full":
+        assert len(set(s["optimizer_hashes"].values())) == 1
+    assert s["hash_checks"] >= 3 * 6  # every version (K = 1) after version 0, plus the join checks
+    # The adapter moved: training happened, so equal hashes are not equal *initial* states.
+    version0 = [r for r in c.events("learner") if r["kind"] == "hash" and r["version"] == 0][0]
+    assert version0["learner_policy_hash"] != s["state_hashes"]["learner"]
+    for p in ("learner", "w1", "w2", "w3"):
+        assert (c.run_dir / f"events-{p}.jsonl").exists()
+
+
+def test_identity_and_full_end_bit_identical(runs):
+    # The policy hash covers the raw bytes of every adapter tensor.
+    assert runs["identity"][1]["state_hashes"]["learner"] == runs["full"][1]["state_hashes"]["learner"]
+    assert runs["spar"][1]["state_hashes"]["learner"] != runs["full"][1]["state_hashes"]["learner"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_reported_bytes_equal_bytes_on_the_sockets(runs, method):
+    c, s, counted = runs[method]
+    by_peer = {}
+    for row in s["bytes_by_peer"]:
+        by_peer.setdefault((row["peer"], row["direction"]), 0)
+        by_peer[(row["peer"], row["direction"])] += row["frame_bytes"]
+    for w, n in counted.items():
+        assert by_peer[(f"w{w}", "sent")] == n["down"]
+        assert by_peer[(f"w{w}", "received")] == n["up"]
+        # The worker's own rows count the same bytes from its side.
+        rows = c.events(f"w{w}")
+        got = sum(v for r in rows if r["kind"] == "update" for v in r["bytes"]["received"].values())
+        sent = sum(v for r in rows if r["kind"] == "rollouts" for v in r["bytes"]["sent"].values())
+        updates = [r for r in s["bytes_by_peer"] if r["peer"] == f"w{w}" and r["direction"] == "sent"
+                   and r["type"] in ("UPDATE", "SNAPSHOT")]
+        assert got == sum(r["frame_bytes"] for r in updates)
+        assert sent == sum(r["frame_bytes"] for r in s["bytes_by_peer"] if r["peer"] == f"w{w}"
+                           and r["direction"] == "received" and r["type"] == "ROLLOUTS")
+    per_update = [r for r in c.events("learner") if r["kind"] == "update"]
+    assert s["payload_bytes_per_update"]["learner_to_one_worker"] == per_update[0]["update_frame_bytes"]["w1"]
+    assert per_update[0]["update_frame_bytes"]["w1"] == per_update[0]["update_payload_bytes"] + wire.HEADER_BYTES
+
+
+def test_spar_ships_fewer_bytes_than_full(runs):
+    spar = runs["spar"][1]["payload_bytes_per_update"]["update_payload"]
+    full = runs["full"][1]["payload_bytes_per_update"]["update_payload"]
+    assert spar < full
+
+
+def test_rows_record_phases_and_depth0_lag_is_zero(runs):
+    c, s, _ = runs["spar"]
+    rows = [r for r in c.events("learner") if r["kind"] == "update"]
+    assert [r["version"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["lag"] for r in rows] == [0] * 5 and s["lag"]["max"] == 0
+    for r in rows:
+        assert {"idle", "train", "encode", "decode_replay", "send_update"} <= set(r["durations_s"])
+        assert r["bytes"]["sent"]["UPDATE"] == 3 * (r["update_payload_bytes"] + wire.HEADER_BYTES)
+    worker_rows = c.events("w1")
+    assert {"rollout", "send_rollouts"} <= set([r for r in worker_rows if r["kind"] == "rollouts"][0]["durations_s"])
+    assert {"receive", "decode_replay"} <= set([r for r in worker_rows if r["kind"] == "update"][0]["durations_s"])
+
+
+def test_pipelining_depth1_trains_with_lag_one(tmp_path):
+    with Cluster(tmp_path / "run", workers=2, method="identity", updates=5, depth=1) as c:
+        s = c.wait()
+    assert s["consistent"] is True
+    rows = [r for r in c.events("learner") if r["kind"] == "update"]
+    assert [r["lag"] for r in rows] == [0, 1, 1, 1, 1]  # warm-up: the first batch is on-policy
+    assert all(r["policy_versions"] == {"w1": r["version"] - 1 - r["lag"], "w2": r["version"] - 1 - r["lag"]}
+               for r in rows)
+
+
+def test_killed_worker_restarts_and_catches_up_by_snapshot_and_replay(tmp_path):
+    with Cluster(tmp_path / "run", workers=2, method="spar", updates=12, snapshot_every=2,
+                 learner_flags=["--worker-timeout", "120"]) as c:
+        c.wait_for_version(5)
+        c.procs["w2"].kill()
+        c.procs["w2"].wait()
+        c.start_worker(2)
+        s = c.wait()
+    assert s["complete"] and s["consistent"] is True
+    assert s["state_hashes"]["w2"] == s["state_hashes"]["learner"]
+    assert s["optimizer_hashes"]["w2"] == s["optimizer_hashes"]["learner"]
+    joins = [r for r in c.events("learner") if r["kind"] == "joined" and r["worker"] == 2]
+    assert len(joins) == 2 and joins[1]["version"] >= 5
+    assert joins[1]["snapshot_version"] > 0 and joins[1]["snapshot_version"] % 2 == 0
+    assert joins[1]["replayed"] == joins[1]["version"] - joins[1]["snapshot_version"]
+    # The restarted worker's hash right after catching up was checked against the learner's.
+    checks = [r for r in c.events("learner") if r["kind"] == "hash" and r["replica"] == "w2"
+              and r["version"] == joins[1]["version"]]
+    assert checks and all(r["equal"] for r in checks)
+    assert not s["dropped"]
+
+
+def test_worker_killed_for_good_is_dropped_after_the_timeout(tmp_path):
+    with Cluster(tmp_path / "run", workers=3, method="identity", updates=8,
+                 learner_flags=["--worker-timeout", "3"]) as c:
+        c.wait_for_version(2)
+        c.procs["w3"].kill()
+        s = c.wait()
+    assert s["complete"] and s["updates"] == 8 and s["consistent"] is True
+    assert [d["worker"] for d in s["dropped"]] == [3] and "within 3.0 s" in s["dropped"][0]["reason"]
+    assert set(s["state_hashes"]) == {"learner", "w1", "w2"}
+    kinds = [r["kind"] for r in c.events("learner") if r.get("worker") == 3]
+    assert kinds.index("disconnected") < kinds.index("dropped")
+
+
+def test_a_silent_worker_is_dropped_too(tmp_path):
+    # SIGSTOP: the connection stays open but nothing arrives; only the timeout can catch it.
+    with Cluster(tmp_path / "run", workers=2, method="identity", updates=6,
+                 learner_flags=["--worker-timeout", "3"]) as c:
+        c.wait_for_version(2)
+        c.procs["w2"].send_signal(signal.SIGSTOP)
+        c.procs["learner"].wait(timeout=120)
+        c.procs["w2"].send_signal(signal.SIGCONT)
+        s = c.wait()
+    assert s["complete"] and s["updates"] == 6
+    assert [d["worker"] for d in s["dropped"]] == [2]
+
+
+def _frame(msg_type=MessageType.HELLO, body=b'{"worker":1}', token=TOKEN, seq=0, sender=1, **patch):
+    f = bytearray(wire.encode_frame(msg_type, body, check=wire.token_check(token), sender=sender,
+                                    version=0, seq=seq))
+    for offset, value in patch.items():
+        i = int(offset[1:])
+        f[i:i + len(value)] = value
+    return bytes(f)
+
+
+FUZZ = {
+    "random bytes": os.urandom(4096),
+    "truncated header": _frame()[:30],
+    "huge length": _frame(o36=struct.pack("!I", 2**32 - 1)),
+    "wrong token": _frame(token="not-the-token"),
+    "wrong version": _frame(o4=b"\x02"),
+    "out of sequence": _frame(seq=7),
+    "not a HELLO first": _frame(MessageType.ROLLOUTS, b"\0" * 8),
+    "unknown worker": _frame(body=b'{"worker":99}', sender=99),
+    "bad checksum": _frame(o40=b"\0\0\0\0"),
+}
+EXPECTED = {"bad magic", "closed in the middle of a header", "frame too large", "wrong run token",
+            "unsupported format version 2", "out of sequence: expected 0, got 7", "expected HELLO",
+            "names worker 99", "checksum mismatch"}
+
+
+def _fuzz(address):
+    for data in FUZZ.values():
+        with socket.create_connection(address) as s:
+            try:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                s.settimeout(10)
+                s.recv(1)  # the learner closes the connection
+            except OSError:
+                pass
+
+
+def _rss_kib(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_fuzzed_frames_do_not_hurt_the_run(tmp_path):
+    with Cluster(tmp_path / "run", workers=2, method="spar", updates=10) as c:
+        learner = c.procs["learner"].pid
+        _fuzz(c.address)  # while the learner waits for its workers
+        rss_before = _rss_kib(learner)
+        c.wait_for_version(2)
+        for _ in range(3):  # and while it trains
+            _fuzz(c.address)
+        rss_after = _rss_kib(learner)
+        s = c.wait()
+    assert s["complete"] and s["updates"] == 10 and s["consistent"] is True and not s["dropped"]
+    reasons = [r["reason"] for r in c.events("learner") if r["kind"] == "rejected"]
+    for expected in EXPECTED:
+        assert any(expected in r for r in reasons), (expected, reasons)
+    assert len(reasons) >= 4 * len(FUZZ)
+    assert rss_after - rss_before < 200 * 1024  # a 4 GiB length field allocated nothing
+
+
+def test_a_connection_that_never_says_hello_is_closed(tmp_path):
+    with Cluster(tmp_path / "run", workers=1, method="identity", updates=3,
+                 learner_flags=["--handshake-timeout", "1"]) as c:
+        with socket.create_connection(c.address) as s:
+            s.settimeout(30)
+            assert s.recv(1) == b""  # closed by the learner, not by us
+        s = c.wait()
+    assert s["complete"]
+    assert any("handshake timed out" in r["reason"] for r in c.events("learner") if r["kind"] == "rejected")
+
+
+def test_interrupted_run_leaves_incomplete_summary_and_readable_events(tmp_path):
+    with Cluster(tmp_path / "run", workers=1, method="identity", updates=500) as c:
+        c.wait_for_version(2)
+        c.procs["learner"].send_signal(signal.SIGTERM)
+        assert c.procs["learner"].wait(timeout=60) == 1
+        assert c.procs["w1"].wait(timeout=60) == 0  # told to stop, not crashed
+        s = c.summary()
+    assert s["complete"] is False and s["status"].startswith("interrupted") and s["consistent"] is False
+    assert 2 <= s["updates"] < 500
+    assert any(r["kind"] == "interrupted" for r in c.events("learner"))
+    assert len([r for r in c.events("learner") if r["kind"] == "update"]) == s["updates"]
+
+
+def _run(module, *args, env):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_usage_errors(tmp_path):
+    env = service_env(tmp_path / "cache")
+    r = _run("trainers.learner", "--run-dir", str(tmp_path), "--method", "nope", env=env)
+    assert r.returncode == 2 and "unknown method 'nope'" in r.stderr and "spar" in r.stderr
+    r = _run("trainers.learner", "--run-dir", str(tmp_path), "--depth", "3", env=env)
+    assert r.returncode == 2 and "depth must be 0 or 1" in r.stderr
+    r = _run("trainers.worker", "--learner", "nohost", "--worker-id", "1", "--run-dir", str(tmp_path), env=env)
+    assert r.returncode == 2 and "is not HOST:PORT" in r.stderr
+    no_token = {k: v for k, v in env.items() if k != "RUN_TOKEN"}
+    r = _run("trainers.learner", "--run-dir", str(tmp_path), env=no_token)
+    assert r.returncode == 2 and "RUN_TOKEN" in r.stderr
+
+
+def test_worker_refuses_parameters_that_contradict_the_learner(tmp_path):
+    with Cluster(tmp_path / "run", workers=1, autostart=False, method="identity", updates=2) as c:
+        bad = c.start_worker(1, extra=["--method", "spar"])
+        assert bad.wait(timeout=120) == 2
+        assert "--method='spar' contradicts the learner's 'identity'" in c.log("w1")
+        c.start_worker(1)
+        s = c.wait()
+    assert s["complete"] and s["consistent"] is True

@@ -1,0 +1,99 @@
+"""Per-process event files (JSON lines, written as the run goes) and the learner's summary.json.
+
+Every process of a run appends to its own `events-<process>.jsonl` in the run folder: one
+`"kind": "update"` row per update it took part in, and a row for anything else worth knowing
+(a worker joined, was dropped, a frame was rejected, hashes were compared). Each row is
+flushed as soon as it is written, so an interrupted run leaves readable files.
+
+Timestamps are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by the processes of one
+host), so phases of different processes line up; durations are in seconds, bytes are bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+# Phase names, the same strings in every process's rows and in the results columns.
+PHASES = ("rollout", "send_rollouts", "receive", "train", "encode", "send_update", "decode_replay",
+          "hash", "idle")
+
+
+class EventLog:
+    """Append-only JSON-lines file; one row per call, flushed immediately."""
+
+    def __init__(self, run_dir: str | os.PathLike, process: str):
+        self.path = Path(run_dir) / f"events-{process}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.process = process
+        self._lock = threading.Lock()
+        self._file = open(self.path, "a", buffering=1)
+
+    def write(self, kind: str, **fields) -> dict:
+        row = {"kind": kind, "process": self.process, "t": time.monotonic(), **fields}
+        line = json.dumps(row, sort_keys=True, default=str)
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line + "\n")
+                self._file.flush()
+        return row
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class PhaseTimer:
+    """Records [start, end] monotonic timestamps of the named phases of one update."""
+
+    def __init__(self):
+        self.spans: dict[str, list[float]] = {}
+        self.durations: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        assert name in PHASES, name
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, start, time.monotonic())
+
+    def add(self, name: str, start: float, end: float) -> None:
+        # A phase entered twice in one update (e.g. two receives) keeps its first start and last end,
+        # and its duration is the sum of the pieces.
+        self.spans.setdefault(name, [start, end])[1] = end
+        self.durations[name] = self.durations.get(name, 0.0) + (end - start)
+
+    def row(self) -> dict:
+        return {"phases": {k: [round(a, 6), round(b, 6)] for k, (a, b) in self.spans.items()},
+                "durations_s": {k: round(v, 6) for k, v in self.durations.items()}}
+
+
+def read_events(path: str | os.PathLike) -> list[dict]:
+    """Rows of an event file; a torn last line (the process was killed mid-write) is skipped."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def write_summary(run_dir: str | os.PathLike, summary: dict) -> Path:
+    """Write summary.json atomically (temp file + rename): a reader sees the old or the new one."""
+    path = Path(run_dir) / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def median(values) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None

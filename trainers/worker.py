@@ -1,0 +1,231 @@
+"""The worker service: samples rollouts with its current policy, sends them, replays updates.
+
+    RUN_TOKEN=... python -m trainers.worker --learner 10.0.0.1:29500 --worker-id 3 --run-dir results/run1
+
+The run's parameters (method, model, seed, task, ...) come from the learner's WELCOME; any
+given as flags here must agree with them, or the worker refuses to run (exit 2).
+
+Per batch t (pipelining depth D in {0, 1}):
+    apply updates until version >= t - D                  (strictly in order, never skipping)
+    sample rollouts for batch t with the current policy   (seeded by (seed, worker, t))
+    send them
+and at the end apply the remaining updates. Applying update v: full methods load the shipped
+adapter; replay methods run AdamW on decode(payload), exactly as the learner did. Every K
+versions, after catching up, and at the end the worker reports its hashes to the learner.
+A worker that starts late or restarts is first brought to the learner's version: snapshot
+(if any) + the logged updates after it, in order.
+"""
+from __future__ import annotations
+
+import argparse
+import queue
+import signal
+import sys
+import threading
+import time
+
+from trainers import wire
+from trainers.events import EventLog, PhaseTimer
+from trainers.rollout import generate_rollouts
+from trainers.service import (RunParams, add_run_args, build_replica, build_task, build_tokenizer_for,
+                              connect, log, parse_addr, rollout_seed, run_token, set_threads)
+from trainers.wire import Connection, MessageType, WireError
+
+
+class WorkerError(Exception):
+    """The worker cannot go on (the learner went away, a version gap, a bad update)."""
+
+
+class UsageError(Exception):
+    """A flag given to the worker contradicts the learner's run parameters."""
+
+
+class Stopped(Exception):
+    """The learner said STOP."""
+
+
+class Worker:
+    def __init__(self, worker_id: int, learner: tuple[str, int], token: str, run_dir: str,
+                 expect: dict, connect_timeout_s: float = 60.0, update_timeout_s: float = 600.0):
+        self.id, self.name = worker_id, f"w{worker_id}"
+        self.learner, self.token, self.run_dir, self.expect = learner, token, run_dir, expect
+        self.connect_timeout_s, self.update_timeout_s = connect_timeout_s, update_timeout_s
+        self.events = EventLog(run_dir, self.name)
+        self.counter = wire.ByteCounter()
+        self.inbox: queue.Queue = queue.Queue()
+        self.conn: Connection | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    def join(self) -> dict:
+        """Connect, say HELLO, read WELCOME; build the replica the learner describes."""
+        sock = connect(self.learner, self.connect_timeout_s)
+        self.conn = Connection(sock, token=self.token, sender=self.id, peer="learner", counter=self.counter)
+        self.conn.send(MessageType.HELLO, wire.pack_json({"worker": self.id}))
+        sock.settimeout(self.connect_timeout_s)
+        frame = self.conn.recv()
+        sock.settimeout(None)
+        if frame.type != MessageType.WELCOME:
+            raise WorkerError(f"expected WELCOME from the learner, got {frame.type.name}")
+        welcome = wire.unpack_json(frame.body)
+        self.params = RunParams.from_json(welcome["params"])
+        for key, value in self.expect.items():
+            if value is not None and getattr(self.params, key) != value:
+                raise UsageError(f"--{key.replace('_', '-')}={value!r} contradicts the learner's {getattr(self.params, key)!r}")
+        self.method = self.params.get_method()
+        self.model, self.replica = build_replica(self.params, self.method)
+        self.decoder = self.method.make_compressor() if self.method.replay else None
+        self.task, self.tokenizer = build_task(self.params), build_tokenizer_for(self.params)
+        threading.Thread(target=self.read, daemon=True).start()
+        return welcome
+
+    def read(self) -> None:
+        """Reader thread: frames arrive while the main thread samples (no head-of-line blocking)."""
+        try:
+            while True:
+                self.inbox.put(self.conn.recv())
+        except (WireError, OSError) as e:
+            self.inbox.put(e)
+
+    # ------------------------------------------------------------------ updates
+
+    def next_frame(self) -> wire.Frame:
+        try:
+            item = self.inbox.get(timeout=self.update_timeout_s)
+        except queue.Empty:
+            raise WorkerError(f"nothing from the learner for {self.update_timeout_s} s") from None
+        if isinstance(item, Exception):
+            raise WorkerError(f"learner connection: {item}")
+        if item.type == MessageType.STOP:
+            raise Stopped(wire.unpack_json(item.body).get("reason", ""))
+        return item
+
+    def apply_next(self) -> None:
+        """Receive the next message and apply it: version -> version + 1 (or a snapshot)."""
+        timer = PhaseTimer()
+        wait_start = time.monotonic()
+        frame = self.next_frame()
+        got = time.monotonic()
+        t_header, t_body = frame.received
+        timer.add("receive", t_header, t_body)
+        timer.add("idle", wait_start, max(wait_start, min(got, t_header)))
+        with timer.phase("decode_replay"):
+            self.apply(frame)
+        report = None
+        if self.replica.version % self.params.hash_every == 0 or self.replica.version == self.params.updates:
+            with timer.phase("hash"):
+                report = self.report_hash()
+        self.events.write("update", version=self.replica.version, type=frame.type.name, **timer.row(),
+                          bytes={"received": {frame.type.name: frame.nbytes}}, payload_bytes=len(frame.body),
+                          hash=report and report["policy_hash"])
+
+    def apply(self, frame: wire.Frame) -> None:
+        v = self.replica.version
+        if frame.type == MessageType.SNAPSHOT:
+            self.replica.restore(frame.body)
+            if self.replica.version != frame.version:
+                raise WorkerError(f"snapshot says version {self.replica.version}, frame says {frame.version}")
+            return
+        if frame.type != MessageType.UPDATE:
+            raise WorkerError(f"unexpected {frame.type.name} from the learner")
+        if frame.version != v + 1:  # Adam's state depends on history: a gap is fatal, never skipped
+            raise WorkerError(f"version gap: holding {v}, received update {frame.version}")
+        if self.method.replay:
+            self.replica.step(self.decoder.decode(frame.body))
+        else:
+            tensors, _ = wire.unpack_tensors(frame.body)
+            self.replica.load_adapter(tensors, frame.version)
+
+    def report_hash(self) -> dict:
+        report = {"version": self.replica.version, "policy_hash": self.replica.policy_hash(),
+                  "optimizer_hash": self.replica.optimizer_hash() if self.method.replay else None}
+        self.conn.send(MessageType.HASH, wire.pack_json(report), self.replica.version)
+        return report
+
+    # ------------------------------------------------------------------ rollouts
+
+    def rollouts(self, batch: int) -> None:
+        """Sample batch `batch` with the current policy and send it."""
+        p, timer = self.params, PhaseTimer()
+        seed = rollout_seed(p.seed, self.id, batch)
+        with timer.phase("rollout"):
+            problems = self.task.generate(p.problems_per_worker, seed=seed)
+            r = generate_rollouts(self.model, self.tokenizer, self.task, problems, p.group_size,
+                                  p.max_new_tokens, p.temperature, seed=seed,
+                                  policy_version=self.replica.version)
+        with timer.phase("send_rollouts"):
+            body = wire.pack_tensors(r.to_tensors(), meta={"batch": batch, "worker": self.id})
+            written = self.conn.send(MessageType.ROLLOUTS, body, self.replica.version)
+        self.events.write("rollouts", batch=batch, policy_version=self.replica.version, **timer.row(),
+                          rows=len(r), reward_mean=sum(r.rewards) / len(r.rewards), seed=seed,
+                          bytes={"sent": {"ROLLOUTS": written}}, payload_bytes=len(body))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> int:
+        welcome = self.join()
+        p = self.params
+        self.events.write("joined", version=welcome["version"], start_batch=welcome["start_batch"],
+                          snapshot_version=welcome["snapshot_version"])
+        while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates
+            self.apply_next()
+        self.report_hash()
+        for t in range(welcome["start_batch"], p.updates):
+            while self.replica.version < t - p.depth:
+                self.apply_next()
+            self.rollouts(t)
+        while self.replica.version < p.updates:
+            self.apply_next()
+        try:  # the final hash is out; wait (bounded) for the learner to let us go
+            self.next_frame()
+        except (Stopped, WorkerError):
+            pass
+        log(self.name, f"done at version {self.replica.version}")
+        return 0
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.events.close()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainers.worker", description=__doc__.split("\n")[0])
+    p.add_argument("--learner", required=True, help="the learner's HOST:PORT")
+    p.add_argument("--worker-id", type=int, required=True, help="1..N, unique in the run")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--connect-timeout", type=float, default=60.0, help="seconds to keep trying to connect")
+    p.add_argument("--update-timeout", type=float, default=600.0, help="seconds without a message before giving up")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    add_run_args(p, required=False)
+    args = p.parse_args(argv)
+    try:
+        learner = parse_addr(args.learner)
+        token = run_token()
+        if args.worker_id < 1:
+            raise ValueError(f"--worker-id must be >= 1, got {args.worker_id}")
+    except ValueError as e:
+        p.error(str(e))
+    set_threads(args.threads)
+    expect = {k: getattr(args, k) for k in RunParams.__dataclass_fields__}
+    worker = Worker(args.worker_id, learner, token, args.run_dir, expect, args.connect_timeout, args.update_timeout)
+    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    try:
+        return worker.run()
+    except Stopped as e:
+        log(worker.name, f"stopped by the learner: {e}")
+        return 0
+    except UsageError as e:
+        log(worker.name, f"error: {e}")
+        worker.events.write("error", reason=str(e))
+        return 2
+    except (WorkerError, WireError, OSError, ValueError) as e:  # ValueError: an undecodable update
+        log(worker.name, f"error: {e}")
+        worker.events.write("error", reason=str(e))
+        return 1
+    finally:
+        worker.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
