@@ -9,7 +9,7 @@ restarted worker can load a snapshot and replay the logged updates after it.
 
 Bit-exactness: AdamW runs its single-tensor, non-fused path (`foreach=False, fused=False`),
 which is elementwise and so independent of the thread count; decode is made deterministic by
-the compressors (see `trainers.compress.base.outer_sum`).
+the compressors (see `trainers.compress.base.add_outer_`).
 """
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ def _read_segments(name: str, specs: Any, body: memoryview) -> dict[str, torch.T
         if pos + size > len(body):
             raise PayloadError(f"{name}: segment {key!r} needs {size} bytes, only {len(body) - pos} left (truncated)")
         array = _from_bytes(body[pos:pos + size], dtype, count)
-        if dtype in FLOAT_DTYPES and not bool(torch.isfinite(array).all()):
+        if dtype in FLOAT_DTYPES and not all_finite(array):
             raise PayloadError(f"{name}: segment {key!r} holds NaN or inf")
         segments[key] = array
         pos += size
@@ -242,17 +242,39 @@ def unflatten(flat: torch.Tensor, tensors: list[tuple[str, tuple[int, ...]]]) ->
     return out
 
 
-def outer_sum(shape: tuple[int, int], scale: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """sum_j scale_j * u_j v_j^T for u (k, a), v (k, b), in fp32, bit-reproducible.
+def zeros_for(tensors: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+    """fp32 zeros for a layout, as views into ONE flat buffer.
+
+    One large allocation instead of hundreds of ~1 MB ones: glibc serves each of those with a
+    fresh mmap, and their page faults cost ~10 ms per factor on these machines.
+    """
+    return unflatten(torch.zeros(sum(math.prod(s) for _, s in tensors), dtype=torch.float32), tensors)
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN and no inf in `t`: a sum first (no allocation), the elementwise test only if it trips.
+
+    A sum is non-finite whenever an element is; it can also overflow on large finite values, and
+    then the elementwise test decides. 16-bit inputs are summed in fp32 so that fp16's 65504
+    ceiling does not send every large payload down the slow path.
+    """
+    total = t.sum(dtype=torch.float32) if t.element_size() == 2 else t.sum()
+    if math.isfinite(float(total)):
+        return True
+    return bool(torch.isfinite(t).all())
+
+
+def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+               alpha: float = 1.0) -> torch.Tensor:
+    """out += alpha * sum_j scale_j * u_j v_j^T for u (k, a), v (k, b), in fp32, bit-reproducible.
 
     One rank-1 update at a time: every output element sees the same sequence of multiply-adds
     whatever the BLAS thread count, which a (a, k) @ (k, b) matmul does not promise. That is
     what keeps decode identical on the learner and on every worker.
     """
-    out = torch.zeros(shape, dtype=torch.float32)
     u, v, scale = u.to(torch.float32), v.to(torch.float32), scale.to(torch.float32)
     for j in range(u.shape[0]):
-        out.addr_(u[j], v[j], alpha=float(scale[j]))
+        out.addr_(u[j], v[j], alpha=alpha * float(scale[j]))
     return out
 
 
@@ -297,6 +319,7 @@ class Compressor(ABC):
         self.error_feedback = bool(self.config["error_feedback"])
         self.max_decoded_elements = int(self.config["max_decoded_elements"])
         self.residuals: dict[str, torch.Tensor] = {}
+        self._layout: list[tuple[str, tuple[int, ...]]] | None = None
         self._validate()
 
     def _validate(self) -> None:
@@ -305,14 +328,28 @@ class Compressor(ABC):
     def encode(self, grads: dict[str, torch.Tensor]) -> bytes:
         self._check_inputs(grads)
         with torch.no_grad():
-            m = {n: self._with_residual(n, g) for n, g in grads.items()}
+            m = self._error_corrected(grads)
             layout = [(n, tuple(t.shape)) for n, t in m.items()]
             segments, meta = self._compress(m)
             payload = pack(self.name, layout, segments, meta)
-            if self.error_feedback:
-                decoded = self.decode(payload)
-                self.residuals = {n: m[n] - decoded[n] for n in m}
+            if self.error_feedback:                      # E <- M - decode(payload), in place
+                self._accumulate(unpack(self.name, payload, self.max_decoded_elements), self.residuals, -1.0)
         return payload
+
+    def _error_corrected(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """M = G + E. The residual buffers themselves become M (one flat fp32 buffer, updated in
+        place): a fresh allocation per factor per step costs more than the compression here.
+        `_compress` must treat M as read-only."""
+        if not self.error_feedback:
+            return {n: g.detach().to(torch.float32) for n, g in grads.items()}
+        layout = [(n, tuple(g.shape)) for n, g in grads.items()]
+        if self._layout is None:
+            self.residuals, self._layout = zeros_for(layout), layout
+        elif layout != self._layout:
+            raise ValueError(f"{self.name}: gradient layout changed between updates; use a fresh compressor")
+        for name, g in grads.items():
+            self.residuals[name].add_(g.detach())
+        return self.residuals
 
     def decode(self, payload: bytes) -> dict[str, torch.Tensor]:
         unpacked = unpack(self.name, payload, self.max_decoded_elements)
@@ -328,18 +365,13 @@ class Compressor(ABC):
         """The error-feedback buffers E (what has been owed to the wire so far)."""
         return dict(self.residuals)
 
-    def _with_residual(self, name: str, g: torch.Tensor) -> torch.Tensor:
-        g = g.detach().to(torch.float32)
-        r = self.residuals.get(name)
-        return g + r if (self.error_feedback and r is not None) else g.clone()
-
     def _check_inputs(self, grads: dict[str, torch.Tensor]) -> None:
         if not grads:
             raise ValueError(f"{self.name}: nothing to encode")
         for n, g in grads.items():
             if not torch.is_floating_point(g):
                 raise ValueError(f"{self.name}: gradient {n!r} is not floating point ({g.dtype})")
-            if not bool(torch.isfinite(g).all()):
+            if not all_finite(g):
                 raise ValueError(f"{self.name}: gradient {n!r} holds NaN or inf; refusing to ship it")
 
     @abstractmethod
@@ -349,6 +381,12 @@ class Compressor(ABC):
     @abstractmethod
     def _reconstruct(self, p: Unpacked) -> dict[str, torch.Tensor]:
         """Validated container -> fp32 gradients, shaped as in `p.tensors`."""
+
+    def _accumulate(self, p: Unpacked, out: dict[str, torch.Tensor], alpha: float) -> None:
+        """out += alpha * decoded. Low-rank compressors override this to add their rank-1 terms
+        straight into `out`, which spares error feedback a full-size decode buffer."""
+        for name, t in self._reconstruct(p).items():
+            out[name].add_(t, alpha=alpha)
 
 
 def full_adapter_bytes(shapes: list[tuple[int, ...]], dtype: str) -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from trainers.compress.base import (DTYPES, Compressor, OptionError, Segment, Unpacked, check_wire_dtype,
-                                    outer_sum, require)
+from trainers.compress.base import (DTYPES, Compressor, OptionError, Segment, Unpacked, add_outer_,
+                                    check_wire_dtype, require, zeros_for)
 
 
 class PowerSGDCompressor(Compressor):
@@ -57,18 +57,22 @@ class PowerSGDCompressor(Compressor):
         return torch.randn(b, k, generator=self.generator)
 
     def _reconstruct(self, p: Unpacked):
+        out = zeros_for(p.tensors)
+        self._accumulate(p, out, 1.0)
+        return out
+
+    def _accumulate(self, p: Unpacked, out, alpha: float) -> None:
         ranks = p.meta.get("ranks")
         require(isinstance(ranks, list) and len(ranks) == len(p.tensors), self.name, "ranks do not match the table")
-        out, pp, qq = {}, 0, 0
         ps, qs = p.segments.get("p"), p.segments.get("q")
         require(ps is not None and qs is not None, self.name, "missing p or q segment")
+        pp = qq = 0
         for (name, shape), k in zip(p.tensors, ranks):
             require(len(shape) == 2 and isinstance(k, int) and 0 <= k <= min(shape), self.name,
                     f"bad rank {k!r} for {name!r} {shape}")
             a, b = shape
             require(pp + k * a <= ps.numel() and qq + k * b <= qs.numel(), self.name, "p or q segment too short")
-            u, v = ps[pp:pp + k * a].reshape(k, a), qs[qq:qq + k * b].reshape(k, b)
-            out[name] = outer_sum((a, b), torch.ones(k), u, v)
+            add_outer_(out[name], torch.ones(k), ps[pp:pp + k * a].reshape(k, a), qs[qq:qq + k * b].reshape(k, b),
+                       alpha)
             pp, qq = pp + k * a, qq + k * b
         require(pp == ps.numel() and qq == qs.numel(), self.name, "p or q segment longer than the table says")
-        return out
