@@ -64,6 +64,55 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers"),
     typer.echo("\n".join(cleaner.clean(run_id).lines()))
 
 
+# ---- compression benchmark (trainers/compress/bench.py): the main job until `harness run` lands
+
+@app.command("bench-compress")
+def bench_compress(
+        gradients: str = typer.Option("synthetic,real", help="comma list of: synthetic (Qwen2.5-0.5B-shaped "
+                                      "rank-64 adapter, power-law spectra), real (tiny model's LoRA gradient)"),
+        budgets: str = typer.Option("0.78%,1.6%,6.25%", help="comma list of budgets, % of the bf16 full adapter"),
+        repeats: int = typer.Option(5, min=1, help="timed runs per cell; the median is reported"),
+        threads: int = typer.Option(2, min=1, help="torch threads"),
+        shape: str = typer.Option("qwen0.5b", help="synthetic adapter shape: qwen0.5b | small (a quick check)"),
+        json_out: str = typer.Option(None, "--json", help="also write the rows to this JSON file")):
+    """Relative error, payload bytes and encode + decode time of every compressor at each budget."""
+    import json
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainers.compress import parse_budget
+    from trainers.compress import bench
+
+    shapes = {"qwen0.5b": bench.QWEN05B, "small": dict(hidden=128, layers=2, mlp=256, kv_dim=32, rank=16)}
+    try:
+        kinds = [k for k in gradients.split(",") if k]
+        bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
+        if bad:
+            raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
+        fracs = [parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
+        if shape not in shapes:
+            raise ValueError(f"--shape: {shape!r} is not one of {sorted(shapes)}")
+    except ValueError as err:
+        raise _usage_error(err) from None
+    console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
+    table = Table(title="compressors: first-step error, bytes and time (median of %d)" % repeats)
+    for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
+                "encode s", "decode s", "total s"):
+        table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
+    rows = bench.run(kinds, fracs, repeats, threads, shape=shapes[shape], real_model="tiny" if shape != "small" else "micro",
+                     progress=lambda r: console.log(f"{r.gradients} {r.compressor} {r.budget}: "
+                                                    f"{r.payload_bytes} B, err {r.rel_error:.3f}, {r.total_s:.3f} s"))
+    for r in rows:
+        table.add_row(r.gradients, r.compressor, r.budget, f"{r.payload_bytes:,}", f"{100 * r.fraction_of_full:.2f}",
+                      f"{r.rel_error:.4f}", f"{r.encode_s:.3f}", f"{r.decode_s:.3f}", f"{r.total_s:.3f}")
+    console.print(table)
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(bench.as_dicts(rows), fh, indent=1)
+
+
 def main() -> None:
     app()
 

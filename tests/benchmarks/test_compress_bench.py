@@ -1,0 +1,23 @@
+"""Compression benchmark at full size (Qwen2.5-0.5B-shaped rank-64 adapter). Prints figures; asserts
+only what is not a time: byte budgets hold and spar beats PowerSGD at equal bytes.
+
+    .venv/bin/python -m pytest -m benchmark -s tests/benchmarks/test_compress_bench.py
+"""
+import pytest
+
+from trainers.compress import bench
+
+
+@pytest.mark.benchmark
+def test_compressors_on_a_qwen05b_shaped_adapter():
+    rows = bench.run(repeats=5, threads=2, progress=lambda r: print(
+        f"{r.gradients:9s} {r.compressor:22s} {r.budget:6s} {r.payload_bytes:>12,d} B "
+        f"{100 * r.fraction_of_full:7.3f} %  err {r.rel_error:.4f}  enc {r.encode_s:.3f} s  dec {r.decode_s:.3f} s  "
+        f"total {r.total_s:.3f} s", flush=True))
+    for kind in ("synthetic", "real"):
+        cells = {(r.compressor, r.budget): r for r in rows if r.gradients == kind}
+        for budget in ("0.78%", "1.60%", "6.25%"):
+            assert cells[("spar", budget)].fraction_of_full <= float(budget[:-1]) / 100
+            assert cells[("spar @powersgd-bytes", budget)].rel_error < cells[("powersgd", budget)].rel_error
+            spar_t, psgd_t = cells[("spar @powersgd-bytes", budget)].total_s, cells[("powersgd", budget)].total_s
+            print(f"{kind} {budget}: spar/powersgd time at equal bytes = {spar_t / psgd_t:.2f}x")

@@ -1,0 +1,160 @@
+"""Compressor benchmark: approximation error, payload bytes and encode + decode time per compressor.
+
+Gradients come in two kinds:
+- `synthetic`: LoRA-factor gradients shaped like a rank-64 adapter on all seven projections of a
+  Qwen2.5-0.5B-sized model (hidden 896, 24 layers, MLP 4864, 2 KV heads of 64: ~35 M adapter
+  parameters), each factor with a power-law spectrum (sigma_j ~ j^-alpha) and per-factor scales
+  spread over a decade, as measured LoRA gradients look;
+- `real`: gradients of a LoRA adapter on a tiny model built from its config, from a short run
+  of next-token training on random bytes.
+
+Budgets are fractions of the full adapter's bytes in bf16 (what full sync ships in the paper).
+`powersgd` has no byte budget: it runs at the smallest rank whose payload reaches the budget,
+and `spar @powersgd-bytes` then gets exactly PowerSGD's byte count, for an equal-bytes comparison.
+Times are medians over `repeats` runs, each a fresh compressor (first step, no error-feedback
+history), with torch limited to `threads` threads.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from trainers.compress import get_compressor
+from trainers.compress.base import full_adapter_bytes
+
+QWEN05B = dict(hidden=896, layers=24, mlp=4864, kv_dim=128, rank=64)
+DEFAULT_BUDGETS = (0.0078, 0.016, 0.0625)
+
+
+@dataclass
+class Row:
+    gradients: str
+    compressor: str
+    budget: str
+    payload_bytes: int
+    fraction_of_full: float
+    rel_error: float
+    encode_s: float
+    decode_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.encode_s + self.decode_s
+
+
+def qwen_like_shapes(hidden: int, layers: int, mlp: int, kv_dim: int, rank: int) -> dict[str, tuple[int, int]]:
+    """(name -> shape) of the LoRA factors: A is (r, d_in), B is (d_out, r), per projection and layer."""
+    proj = {"q_proj": (hidden, hidden), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim),
+            "o_proj": (hidden, hidden), "gate_proj": (hidden, mlp), "up_proj": (hidden, mlp),
+            "down_proj": (mlp, hidden)}
+    shapes = {}
+    for layer in range(layers):
+        for p, (d_in, d_out) in proj.items():
+            shapes[f"layers.{layer}.{p}.lora_A"] = (rank, d_in)
+            shapes[f"layers.{layer}.{p}.lora_B"] = (d_out, rank)
+    return shapes
+
+
+def synthetic_gradients(shapes: dict[str, tuple[int, int]], alpha: float = 1.0, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Power-law-spectrum factors: G = U diag(s) V^T with random orthonormal U, V."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, (a, b) in shapes.items():
+        k = min(a, b)
+        u = torch.linalg.qr(torch.randn(a, k, generator=g)).Q
+        v = torch.linalg.qr(torch.randn(b, k, generator=g)).Q
+        scale = 10 ** (-torch.rand((), generator=g).item())              # factor scales over a decade
+        s = scale * torch.arange(1, k + 1, dtype=torch.float32) ** -alpha
+        out[name] = (u * s) @ v.T
+    return out
+
+
+def real_gradients(model: str = "tiny", rank: int = 64, steps: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The adapter gradient after a few exact AdamW steps of next-token loss on random bytes."""
+    from trainers.models import LoraSpec, build_model, lora_gradients, lora_parameters
+    from trainers.replay import OptimConfig, Replica
+
+    m = build_model(model, LoraSpec(rank=rank, seed=seed), seed=seed)
+    replica = Replica(lora_parameters(m), OptimConfig(lr=1e-3))
+    gen = torch.Generator().manual_seed(seed)
+    grads = {}
+    for _ in range(steps + 1):
+        m.zero_grad(set_to_none=True)
+        ids = torch.randint(0, 256, (8, 64), generator=gen)
+        m(input_ids=ids, labels=ids).loss.backward()
+        grads = lora_gradients(m)
+        replica.step(grads)
+    return grads
+
+
+def rel_error(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    num = sum(float((out[n] - ref[n]).double().norm() ** 2) for n in ref)
+    den = sum(float(ref[n].double().norm() ** 2) for n in ref)
+    return (num / den) ** 0.5
+
+
+def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, repeats: int, **options) -> Row:
+    full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
+    enc, dec = [], []
+    for _ in range(repeats):
+        c = get_compressor(name, **options)
+        t0 = time.perf_counter()
+        payload = c.encode(grads)
+        t1 = time.perf_counter()
+        out = get_compressor(name, **options).decode(payload)
+        t2 = time.perf_counter()
+        enc.append(t1 - t0)
+        dec.append(t2 - t1)
+    return Row(kind, name, label, len(payload), len(payload) / full, rel_error(out, grads),
+               statistics.median(enc), statistics.median(dec))
+
+
+def powersgd_rank_for(grads, budget_frac: float) -> int:
+    """Smallest PowerSGD rank whose payload is at least `budget_frac` of the bf16 adapter."""
+    full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
+    per_rank = sum((t.shape[0] + t.shape[1]) * 2 for t in grads.values())   # fp16 P and Q
+    return max(1, round(budget_frac * full / per_rank))
+
+
+def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, threads: int = 2,
+        shape: dict | None = None, real_model: str = "tiny", progress=None) -> list[Row]:
+    torch.set_num_threads(threads)
+    rows = []
+    for kind in kinds:
+        grads = (synthetic_gradients(qwen_like_shapes(**(shape or QWEN05B))) if kind == "synthetic"
+                 else real_gradients(real_model))
+        fixed = [("identity", "-", {}), ("identity", "-", {"dtype": "bf16"}), ("int8", "-", {})]
+        for name, label, opts in fixed:
+            rows.append(_measure_named(kind, grads, name, label, repeats, opts))
+            progress and progress(rows[-1])
+        for frac in budgets:
+            label = f"{frac:.2%}"
+            for name, opts in (("spar", {"budget": frac}), ("topk", {"budget": frac})):
+                rows.append(measure(kind, grads, name, label, repeats, **opts))
+                progress and progress(rows[-1])
+            psgd = measure(kind, grads, "powersgd", label, repeats, rank=powersgd_rank_for(grads, frac))
+            rows.append(psgd)
+            progress and progress(rows[-1])
+            rows.append(_relabel(measure(kind, grads, "spar", label, repeats, budget_bytes=psgd.payload_bytes),
+                                 "spar @powersgd-bytes"))
+            progress and progress(rows[-1])
+    return rows
+
+
+def _measure_named(kind, grads, name, label, repeats, opts) -> Row:
+    row = measure(kind, grads, name, label, repeats, **opts)
+    if opts.get("dtype"):
+        row.compressor = f"{name} ({opts['dtype']})"
+    return row
+
+
+def _relabel(row: Row, name: str) -> Row:
+    row.compressor = name
+    return row
+
+
+def as_dicts(rows: list[Row]) -> list[dict]:
+    return [{**asdict(r), "total_s": r.total_s} for r in rows]
