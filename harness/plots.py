@@ -1,0 +1,184 @@
+"""Paper figures from results folders alone: PDF (Type-42 TrueType fonts embedded) + PNG.
+
+    harness plot results/<run-id> [more runs or sweeps]    -> <first path>/figures/*.pdf|png
+
+Figures: seconds per update vs bandwidth (log x); stacked phase breakdown per method; quality
+vs bytes communicated (log x) with the Pareto front; a Gantt timeline of learner and worker
+phases over the first updates (pipelining shows as rollouts overlapping training); per-link
+throughput over time. Every method keeps one colour (Okabe-Ito, colour-blind safe) and one
+marker across all figures.
+"""
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness import report, results  # noqa: E402
+
+# Okabe & Ito (2008), the colour-blind-safe qualitative palette.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
+    "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "spar": ("#0072B2", "s"),
+    "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
+    "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
+}
+MARKERS = "os^vPXD<>hp*"
+PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
+                 "train": "#0072B2", "encode": "#E69F00", "send_update": "#D55E00", "decode_replay": "#CC79A7",
+                 "hash": "#000000"}
+STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "font.size": 9, "axes.spines.top": False,
+         "axes.spines.right": False, "figure.dpi": 150, "savefig.bbox": "tight", "legend.frameon": False}
+GANTT_UPDATES = 4
+
+
+def style(method: str) -> tuple[str, str]:
+    """(colour, marker) of a method: fixed for the known ones, stable (name hash) for the rest."""
+    if method in METHOD_STYLE:
+        return METHOD_STYLE[method]
+    h = zlib.crc32(method.encode())
+    return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h % len(MARKERS)]
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.pdf", out / f"{name}.png"]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths
+
+
+def seconds_vs_bandwidth(comp: pd.DataFrame, out: Path) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(4.2, 3))
+    df = comp[comp["rate_bit_s"].notna()] if "rate_bit_s" in comp else comp.iloc[0:0]
+    for variant, g in df.groupby("variant", sort=False):
+        g = g.sort_values("rate_bit_s")
+        colour, marker = style(g["method"].iloc[0])
+        err = [g["s_per_update_median"] - g["s_per_update_q1"], g["s_per_update_q3"] - g["s_per_update_median"]]
+        ax.errorbar(g["rate_bit_s"] / 1e6, g["s_per_update_median"], yerr=err, color=colour, marker=marker,
+                    capsize=2, label=variant)
+    ax.set_xscale("log")
+    ax.set_xlabel("worker link bandwidth (Mbit/s)")
+    ax.set_ylabel("seconds per update (median, IQR)")
+    if df.empty:
+        ax.text(0.5, 0.5, "no shaped link (localhost run)", transform=ax.transAxes, ha="center")
+    else:
+        ax.legend()
+    return _save(fig, out, "seconds_vs_bandwidth")
+
+
+def phase_breakdown(updates: pd.DataFrame, out: Path) -> list[Path]:
+    """The learner's median time per phase per update, stacked; the stack is its share of s/update."""
+    phases = [p for p in results.LEARNER_PHASES if f"{p}_s" in updates]
+    med = updates.groupby("variant", sort=False)[[f"{p}_s" for p in phases]].median()
+    fig, ax = plt.subplots(figsize=(4.2, 3))
+    bottom = pd.Series(0.0, index=med.index)
+    for p in phases:
+        ax.bar(med.index, med[f"{p}_s"], bottom=bottom, color=PHASE_COLOURS[p], label=p.replace("_", " "),
+               edgecolor="white", linewidth=0.4)
+        bottom += med[f"{p}_s"]
+    spu = updates.groupby("variant", sort=False)["seconds_per_update"].median()
+    ax.scatter(spu.index, spu.values, marker="_", s=400, color="black", zorder=3, label="s/update (median)")
+    ax.set_ylabel("learner seconds per update (median)")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, out, "phase_breakdown")
+
+
+def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
+    """Points not dominated in (fewer bytes, better quality), sorted by bytes."""
+    pts = points.sort_values(["bytes", "quality"], ascending=[True, not higher_is_better])
+    front, best = [], None
+    for _, r in pts.iterrows():
+        if best is None or (r["quality"] > best if higher_is_better else r["quality"] < best):
+            front.append(r)
+            best = r["quality"]
+    return pd.DataFrame(front)
+
+
+def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(4.2, 3))
+    pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp["quality_mean"]).dropna(subset=["bytes", "quality"])
+    pts = pts[pts["bytes"] > 0]
+    for _, r in pts.iterrows():
+        colour, marker = style(r["method"])
+        ax.errorbar(r["bytes"], r["quality"], yerr=r["quality_std"], color=colour, marker=marker, capsize=2,
+                    label=r["variant"])
+    metric = str(pts["quality_metric"].iloc[0]) if len(pts) else "quality"
+    if len(pts):
+        front = pareto(pts, higher_is_better="loss" not in metric)
+        ax.step(front["bytes"], front["quality"], where="post", color="grey", linestyle="--", linewidth=0.8,
+                label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes communicated per update, learner → workers")
+    ax.set_ylabel(metric.replace("_", " "))
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
+    return _save(fig, out, "quality_vs_bytes")
+
+
+def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) -> list[Path]:
+    """Gantt chart of the first seed's first updates, one panel per method, one row per process."""
+    variants = list(dict.fromkeys(phases["variant"])) if len(phases) else []
+    fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.1 + 0.9 * max(1, len(variants))),
+                             squeeze=False)
+    for ax, variant in zip(axes[:, 0], variants):
+        g = phases[(phases["variant"] == variant)]
+        g = g[(g["seed"] == g["seed"].min()) & (g["update"] <= max_updates) & (g["update"] >= 1)]
+        procs = sorted(g["process"].unique(), key=lambda p: (p != "learner", len(p), p))
+        for i, proc in enumerate(procs):
+            for _, r in g[g["process"] == proc].iterrows():
+                ax.barh(i, r["end_s"] - r["start_s"], left=r["start_s"], height=0.7,
+                        color=PHASE_COLOURS.get(r["phase"], "grey"), linewidth=0)
+        ax.set_yticks(range(len(procs)), procs)
+        ax.invert_yaxis()
+        ax.set_title(variant, fontsize=8, loc="left", color=style(g["method"].iloc[0] if len(g) else variant)[0])
+    axes[-1, 0].set_xlabel("seconds since the learner started")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+    fig.legend(handles, [p.replace("_", " ") for p in PHASE_COLOURS], ncol=5, fontsize=7, loc="lower center",
+               bbox_to_anchor=(0.5, 1.0))
+    return _save(fig, out, "timeline")
+
+
+def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
+    """Throughput of every worker link over time (first seed), one panel per method."""
+    variants = list(dict.fromkeys(links["variant"])) if len(links) else []
+    fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.2 + 1.3 * max(1, len(variants))),
+                             squeeze=False, sharey=True)
+    for ax, variant in zip(axes[:, 0], variants):
+        g = links[(links["variant"] == variant)]
+        g = g[g["seed"] == g["seed"].min()]
+        for i, ((node, direction), h) in enumerate(g.groupby(["node", "direction"])):
+            ax.plot(h["t_s"], h["throughput_bit_s"] / 1e6, label=f"{node} {direction}",
+                    color=OKABE_ITO[i % len(OKABE_ITO)], linestyle="-" if direction == "down" else ":")
+        ax.set_title(variant, fontsize=8, loc="left")
+        ax.set_ylabel("Mbit/s")
+        ax.legend(fontsize=6, ncol=4)
+    if not variants:
+        axes[0, 0].text(0.5, 0.5, "no link counters (localhost run)", transform=axes[0, 0].transAxes, ha="center")
+    axes[-1, 0].set_xlabel("seconds since the learner started")
+    return _save(fig, out, "link_throughput")
+
+
+def write(path: str | Path, extra: Iterable[str | Path] = ()) -> list[Path]:
+    """Every figure for the runs at or under `path` (and `extra`), into `path`/figures/."""
+    path = Path(path)
+    runs = results.find_runs([path, *extra])
+    t = {k: pd.concat([results.tables(r)[k] for r in runs], ignore_index=True)
+         for k in ("updates", "phases", "links")}
+    cells = pd.concat([results.cell_summaries(r) for r in runs], ignore_index=True)
+    out = path / "figures"
+    if t["updates"].empty:
+        raise ValueError(f"{path}: no completed update to plot yet")
+    comp = report.comparison(t["updates"], cells)
+    with plt.rc_context(STYLE):
+        return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t["updates"], out)
+                + quality_vs_bytes(comp, out) + timeline(t["phases"], out) + link_throughput(t["links"], out))
