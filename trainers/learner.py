@@ -405,7 +405,12 @@ class Learner:
     # ------------------------------------------------------------------ metrics
 
     def counter_snapshot(self) -> dict:
-        return {(r["direction"], r["type"]): r["frame_bytes"] for r in self.counter.rows()}
+        """Frame bytes so far by (direction, message type), summed over peers."""
+        out: dict = {}
+        for r in self.counter.rows():
+            key = (r["direction"], r["type"])
+            out[key] = out.get(key, 0) + r["frame_bytes"]
+        return out
 
     def counter_delta(self, before: dict) -> dict:
         out: dict = {}
@@ -520,4 +525,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush(), sys.stderr.flush()
+    # Skip interpreter teardown: daemon reader threads blocked in recv() must not race it (files are closed).
+    os._exit(code)

@@ -18,6 +18,7 @@ A worker that starts late or restarts is first brought to the learner's version:
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import signal
 import sys
@@ -228,4 +229,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush(), sys.stderr.flush()
+    # Skip interpreter teardown: daemon reader threads blocked in recv() must not race it (files are closed).
+    os._exit(code)

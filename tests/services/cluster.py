@@ -41,6 +41,7 @@ class Cluster:
         self.learner_flags = list(learner_flags)
         self.procs: dict[str, subprocess.Popen] = {}
         self.proxies: dict[int, CountingProxy] = {}
+        self.returncodes: dict[str, int] = {}
 
     def flags(self) -> list[str]:
         out = ["--workers", str(self.n)]
@@ -86,7 +87,7 @@ class Cluster:
         end = time.monotonic() + timeout
         for name, proc in self.procs.items():
             try:
-                proc.wait(timeout=max(1, end - time.monotonic()))
+                self.returncodes[name] = proc.wait(timeout=max(1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise AssertionError(f"{name} did not exit in time:\n{self.log(name)}") from None
         return self.summary()
