@@ -113,6 +113,105 @@ def bench_compress(
             json.dump(bench.as_dicts(rows), fh, indent=1)
 
 
+# ---- run / sweep / report / plot (harness/config.py, launch.py, runcli.py, results.py, report.py, plots.py)
+
+@app.command()
+def run(bw: str = typer.Option(None, help="worker link rate, tc units (e.g. 62.5mbit); overrides the profile"),
+        workers: int = typer.Option(2, help="worker processes (one namespace each)"),
+        delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
+        jitter: str = typer.Option(None, help="jitter, e.g. 2ms"),
+        loss: str = typer.Option(None, help="random loss per direction, e.g. 0.1%"),
+        profile: str = typer.Option(None, help="WAN profile name or YAML path (default paper-62.5mbit)"),
+        method: str = typer.Option("spar", help="method(s) under test, comma list (full, spar, topk, ...)"),
+        budget: str = typer.Option("1.6%", help="budget(s) of budgeted compressors, % of the bf16 full adapter"),
+        updates: int = typer.Option(5, help="updates per method and seed"),
+        seeds: str = typer.Option("1", help="comma list of seeds; every method runs every seed"),
+        pipeline: int = typer.Option(0, help="pipelining depth: 0 synchronous, 1 one-step overlap"),
+        model: str = typer.Option("micro", help="micro | tiny | small (built on the CPU) or a model path"),
+        task: str = typer.Option("digits", help="task name"),
+        objective: str = typer.Option("grpo", help="grpo | distill"),
+        problems: int = typer.Option(2, help="problems per worker per update"),
+        group_size: int = typer.Option(2, help="samples per problem"),
+        max_new_tokens: int = typer.Option(8, help="tokens sampled per rollout"),
+        no_baseline: bool = typer.Option(False, "--no-baseline", help="do not also run `full`"),
+        no_emulation: bool = typer.Option(False, "--no-emulation", help="localhost, unshaped (no root needed)"),
+        backend: str = typer.Option(None, help="force the shaping backend: netem | fallback"),
+        run_id: str = typer.Option(None, help="results folder name (default: timestamp + method)"),
+        out: str = typer.Option("results", help="parent folder of the run folder"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="print the config, plan and processes; run nothing"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress; print only the run folder"),
+        json_out: bool = typer.Option(False, "--json", help="print summary.json (machine-readable) at the end")):
+    """Build the emulated network, run the method and `full` under the same link, write a results folder."""
+    from harness import config, runcli
+    try:
+        cfg = config.build(method=method, budget=budget, workers=workers, updates=updates, seeds=seeds,
+                           pipeline=pipeline, model=model, task=task, objective=objective, profile=profile,
+                           bw=bw, delay=delay, jitter=jitter, loss=loss, baseline=not no_baseline,
+                           emulation=not no_emulation, backend=backend, run_id=run_id, out_dir=out,
+                           problems_per_worker=problems, group_size=group_size, max_new_tokens=max_new_tokens)
+    except ValueError as err:
+        raise _usage_error(err) from None
+    raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run))
+
+
+@app.command()
+def sweep(grid: str = typer.Option(None, help="YAML file: axes bw/delay/loss/workers (lists) + run options"),
+          bw: str = typer.Option(None, help="comma list of rates, e.g. 10mbit,62.5mbit,1gbit"),
+          delay: str = typer.Option(None, help="comma list of delays"),
+          loss: str = typer.Option(None, help="comma list of losses"),
+          workers: str = typer.Option(None, help="comma list of worker counts"),
+          method: str = typer.Option(None, help="comma list of methods (each run adds `full`)"),
+          budget: str = typer.Option(None, help="comma list of budgets"),
+          seeds: str = typer.Option(None, help="comma list of seeds"),
+          updates: str = typer.Option(None, help="updates per cell"),
+          profile: str = typer.Option(None, help="base WAN profile"),
+          no_emulation: bool = typer.Option(False, "--no-emulation", help="localhost, unshaped"),
+          out: str = typer.Option(None, help="sweep folder (re-run the same folder to resume)"),
+          quiet: bool = typer.Option(False, "--quiet", "-q"),
+          json_out: bool = typer.Option(False, "--json")):
+    """A grid of runs (bandwidth x delay x loss x workers; methods, budgets, seeds in each); resumable."""
+    import datetime
+    from pathlib import Path
+
+    from harness import runcli
+    folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    try:
+        spec = runcli.load_grid(grid, {"bw": bw, "delay": delay, "loss": loss, "workers": workers, "method": method,
+                                       "budget": budget, "seeds": seeds, "updates": updates, "profile": profile})
+        cfgs = runcli.sweep_configs(spec, emulation=not no_emulation, out=folder)
+        if not no_emulation:
+            from harness import launch
+            launch.check_privileges(cfgs[0])
+    except ValueError as err:
+        raise _usage_error(err) from None
+    except RuntimeError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+
+
+@app.command()
+def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
+           quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing")):
+    """Rebuild report.md (+ report.html) from results folders alone; written into the first folder."""
+    from harness import runcli
+    try:
+        raise typer.Exit(runcli.report_cmd(paths, quiet))
+    except ValueError as err:
+        raise _usage_error(err) from None
+
+
+@app.command()
+def plot(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
+         quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing")):
+    """Rebuild the figures (PDF with Type-42 fonts + PNG) into <first folder>/figures/."""
+    from harness import runcli
+    try:
+        raise typer.Exit(runcli.plot_cmd(paths, quiet))
+    except ValueError as err:
+        raise _usage_error(err) from None
+
+
 def main() -> None:
     app()
 

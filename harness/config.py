@@ -194,10 +194,11 @@ def build(*, method: str = "spar", budget: str | None = "1.6%", workers: int = 2
     methods = [m.strip() for m in method.split(",") if m.strip()]
     if not methods:
         raise ConfigError("--method: no method given")
-    budget = parse_budget(budget) if budget is not None else None
-    budgets = [budget if _takes_budget_safe(m) else None for m in methods]
-    _check_names(methods, budgets, task)
-    variants = [Variant(m, b) for m, b in zip(methods, budgets)]
+    budget_list = [parse_budget(b) for b in str(budget).split(",") if b.strip()] if budget is not None else []
+    pairs = [(m, b) for m in methods for b in (budget_list or [None])] if budget_list else [(m, None) for m in methods]
+    pairs = list(dict.fromkeys((m, b if _takes_budget_safe(m) else None) for m, b in pairs))
+    _check_names([m for m, _ in pairs], [b for _, b in pairs], task)
+    variants = [Variant(m, b) for m, b in pairs]
     if baseline and BASELINE not in methods:
         variants.append(Variant(BASELINE))
     prof, given = _resolve_profile(profile, {"rate": bw, "delay": delay, "jitter": jitter, "loss": loss})

@@ -217,8 +217,10 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     token = secrets.token_hex(16)
     doc = meta(cfg, "pending")
     status = "interrupted"
+    from harness.shaper import signals_raise  # SIGTERM/SIGHUP -> SystemExit, so `finally` tears down
+
     try:
-        with network(cfg) as (topo, backend):
+        with signals_raise(), network(cfg) as (topo, backend):
             doc["backend"] = backend
             write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):

@@ -142,6 +142,7 @@ def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) 
         ax.invert_yaxis()
         ax.set_title(variant, fontsize=8, loc="left", color=style(g["method"].iloc[0] if len(g) else variant)[0])
     axes[-1, 0].set_xlabel("seconds since the learner started")
+    fig.subplots_adjust(hspace=0.7)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     fig.legend(handles, [p.replace("_", " ") for p in PHASE_COLOURS], ncol=5, fontsize=7, loc="lower center",
                bbox_to_anchor=(0.5, 1.0))
