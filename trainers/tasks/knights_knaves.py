@@ -3,7 +3,7 @@
 Each of N inhabitants (options `min_people`..`max_people`, 2..8 allowed, default 2..4)
 makes one statement built recursively: atoms "X is a knight" / "X is a knave", combined
 with not, and, or, if-then (implies), if-and-only-if, up to `depth` levels of nesting
-(default 2; 0 = atoms only) and `width` operands per and/or (default 2). Knights always
+(default 2, at least 1) and `width` operands per and/or (default 2). Knights always
 tell the truth, knaves always lie: an assignment is a solution when every statement is
 true exactly for the knights. Only puzzles with exactly one solution (brute force over
 all 2^N assignments) are kept.
@@ -33,6 +33,7 @@ NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "I
          "Kate", "Liam", "Mia", "Noah", "Olga", "Paul", "Quinn", "Rosa", "Sam", "Tina")
 BINARY = ("implies", "iff")
 NARY = ("and", "or")
+MAX_ATTEMPTS = 100_000
 
 # A statement is a nested tuple:
 #   ("is", person_index, knight: bool) | ("not", s) | ("and", s1, s2, ...) | ("or", ...)
@@ -90,8 +91,10 @@ class KnightsKnaves(Task):
     def __init__(self, min_people: int = 2, max_people: int = 4, depth: int = 2, width: int = 2):
         if not (2 <= min_people <= max_people <= 8):
             raise ValueError(f"knights_knaves: need 2 <= min_people <= max_people <= 8, got {min_people}, {max_people}")
-        if not (0 <= depth <= 4):
-            raise ValueError(f"knights_knaves: depth must be 0..4, got {depth}")
+        # depth 0 (atoms only) never gives a unique solution: flipping every role flips the truth
+        # of every atom and the role of every speaker, so consistent solutions come in pairs.
+        if not (1 <= depth <= 4):
+            raise ValueError(f"knights_knaves: depth must be 1..4, got {depth}")
         if not (2 <= width <= 4):
             raise ValueError(f"knights_knaves: width must be 2..4, got {width}")
         self.min_people, self.max_people, self.depth, self.width = min_people, max_people, depth, width
@@ -108,11 +111,12 @@ class KnightsKnaves(Task):
     def _one(self, rng: random.Random) -> KKProblem:
         people = rng.randint(self.min_people, self.max_people)
         names = tuple(rng.sample(NAMES, people))
-        while True:  # rejection sampling: ~1 in 3 random puzzles has a unique solution
+        for _ in range(MAX_ATTEMPTS):  # rejection sampling; most settings accept 1 in a few
             statements = tuple(self._statement(rng, people, self.depth) for _ in range(people))
             found = solutions(statements)
             if len(found) == 1:
                 return KKProblem(names, statements, found[0])
+        raise RuntimeError(f"knights_knaves: no uniquely solvable puzzle in {MAX_ATTEMPTS} tries with {self.options()}")
 
     def _statement(self, rng: random.Random, people: int, depth: int) -> tuple:
         if depth == 0 or rng.random() < 0.4:
