@@ -44,8 +44,12 @@ class GRPO(Objective):
                 "aggregation": self.aggregation, "std_eps": self.std_eps, "scale_by_std": self.scale_by_std}
 
     def loss(self, model, rollouts):
+        return self.loss_with_advantages(model, rollouts, advantages(rollouts, self.std_eps, self.scale_by_std))
+
+    def loss_with_advantages(self, model, rollouts, adv: torch.Tensor):
+        """The clipped surrogate for given per-row advantages (N,); `loss` normalises them first."""
         packed = pack(rollouts, model_device(model))
-        adv = advantages(rollouts, self.std_eps, self.scale_by_std).to(packed.mask.device)  # (N,)
+        adv = adv.to(packed.mask.device, torch.float32)
         logp = completion_logprobs(model, packed, rollouts.temperature)  # (N, T-1)
         ratio = torch.exp(logp - packed.old_logprobs)
         clipped = ratio.clamp(1 - self.clip_eps, 1 + self.clip_eps_high)
