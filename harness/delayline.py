@@ -1,24 +1,27 @@
 """A userspace delay line on NFQUEUE: the fallback backend's delay, jitter and burst loss.
 
-Why userspace: this kernel has no sch_netem. nftables rules in the router namespace send the
-packets of one link direction to one queue (``queue num Q bypass``); this process holds each
-packet's verdict for its delay and then accepts it. It talks nfnetlink_queue directly over an
-``AF_NETLINK`` socket because pyroute2 0.9 does not wrap nfnetlink_queue and the C bindings
-(NetfilterQueue) issue one verdict per packet from a Python callback, which cannot keep up at
-~80 k packets/s. Here a queue is a FIFO with a fixed release order, so one *batch* verdict
-("accept every id <= N") releases everything due; the per-packet work is one ``unpack_from``.
+Why userspace: this kernel has no sch_netem. iptables rules (``-j NFQUEUE --queue-num Q
+--queue-bypass``; the kernel has NFQUEUE only as an xtables target) send the packets of one link
+direction to one queue; this process holds each packet's verdict for its delay and then accepts
+it. It talks nfnetlink_queue directly over an ``AF_NETLINK`` socket because pyroute2 0.9 does not
+wrap nfnetlink_queue and the C bindings (NetfilterQueue) issue one verdict per packet from a
+Python callback. Here a queue is a FIFO with a fixed release order, so one *batch* verdict
+("accept every id <= N") releases everything due; the per-packet work is two ``unpack_from``.
 
 Model per queue: release time = max(previous release, arrival + delay + U(-jitter, +jitter)),
 so jitter never reorders packets (TCP would read reordering as loss). Gilbert-Elliott burst loss
 drops a packet with an immediate NF_DROP verdict. Packets are copied metadata-only (no payload
-crosses to userspace). The kernel queue length is sized by the caller to the bandwidth-delay
-product; the nftables rule carries ``bypass`` so packets pass undelayed when no process is bound
-(a dead delay line fails open rather than black-holing the link).
+crosses to userspace). The kernel queue length is sized by the caller to twice the
+bandwidth-delay product; the rule carries ``--queue-bypass`` so packets pass undelayed when no
+process is bound (a dead delay line fails open rather than black-holing the link).
 
-Run as ``python -m harness.delayline CONFIG_JSON`` inside the router namespace, one process per
-node link, where CONFIG_JSON is ``{"run_id": "3fa2c1", "queues": [{"num": 2, "delay_us": 20000, "jitter_us": 0,
-"maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on SIGTERM/SIGINT
-and when its parent dies (PR_SET_PDEATHSIG).
+Run as ``python -m harness.delayline CONFIG_JSON``, one process per node link, started in the
+router namespace. A netlink socket belongs to the namespace it was opened in, so each queue
+names the namespace whose rules feed it (the up queue: the router's FORWARD path; the down
+queue: the node's INPUT path) and the process opens one socket per namespace. CONFIG_JSON is
+``{"run_id": "3fa2c1", "queues": [{"num": 2, "netns": "wh3fa2c1-rt", "delay_us": 20000,
+"jitter_us": 0, "maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on
+SIGTERM/SIGINT and when its parent dies (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 
@@ -47,6 +50,8 @@ NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
 SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
 PR_SET_PDEATHSIG, PR_SET_TIMERSLACK = 1, 29
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 RCVBUF_BYTES = 64 << 20       # ~0.5 M metadata messages: absorbs bursts while we sleep
 _HDR = struct.Struct("=IHHII")   # nlmsghdr: len, type, flags, seq, pid
 _NFGEN = struct.Struct("!BBH")   # nfgenmsg: family, version, res_id (queue number, big endian)
@@ -59,6 +64,8 @@ class Queue:
     jitter_s: float = 0.0
     maxlen: int = 4096
     ge: tuple[float, float, float, float] | None = None   # p, r, bad_loss, good_loss (fractions)
+    netns: str | None = None                                # namespace whose netfilter feeds this queue
+    sock: socket.socket | None = None
     pending: deque = field(default_factory=deque)          # (release_time, packet_id)
     last_release: float = 0.0
     bad: bool = False                                       # Gilbert-Elliott state
@@ -86,20 +93,24 @@ def _msg(msg_type: int, queue: int, attrs: bytes, flags: int = NLM_F_REQUEST, se
 
 
 class DelayLine:
+    """Holds the queues of one node link. A netlink socket belongs to the namespace it was
+    created in, so one process serves the up queue (router namespace) and the down queue (the
+    node's namespace) through one socket per namespace."""
+
     def __init__(self, queues: list[Queue]):
         self.queues = {q.num: q for q in queues}
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        self.sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF_BYTES)   # SO_RCVBUFFORCE (root)
-        self.sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
-        self.sock.bind((0, 0))
+        self.socks: dict[str, socket.socket] = {}
         self.buf = bytearray(1 << 20)
         self.running = True
         for q in queues:
+            if q.netns not in self.socks:
+                self.socks[q.netns] = _open_socket(q.netns)
+            q.sock = self.socks[q.netns]
             self._bind(q)
 
-    def _request(self, payload: bytes) -> None:
-        self.sock.send(payload)
-        n = self.sock.recv_into(self.buf)
+    def _request(self, sock: socket.socket, payload: bytes) -> None:
+        sock.send(payload)
+        sock.recv_into(self.buf)
         _, mtype, _, _, _ = _HDR.unpack_from(self.buf, 0)
         if mtype == NLMSG_ERROR:
             (err,) = struct.unpack_from("=i", self.buf, _HDR.size)
@@ -108,20 +119,20 @@ class DelayLine:
 
     def _bind(self, q: Queue) -> None:
         flags = NLM_F_REQUEST | NLM_F_ACK
-        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)), flags))
-        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)), flags))
-        self._request(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", q.maxlen)), flags))
+        self._request(q.sock, _msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, 0)), flags))
+        self._request(q.sock, _msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META)), flags))
+        self._request(q.sock, _msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", q.maxlen)), flags))
 
-    def _verdict(self, queue: int, packet_id: int, verdict: int, batch: bool) -> None:
+    def _verdict(self, q: Queue, packet_id: int, verdict: int, batch: bool) -> None:
         kind = NFQNL_MSG_VERDICT_BATCH if batch else NFQNL_MSG_VERDICT
-        self.sock.send(_msg(kind, queue, _attr(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
+        q.sock.send(_msg(kind, q.num, _attr(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
 
-    def _drain(self) -> None:
+    def _drain(self, sock: socket.socket) -> None:
         """Read every queued packet notification without blocking; schedule each one."""
         now = time.monotonic()
         while True:
             try:
-                n = self.sock.recv_into(self.buf, 0, socket.MSG_DONTWAIT)
+                n = sock.recv_into(self.buf, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             off = 0
@@ -143,7 +154,7 @@ class DelayLine:
         q.stats["packets"] += 1
         if q.ge is not None and q.ge_drop():
             q.stats["ge_dropped"] += 1
-            self._verdict(qnum, packet_id, NF_DROP, batch=False)
+            self._verdict(q, packet_id, NF_DROP, batch=False)
             return
         q.pending.append((q.release_time(now), packet_id))
 
@@ -156,33 +167,61 @@ class DelayLine:
             while q.pending and q.pending[0][0] <= now:
                 last = q.pending.popleft()[1]
             if last is not None:
-                self._verdict(q.num, last, NF_ACCEPT, batch=True)
+                self._verdict(q, last, NF_ACCEPT, batch=True)
             if q.pending and (nxt is None or q.pending[0][0] < nxt):
                 nxt = q.pending[0][0]
         return nxt
 
     def run(self) -> None:
         # select() takes a timeval (microseconds); poll/epoll would round waits up to whole ms
+        socks = list(self.socks.values())
         while self.running:
             nxt = self._release_due()
             timeout_s = 0.2 if nxt is None else max(0.0, nxt - time.monotonic())
-            readable, _, _ = select.select([self.sock], [], [], timeout_s)
-            if readable:
-                self._drain()
+            readable, _, _ = select.select(socks, [], [], timeout_s)
+            for sock in readable:
+                self._drain(sock)
 
     def close(self) -> None:
         # Accept what we hold so a clean stop loses nothing; unbinding then restores bypass.
         for q in self.queues.values():
             if q.pending:
-                self._verdict(q.num, q.pending[-1][1], NF_ACCEPT, batch=True)
-            self.sock.send(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0))))
-        self.sock.close()
+                self._verdict(q, q.pending[-1][1], NF_ACCEPT, batch=True)
+            q.sock.send(_msg(NFQNL_MSG_CONFIG, q.num, _attr(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0))))
+        for sock in self.socks.values():
+            sock.close()
+
+
+def _setns(netns_name: str) -> None:
+    fd = os.open(f"/run/netns/{netns_name}", os.O_RDONLY)   # missing namespace: an error
+    try:
+        if _libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({netns_name})")
+    finally:
+        os.close(fd)
+
+
+def _open_socket(netns_name: str | None) -> socket.socket:
+    """An nfnetlink socket in ``netns_name`` (None: the current one); the process stays where it was."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if netns_name:
+            _setns(netns_name)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    finally:
+        _libc.setns(home, _CLONE_NEWNET)
+        os.close(home)
+    sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF_BYTES)   # SO_RCVBUFFORCE (root)
+    sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+    sock.bind((0, 0))
+    return sock
 
 
 def parse_config(text: str) -> list[Queue]:
     doc = json.loads(text)
     return [Queue(num=int(q["num"]), delay_s=q["delay_us"] / 1e6, jitter_s=q.get("jitter_us", 0) / 1e6,
-                  maxlen=int(q.get("maxlen", 4096)), ge=tuple(q["ge"]) if q.get("ge") else None)
+                  maxlen=int(q.get("maxlen", 4096)), ge=tuple(q["ge"]) if q.get("ge") else None,
+                  netns=q.get("netns"))
             for q in doc["queues"]]
 
 

@@ -107,6 +107,9 @@ def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
         assert [q["options"].get("limit") for q in w1 if q["kind"] == "pfifo"] == [200]
         saved = ns_run(topo2.router_ns, ["iptables-save"]).stdout
         assert "-A FORWARD -i p1 -j NFQUEUE --queue-num 2 --queue-bypass" in saved
+        # down delay sits on the node's receive path, after the HTB on p1
+        node_saved = ns_run(topo2.nodes["w1"].netns, ["iptables-save"]).stdout
+        assert "-A INPUT -i eth0 -j NFQUEUE --queue-num 3 --queue-bypass" in node_saved
         assert "-A PREROUTING -i p0 -m statistic --mode random --probability 0.00499999989 -j DROP" in saved
         assert set(sh.delaylines) == {"w1", "w2"} and all(p.poll() is None for p in sh.delaylines.values())
         # applying the same plan again (replace semantics) changes nothing
@@ -115,6 +118,7 @@ def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
     # teardown: no qdisc of ours, no rules, no delay line
     assert [q["kind"] for q in tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")] != ["htb", "pfifo"]
     assert "NFQUEUE" not in ns_run(topo2.router_ns, ["iptables-save"]).stdout
+    assert "NFQUEUE" not in ns_run(topo2.nodes["w1"].netns, ["iptables-save"]).stdout
     assert clean.orphan_delaylines(topo2.run_id) == []
 
 
@@ -218,9 +222,26 @@ def test_sigterm_runs_teardown():
 
 # ---- bad input changes nothing ----------------------------------------------------------------
 
-def _kernel_snapshot():
-    return (sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
-            run(["ip", "-j", "link"]).stdout, run(["tc", "-j", "qdisc"]).stdout, run(["iptables-save"]).stdout)
+SANDBOXED = r"""
+import json, os, subprocess, sys
+def snap():
+    run = lambda argv: subprocess.run(argv, capture_output=True, text=True).stdout
+    return [sorted(os.listdir("/run/netns")), run(["ip", "-j", "link"]), run(["tc", "-j", "qdisc"]),
+            run(["iptables-save"]), run(["ip", "-j", "addr"])]
+before = snap()
+res = subprocess.run(json.loads(sys.argv[1]), capture_output=True, text=True)
+print(json.dumps({"rc": res.returncode, "stderr": res.stderr, "unchanged": snap() == before}))
+"""
+
+
+def _run_sandboxed(argv):
+    """Run a harness command in a private network namespace with a private /run/netns and
+    compare the kernel state before/after there: other test sessions on this machine create
+    and delete namespaces at the same time, so a host-wide comparison would be flaky."""
+    script = f"mount -t tmpfs none /run/netns && exec {sys.executable} -c '{SANDBOXED}' '{json.dumps(argv)}'"
+    res = run(["unshare", "--mount", "--net", "sh", "-c", script], cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
 
 
 BAD_FLAGS = [
@@ -238,21 +259,26 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize("flags,needle", BAD_FLAGS)
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(flags, needle):
-    before = _kernel_snapshot()
-    res = run(HARNESS + ["calibrate", *flags], cwd=ROOT)
-    assert res.returncode == 2
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], res.stderr
-    assert _kernel_snapshot() == before
+    res = _run_sandboxed(HARNESS + ["calibrate", *flags])
+    assert res["rc"] == 2
+    lines = res["stderr"].strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res["stderr"]
+    assert res["unchanged"]
 
 
 def test_bad_yaml_file_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("defaults:\n  rate: 10mbit\n  bogus_key: 1\n")
-    before = _kernel_snapshot()
-    res = run(HARNESS + ["calibrate", "--profile", str(bad)], cwd=ROOT)
-    assert res.returncode == 2 and res.stderr.strip() == "error: bad.defaults.bogus_key: unknown key (valid: burst_loss, delay, down, jitter, limit, loss, rate, up)"
-    assert _kernel_snapshot() == before
+    res = _run_sandboxed(HARNESS + ["calibrate", "--profile", str(bad)])
+    assert res["rc"] == 2 and res["unchanged"]
+    assert res["stderr"].strip() == ("error: bad.defaults.bogus_key: unknown key "
+                                     "(valid: burst_loss, delay, down, jitter, limit, loss, rate, up)")
+
+
+def test_sandbox_sees_a_change():
+    """The before/after comparison above can fail: a command that does touch the kernel is caught."""
+    res = _run_sandboxed(["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"])
+    assert res["rc"] == 0 and not res["unchanged"]
 
 
 # ---- scale -----------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ def test_fallback_plan_structure():
     assert [(q["num"], q["dir"], q["delay_us"], q["jitter_us"]) for q in dl["queues"]] == [(2, "up", 35000, 1000), (3, "down", 35000, 1000)]
     rules = [" ".join(op["rule"]) for op in plan.ops if op["op"] == "iptables"]
     assert "-i p1 -j NFQUEUE --queue-num 2 --queue-bypass" in rules
+    # receive paths only, each after its HTB: up in the router's FORWARD, down in the node's INPUT
+    [down_rule] = [op for op in plan.ops if op["op"] == "iptables" and "3" in op["rule"]]
+    assert (down_rule["ns"], down_rule["chain"], down_rule["rule"][:2]) == ("wh0000-w1", "INPUT", ["-i", "eth0"])
     assert any(r.startswith("-o p1 -m statistic --mode random --probability 0.0001000000") for r in rules)
     # loss rules come before queue rules: a dropped packet never takes a delay-line slot
     assert max(i for i, r in enumerate(rules) if "statistic" in r) < min(i for i, r in enumerate(rules) if "NFQUEUE" in r)
