@@ -26,18 +26,20 @@ def rel_err(out, ref) -> float:
     return float(sum((out[n] - ref[n]).norm() ** 2 for n in ref) ** 0.5 / sum(ref[n].norm() ** 2 for n in ref) ** 0.5)
 
 
+@pytest.mark.parametrize("svd", ["sketch", "gram"])
 @pytest.mark.parametrize("budget", ["2%", "5%", "10%", "25%", "60%"])
-def test_payload_never_exceeds_the_fraction_budget(budget):
+def test_payload_never_exceeds_the_fraction_budget(budget, svd):
     grads = warm_gradients(6)
-    c = get_compressor("spar", budget=budget)
+    c = get_compressor("spar", budget=budget, svd=svd)
     cap = int(float(budget[:-1]) / 100 * full_adapter_bytes([tuple(t.shape) for t in grads[0].values()], "bf16"))
     for g in grads:
         assert len(c.encode(g)) <= cap
 
 
+@pytest.mark.parametrize("svd", ["sketch", "gram"])
 @pytest.mark.parametrize("cap", [1500, 2500, 4000, 9000, 30000])
-def test_payload_never_exceeds_the_byte_budget(cap):
-    c = get_compressor("spar", budget_bytes=cap)
+def test_payload_never_exceeds_the_byte_budget(cap, svd):
+    c = get_compressor("spar", budget_bytes=cap, svd=svd)
     for seed in range(4):
         assert len(c.encode(power_law_factors(seed))) <= cap
 
@@ -63,11 +65,12 @@ def test_budget_goes_to_the_factors_with_the_most_energy():
     assert counts["layer5.A"] == 0  # two decades weaker: not worth a byte at this budget
 
 
-def test_spar_beats_powersgd_at_equal_bytes_on_the_first_step():
+@pytest.mark.parametrize("svd", ["sketch", "gram"])
+def test_spar_beats_powersgd_at_equal_bytes_on_the_first_step(svd):
     m = power_law_factors()
     psgd = get_compressor("powersgd", rank=1, error_feedback=False)
     payload = psgd.encode(m)
-    spar = get_compressor("spar", budget_bytes=len(payload), error_feedback=False)
+    spar = get_compressor("spar", budget_bytes=len(payload), svd=svd, error_feedback=False)
     spar_payload = spar.encode(m)
     assert len(spar_payload) <= len(payload)
     assert rel_err(spar.decode(spar_payload), m) < rel_err(psgd.decode(payload), m)
@@ -76,7 +79,7 @@ def test_spar_beats_powersgd_at_equal_bytes_on_the_first_step():
 def test_full_rank_budget_reconstructs_exactly():
     m = power_law_factors(rank=4, d=16, n=2)
     # Every triplet of a thin matrix costs more than the dense matrix: give room for all of them.
-    c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", error_feedback=False)
+    c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", svd="gram", error_feedback=False)
     assert rel_err(c.decode(c.encode(m)), m) < 1e-5
 
 
@@ -90,3 +93,20 @@ def test_energy_per_byte_prefers_cheap_directions():
         return dict(zip(["narrow", "wide"], unpack("spar", p, 1 << 28).segments["counts"].tolist()))
     assert counts("energy_per_byte")["narrow"] >= counts("energy")["narrow"]
     assert counts("energy_per_byte")["narrow"] > 0
+
+
+def test_sketch_finds_the_exact_spectrum_of_a_low_rank_factor():
+    # Rank-3 factors and a sketch of 8: the range finder captures them exactly, so the sketch and
+    # the Gram path select the same triplets and reconstruct to float precision.
+    g = torch.Generator().manual_seed(5)
+    m = {f"f{i}": torch.randn(16, 3, generator=g) @ torch.randn(3, 40, generator=g) for i in range(3)}
+    for svd in ("sketch", "gram"):
+        c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", svd=svd, error_feedback=False)
+        assert rel_err(c.decode(c.encode(m)), m) < 1e-5
+
+
+def test_bad_svd_options():
+    with pytest.raises(ValueError, match="svd must be"):
+        get_compressor("spar", svd="qr")
+    with pytest.raises(ValueError, match="sketch must be"):
+        get_compressor("spar", sketch=0)

@@ -132,8 +132,10 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
             progress and progress(rows[-1])
         for frac in budgets:
             label = f"{frac:.2%}"
-            for name, opts in (("spar", {"budget": frac}), ("topk", {"budget": frac})):
-                rows.append(measure(kind, grads, name, label, repeats, **opts))
+            for name, opts in (("spar", {"budget": frac}), ("spar", {"budget": frac, "svd": "gram"}),
+                               ("topk", {"budget": frac})):
+                row = measure(kind, grads, name, label, repeats, **opts)
+                rows.append(_relabel(row, "spar (gram)") if opts.get("svd") else row)
                 progress and progress(rows[-1])
             psgd = measure(kind, grads, "powersgd", label, repeats, rank=powersgd_rank_for(grads, frac))
             rows.append(psgd)

@@ -1,7 +1,9 @@
 """`spar`: spectral budget allocation across all LoRA factors, with error feedback (ALGORITHMS.md 2).
 
-Per factor, M = G + E is thin (one side is the LoRA rank r), so its spectrum comes from the
-small Gram matrix (r x r) by `eigh`. Every singular triplet of every factor is pooled, scored
+Per factor, M = G + E is thin (one side is the LoRA rank r). Its leading singular triplets come
+from a randomised sketch (`svd="sketch"`, the default: top `sketch` triplets, warm-started from
+the previous update) or exactly from the small r x r Gram matrix (`svd="gram"`). Every
+candidate triplet of every factor is pooled, scored
 by the energy it captures (sigma^2, or sigma^2 per byte), and taken greedily until the byte
 budget is spent. A triplet costs (a + b) values in `dtype` plus an fp32 sigma; the per-factor
 counts (int16) and the container header are reserved first, and the finished payload is
@@ -25,21 +27,39 @@ class SparCompressor(BudgetedCompressor):
     """Global greedy selection of singular triplets under one byte budget."""
 
     name = "spar"
-    options = {"dtype": "fp16", "select": "energy"}
+    # svd: "gram" computes every factor's exact spectrum from its r x r Gram matrix (2r flops per
+    # gradient element); "sketch" estimates the top `sketch` triplets with a randomised range
+    # finder (~4 * sketch flops per element), warm-started from the previous update's directions
+    # (subspace iteration across steps, as PowerSGD does), so error feedback absorbs what it misses.
+    # The sketch caps a factor at `sketch` directions; a budget large enough to buy every
+    # sketched triplet therefore switches that update to the exact path.
+    options = {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8,
+               "warm_start": True, "seed": 0}
 
     def _validate(self) -> None:
         super()._validate()
         self.dtype = check_wire_dtype(self.name, self.config["dtype"])
         if self.config["select"] not in _SELECTIONS:
             raise OptionError(f"{self.name}: select must be one of {list(_SELECTIONS)}, got {self.config['select']!r}")
+        if self.config["svd"] not in ("gram", "sketch"):
+            raise OptionError(f"{self.name}: svd must be 'gram' or 'sketch', got {self.config['svd']!r}")
+        sketch = self.config["sketch"]
+        if not isinstance(sketch, int) or isinstance(sketch, bool) or sketch < 1:
+            raise OptionError(f"{self.name}: sketch must be a positive integer, got {sketch!r}")
+        self.omega: dict[str, torch.Tensor] = {}     # warm start of the sketch, per factor (b, p)
+        self.generator = torch.Generator().manual_seed(int(self.config["seed"]))
 
     def _compress(self, m):
         layout = [(n, tuple(t.shape)) for n, t in m.items()]
         for name, shape in layout:
             if len(shape) != 2:
                 raise ValueError(f"{self.name}: {name!r} is not a matrix (shape {shape})")
-        spectra = _spectra(m)                       # name -> (eigenvalues desc, short-side eigenvectors)
         budget = self.budget_for([s for _, s in layout])
+        # A budget that could pay for every sketched triplet would be capped by the sketch:
+        # such updates take the exact path.
+        sketch_cost = sum(min(self.config["sketch"], *shape) * self._cost(shape) for _, shape in layout)
+        exact = self.config["svd"] == "gram" or budget >= sketch_cost
+        spectra = _gram_spectra(m) if exact else self._sketch_spectra(m)
         counts = self._select(layout, spectra, budget)
         while True:
             segments = self._segments(m, layout, spectra, counts)
@@ -59,7 +79,7 @@ class SparCompressor(BudgetedCompressor):
         left = budget - header_bytes(self.name, layout, worst_specs) - 2 * n
         if left < 0:
             raise ValueError(f"{self.name}: budget of {budget} bytes is below the payload's fixed overhead")
-        energy = [spectra[name][0].numpy() for name, _ in layout]
+        energy = [spectra[name].energy.numpy() for name, _ in layout]
         factor = np.concatenate([np.full(len(e), i) for i, e in enumerate(energy)])
         index = np.concatenate([np.arange(len(e)) for e in energy])
         cost = np.concatenate([np.full(len(e), self._cost(shape)) for e, (_, shape) in zip(energy, layout)])
@@ -82,19 +102,44 @@ class SparCompressor(BudgetedCompressor):
         return counts
 
     def _drop_weakest(self, layout, spectra, counts: list[int]) -> None:
-        taken = [(spectra[name][0][counts[i] - 1].item(), i) for i, (name, _) in enumerate(layout) if counts[i]]
+        taken = [(spectra[name].energy[counts[i] - 1].item(), i) for i, (name, _) in enumerate(layout) if counts[i]]
         if not taken:
             raise ValueError(f"{self.name}: budget too small for an empty payload")
         counts[min(taken)[1]] -= 1
 
     def _segments(self, m, layout, spectra, counts) -> list[Segment]:
-        picked = [_selected_vectors(m, spectra, name, k) for (name, _), k in zip(layout, counts) if k]
+        picked = [spectra[name].top(k) for (name, _), k in zip(layout, counts) if k]
         wire = DTYPES[self.dtype][0]
         cat = lambda xs, dt: torch.cat(xs).to(dt) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
         return [Segment("counts", "int16", torch.tensor(counts, dtype=torch.int16)),
                 Segment("sigma", "fp32", cat([s for s, _, _ in picked], torch.float32)),
                 Segment("left", self.dtype, cat([u.reshape(-1) for _, u, _ in picked], wire)),
                 Segment("right", self.dtype, cat([v.reshape(-1) for _, _, v in picked], wire))]
+
+    def _sketch_spectra(self, m) -> dict[str, _SketchSpectrum]:
+        """Randomised range finder per factor: Y = M W, Q = orth(Y), B = Q^T M, then B's SVD
+        from its p x p Gram matrix (all factors' in one batched eigh). W is last update's right
+        vectors where there are any: one subspace iteration per update."""
+        sketches = []
+        for name, t in m.items():
+            p = min(self.config["sketch"], *t.shape)
+            w = self.omega.get(name)
+            if w is None or w.shape != (t.shape[1], p):
+                w = torch.randn(t.shape[1], p, generator=self.generator)
+            q = torch.linalg.qr(t @ w).Q                                 # (a, p) orthonormal
+            bmat = q.T @ t                                               # (p, b)
+            sketches.append((name, q, bmat, bmat @ bmat.T))
+        out = {}
+        for size in {g.shape[0] for _, _, _, g in sketches}:
+            group = [x for x in sketches if x[3].shape[0] == size]
+            evals, evecs = torch.linalg.eigh(torch.stack([g for _, _, _, g in group]))
+            for (name, q, bmat, _), w2, z in zip(group, evals.flip(-1).clamp_min(0), evecs.flip(-1)):
+                out[name] = _SketchSpectrum(q, bmat, w2, z)
+                if self.config["warm_start"]:
+                    # B's rows span the right singular subspace found: next update's sketch
+                    # starts there (no need to orthonormalise: the QR of M W does that).
+                    self.omega[name] = bmat.T
+        return out
 
     def _reconstruct(self, p: Unpacked):
         out = zeros_for(p.tensors)
@@ -120,12 +165,40 @@ class SparCompressor(BudgetedCompressor):
                 self.name, "segments longer than the counts say")
 
 
-def _spectra(m: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """name -> (sigma^2 descending (s,), short-side eigenvectors as columns (s, s)), s = min(a, b).
+class _GramSpectrum:
+    """Exact spectrum of a thin factor from its short-side Gram matrix."""
 
-    One small Gram matrix per factor (reads the factor once, allocates s x s), then one batched
-    eigh per Gram size. Stacking the factors themselves would copy the whole adapter.
-    """
+    def __init__(self, mat: torch.Tensor, evals: torch.Tensor, evecs: torch.Tensor):
+        self.mat, self.energy, self.evecs = mat, evals, evecs    # sigma^2 descending; columns
+
+    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(sigma (k,), left (k, a), right (k, b)). The long-side vectors are M^T u (or M v);
+        their norms are sigma measured on M itself, not the root of a Gram eigenvalue."""
+        short = self.evecs[:, :k]                                       # (s, k) orthonormal
+        left_is_short = self.mat.shape[0] <= self.mat.shape[1]
+        long = (self.mat.T if left_is_short else self.mat) @ short      # (long side, k)
+        norms = long.norm(dim=0)
+        unit = (long / torch.where(norms > 0, norms, torch.ones_like(norms))).T
+        return (norms, short.T, unit) if left_is_short else (norms, unit, short.T)
+
+
+class _SketchSpectrum:
+    """Top-p triplets of Q Q^T M from the sketch B = Q^T M = Z diag(s) V^T (Z, s from B B^T)."""
+
+    def __init__(self, q: torch.Tensor, bmat: torch.Tensor, evals: torch.Tensor, evecs: torch.Tensor):
+        self.q, self.bmat, self.z = q, bmat, evecs
+        self.energy = evals                                              # s^2 descending, (p,)
+
+    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        z = self.z[:, :k]
+        sigma = self.energy[:k].sqrt()
+        right = (z.T @ self.bmat) / torch.where(sigma > 0, sigma, torch.ones_like(sigma))[:, None]
+        return sigma, (self.q @ z).T, right                              # (k,), (k, a), (k, b)
+
+
+def _gram_spectra(m: dict[str, torch.Tensor]) -> dict[str, _GramSpectrum]:
+    """One small Gram matrix per factor (reads the factor once, allocates s x s, s = min(a, b)),
+    then one batched eigh per Gram size. Stacking the factors themselves would copy the adapter."""
     grams: dict[int, list[tuple[str, torch.Tensor]]] = {}
     for name, t in m.items():
         gram = t @ t.T if t.shape[0] <= t.shape[1] else t.T @ t
@@ -133,22 +206,6 @@ def _spectra(m: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.
     out = {}
     for entries in grams.values():
         evals, evecs = torch.linalg.eigh(torch.stack([g for _, g in entries]))   # ascending
-        evals, evecs = evals.flip(-1).clamp_min(0), evecs.flip(-1)
-        for i, (name, _) in enumerate(entries):
-            out[name] = (evals[i], evecs[i])
+        for (name, _), w, z in zip(entries, evals.flip(-1).clamp_min(0), evecs.flip(-1)):
+            out[name] = _GramSpectrum(m[name], w, z)
     return out
-
-
-def _selected_vectors(m, spectra, name: str, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sigma (k,), left (k, a), right (k, b)) of the top-k directions of factor `name`.
-
-    The long-side vectors are M^T u (or M v); their norms are sigma measured on M itself rather
-    than the square root of a Gram eigenvalue.
-    """
-    t = m[name]
-    short = spectra[name][1][:, :k]                                   # (s, k) orthonormal
-    left_is_short = t.shape[0] <= t.shape[1]
-    long = (t.T if left_is_short else t) @ short                      # (long side, k)
-    norms = long.norm(dim=0)
-    unit = (long / torch.where(norms > 0, norms, torch.ones_like(norms))).T
-    return (norms, short.T, unit) if left_is_short else (norms, unit, short.T)
