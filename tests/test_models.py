@@ -44,3 +44,13 @@ def test_byte_tokenizer_round_trip():
     ids = tok.encode("(1) Ann is a knight", add_bos=True, add_eos=True)
     assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
     assert tok.decode(ids[1:]) == "(1) Ann is a knight"
+
+
+def test_a_local_hugging_face_folder_loads_like_a_named_config(tmp_path):
+    from trainers.models import build_base_model
+
+    named = build_base_model("micro", seed=4)
+    named.save_pretrained(tmp_path)
+    loaded = build_base_model(str(tmp_path))
+    assert all(torch.equal(a, b) for a, b in zip(named.state_dict().values(), loaded.state_dict().values()))
+    assert not any(p.requires_grad for p in loaded.parameters())
