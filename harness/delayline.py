@@ -52,9 +52,13 @@ SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
 PR_SET_PDEATHSIG, PR_SET_TIMERSLACK = 1, 29
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+NICE = -10
 RCVBUF_BYTES = 64 << 20       # ~0.5 M metadata messages: absorbs bursts while we sleep
 _HDR = struct.Struct("=IHHII")   # nlmsghdr: len, type, flags, seq, pid
 _NFGEN = struct.Struct("!BBH")   # nfgenmsg: family, version, res_id (queue number, big endian)
+_LEN_TYPE = struct.Struct("=IH")  # nlmsghdr length and type
+# res_id at offset 18; then the first attribute, NFQA_PACKET_HDR: nlattr (4 bytes), packet_id (be32)
+_QNUM_ID = struct.Struct("!H4xI")
 
 
 @dataclass
@@ -66,7 +70,7 @@ class Queue:
     ge: tuple[float, float, float, float] | None = None   # p, r, bad_loss, good_loss (fractions)
     netns: str | None = None                                # namespace whose netfilter feeds this queue
     sock: socket.socket | None = None
-    pending: deque = field(default_factory=deque)          # (release_time, packet_id)
+    pending: deque = field(default_factory=deque)          # [release_time, last packet_id]
     last_release: float = 0.0
     bad: bool = False                                       # Gilbert-Elliott state
     stats: dict = field(default_factory=lambda: {"packets": 0, "ge_dropped": 0})
@@ -128,35 +132,41 @@ class DelayLine:
         q.sock.send(_msg(kind, q.num, _attr(NFQA_VERDICT_HDR, struct.pack("!II", verdict, packet_id))))
 
     def _drain(self, sock: socket.socket) -> None:
-        """Read every queued packet notification without blocking; schedule each one."""
+        """Read every queued packet notification without blocking; schedule each one.
+        This is the hot loop (one pass per packet at up to ~100 k packets/s): no calls but
+        two unpack_from per packet."""
         now = time.monotonic()
+        buf, head, ids, queues = self.buf, _LEN_TYPE.unpack_from, _QNUM_ID.unpack_from, self.queues
+        packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
         while True:
             try:
-                n = sock.recv_into(self.buf, 0, socket.MSG_DONTWAIT)
+                n = sock.recv_into(buf, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             off = 0
-            while off + _HDR.size <= n:
-                length, mtype, _, _, _ = _HDR.unpack_from(self.buf, off)
-                if length < _HDR.size:
+            while off + 16 <= n:
+                length, mtype = head(buf, off)
+                if length < 16:
                     break
-                if mtype == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
-                    self._on_packet(off, now)
+                if mtype == packet_type:
+                    qnum, packet_id = ids(buf, off + 18)
+                    q = queues.get(qnum)
+                    if q is not None:
+                        self._schedule(q, packet_id, now)
                 off += (length + 3) & ~3
 
-    def _on_packet(self, off: int, now: float) -> None:
-        (qnum,) = struct.unpack_from("!H", self.buf, off + 18)
-        # the kernel puts NFQA_PACKET_HDR first: nlattr(4) then packet_id (be32)
-        (packet_id,) = struct.unpack_from("!I", self.buf, off + 24)
-        q = self.queues.get(qnum)
-        if q is None:
-            return
+    def _schedule(self, q: Queue, packet_id: int, now: float) -> None:
         q.stats["packets"] += 1
         if q.ge is not None and q.ge_drop():
             q.stats["ge_dropped"] += 1
             self._verdict(q, packet_id, NF_DROP, batch=False)
             return
-        q.pending.append((q.release_time(now), packet_id))
+        release = q.release_time(now)
+        pending = q.pending
+        if pending and pending[-1][0] == release:
+            pending[-1][1] = packet_id     # same release time (same read, no jitter): one entry
+        else:
+            pending.append([release, packet_id])
 
     def _release_due(self) -> float | None:
         """Accept everything due now (one batch verdict per queue); return the next due time."""
@@ -229,6 +239,12 @@ def _prctl_setup() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)    # 1 us: wake-ups land on the release time
+    # Ahead of ordinary processes: a delay line that waits for a CPU adds that wait to every
+    # packet it holds (and overflows its kernel queue). Root only; without it we run as is.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+    except OSError:
+        pass
 
 
 def main(argv: list[str]) -> int:

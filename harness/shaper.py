@@ -70,6 +70,7 @@ HTB_QUANTUM = 60000          # one class per device: quantum only matters to sil
 DEFAULT_LEAF_LIMIT = 1000    # packets, the veth txqueuelen a plain HTB leaf would get
 SIZING_RATE_BIT_S = 1e9      # what an unlimited direction is assumed to carry when sizing queues
 MAX_QUEUE_PKTS = 65536
+DELAYLINE_SLACK_S = 0.05     # scheduling lag a delay line's kernel queue absorbs (busy 2-core box)
 READY_TIMEOUT_S = 10.0
 
 
@@ -108,6 +109,14 @@ def bdp_packets(link: LinkDir, factor: float = 1.5) -> int:
     rate = link.rate_bit_s or SIZING_RATE_BIT_S
     pkts = rate * (link.delay_s + link.jitter_s) / (8 * MTU_BYTES)
     return int(min(MAX_QUEUE_PKTS, max(DEFAULT_LEAF_LIMIT, math.ceil(pkts * factor))))
+
+
+def delay_queue_packets(link: LinkDir) -> int:
+    """Kernel queue for a delay line: what arrives at the link rate during delay + jitter, plus
+    DELAYLINE_SLACK_S of scheduling lag (the process may wait for a CPU), twice over."""
+    rate = link.rate_bit_s or SIZING_RATE_BIT_S
+    pkts = rate * (link.delay_s + link.jitter_s + DELAYLINE_SLACK_S) / (8 * MTU_BYTES)
+    return int(min(MAX_QUEUE_PKTS, max(DEFAULT_LEAF_LIMIT, math.ceil(2 * pkts))))
 
 
 def _htb_ops(ns: str, dev: str, link: LinkDir) -> list[dict[str, Any]]:
@@ -152,7 +161,7 @@ def _delay_queue(num: int, direction: str, link: LinkDir, ns: str) -> dict[str, 
         return None
     ge = link.burst_loss
     return {"num": num, "dir": direction, "netns": ns, "delay_us": round(link.delay_s * 1e6),
-            "jitter_us": round(link.jitter_s * 1e6), "maxlen": bdp_packets(link, factor=2.0),
+            "jitter_us": round(link.jitter_s * 1e6), "maxlen": delay_queue_packets(link),
             "ge": None if ge is None else [ge.p_frac, ge.r_frac, ge.bad_loss_frac, ge.good_loss_frac]}
 
 
