@@ -105,6 +105,10 @@ def _fmt(v, kind: str = "") -> str:
     return str(v)
 
 
+def _count(v) -> str:
+    return "-" if v is None or pd.isna(v) else str(int(v))
+
+
 def _rate(bit_s: float) -> str:
     for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
         if bit_s >= div:
@@ -120,7 +124,7 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for _, r in comp.iterrows():
         link = "localhost (unshaped)" if not r.get("emulated", True) else (
             f"{r['profile']}: {_fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
-            f"{', ' + str(round(r['delay_s'] * 1e3, 3)) + 'ms' if r.get('delay_s') else ''}"
+            f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
             f"{', loss ' + _fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
         rows.append([link, _fmt(r.get("workers")), r["variant"], f"{r['seeds']} x {r['updates'] // max(1, r['seeds'])}",
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
@@ -166,7 +170,7 @@ def build(paths: Iterable[str | Path]) -> tuple[str, pd.DataFrame]:
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent"]
-    crow = [[c["run_id"], c["cell"], c["status"], f"{c['updates_done']} / {c['updates_planned']}",
+    crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
              str(c["hash_checks"]), "yes" if c["consistent"] else "NO"] for _, c in cells.iterrows()]
     md += [markdown_table(ch, crow), ""]
     return "\n".join(md), comp

@@ -1,0 +1,94 @@
+"""`harness run` / `sweep` / `report` / `plot` reject bad input: one line naming the problem, exit 2,
+nothing built (no results folder, no namespace)."""
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from harness import config
+from harness.cli import app
+
+BAD_RUN = [
+    (["--method", "nope"], "--method: unknown method 'nope'"),
+    (["--method", ""], "--method: no method given"),
+    (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
+    (["--budget", "0%"], "--budget: '0%' is outside (0, 100%]"),
+    (["--budget", "150%"], "--budget"),
+    (["--budget", "abc"], "--budget"),
+    (["--workers", "0"], "--workers: 0 must be a positive integer"),
+    (["--workers", "-3"], "--workers: -3 must be a positive integer"),
+    (["--workers", "251"], "--workers: 251 must be at most 250"),
+    (["--updates", "0"], "--updates: 0 must be a positive integer"),
+    (["--bw", "10foo"], "--bw:"),
+    (["--bw", "-5mbit"], "--bw:"),
+    (["--delay", "20 parsecs"], "--delay:"),
+    (["--loss", "0.1"], "--loss:"),
+    (["--jitter", "5ms", "--delay", "1ms"], "jitter"),
+    (["--seeds", "1,x"], "--seeds:"),
+    (["--seeds", "1,1"], "--seeds:"),
+    (["--pipeline", "2"], "--pipeline: 2 must be 0 or 1"),
+    (["--model", "/no/such/model"], "--model: '/no/such/model'"),
+    (["--objective", "ppo"], "--objective: 'ppo' is unknown"),
+    (["--profile", "nowhere"], "--profile:"),
+    (["--profile", "heterogeneous-edge", "--bw", "10mbit"], "--bw: contradicts profile 'heterogeneous-edge'"),
+    (["--backend", "magic"], "--backend: 'magic' is unknown"),
+    (["--run-id", "../escape"], "--run-id:"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_RUN, ids=[" ".join(a) for a, _ in BAD_RUN])
+def test_run_rejects_bad_input(tmp_path, args, message):
+    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    result = CliRunner().invoke(app, ["run", "--out", str(tmp_path / "results"), *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert not (tmp_path / "results").exists()
+    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    assert after == before
+
+
+def test_flags_override_the_profile_and_are_parsed_once():
+    cfg = config.build(bw="20mbit", delay="5ms", loss="0.1%", workers=3, seeds="1,2")
+    prof = cfg.load_profile()
+    link = prof.link("w3").down
+    assert (link.rate_bit_s, link.delay_s, link.loss_frac) == (20e6, 0.005, 0.001)
+    assert cfg.rate_bit_s == 20e6 and cfg.seeds == (1, 2) and cfg.overrides["rate"] == "20mbit"
+    assert [v.label for v in cfg.variants] == ["spar@1.6%", "full"]
+    assert [v.label for v in config.build(method="full,int8", baseline=True).variants] == ["full", "int8"]
+    assert [v.label for v in config.build(method="spar", baseline=False).variants] == ["spar@1.6%"]
+    with pytest.raises(Exception):
+        cfg.workers = 5  # frozen
+
+
+def test_dry_run_prints_plan_and_builds_nothing(tmp_path):
+    result = CliRunner().invoke(app, ["run", "--dry-run", "--bw", "20mbit", "--workers", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert '"rate_bit_s": 20000000.0' in result.stdout and "cell full-s1" in result.stdout
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the message a non-root user gets")
+def test_without_root_points_to_no_emulation(tmp_path):
+    result = CliRunner().invoke(app, ["run", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--no-emulation" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd", ["report", "plot"])
+def test_report_and_plot_reject_a_folder_that_is_not_a_run(tmp_path, cmd):
+    result = CliRunner().invoke(app, [cmd, str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "not a run or sweep folder" in result.stderr
+    result = CliRunner().invoke(app, [cmd, str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "no such results folder" in result.stderr
+
+
+def test_sweep_rejects_a_bad_grid_point(tmp_path):
+    result = CliRunner().invoke(app, ["sweep", "--bw", "10mbit,fast", "--out", str(tmp_path / "s"), "--no-emulation"])
+    assert result.exit_code == 2 and "grid point" in result.stderr and "--bw" in result.stderr
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("bw: [10mbit]\ncolour: red\n")
+    result = CliRunner().invoke(app, ["sweep", "--grid", str(grid), "--out", str(tmp_path / "s")])
+    assert result.exit_code == 2 and "unknown key 'colour'" in result.stderr
+    assert not (tmp_path / "s").exists()

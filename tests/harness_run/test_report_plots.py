@@ -1,0 +1,167 @@
+"""Tables, report and figures rebuilt from checked-in results folders (real runs, no training here).
+
+tests/fixtures/runs/ holds the raw files of real `harness run` / `harness sweep` runs on the
+emulated network (config.json, meta.json, the services' event files, summary.json, links.csv):
+    run-spar-20mbit/  spar@1.6% and full, 2 workers, 3 updates, seeds 1,2, 20mbit + 5ms, pipeline 1
+    sweep-bw/         spar@1.6% and full at 10mbit and 50mbit, 2 workers, 3 updates, seed 1
+    run-interrupted/  a run stopped with SIGINT during its first cell (partial, marked incomplete)
+Every expected value below is recomputed from the raw event files, independently of harness.results.
+"""
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness import plots, report, results
+from harness.cli import app
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+RUN, SWEEP, PARTIAL = FIXTURES / "run-spar-20mbit", FIXTURES / "sweep-bw", FIXTURES / "run-interrupted"
+REQUIRED = ["method", "seed", "update", "seconds_per_update", "train_s", "encode_s", "send_update_s",
+            "decode_replay_s", "worker_rollout_s", "payload_bytes_down", "wire_bytes_down", "payload_bytes_up",
+            "wire_bytes_up", "lag", "quality", "quality_metric"]
+
+
+def learner_rows(cell: Path) -> list[dict]:
+    return [json.loads(line) for line in (cell / "events-learner.jsonl").read_text().splitlines()
+            if '"kind": "update"' in line]
+
+
+@pytest.fixture()
+def run_copy(tmp_path):
+    shutil.copytree(RUN, tmp_path / RUN.name)
+    return tmp_path / RUN.name
+
+
+def test_updates_table_has_one_row_per_method_seed_update():
+    df = results.load(RUN)
+    assert set(REQUIRED) <= set(df.columns)
+    assert len(df) == 2 * 2 * 3
+    assert sorted(df.groupby(["method", "seed"]).size().items()) == [(("full", 1), 3), (("full", 2), 3),
+                                                                     (("spar", 1), 3), (("spar", 2), 3)]
+    for cell in (RUN / "cells").iterdir():
+        raw = learner_rows(cell)
+        got = df[df["cell"] == cell.name].sort_values("update")
+        assert list(got["seconds_per_update"]) == [r["seconds_per_update"] for r in raw]
+        assert list(got["payload_bytes_down"]) == [r["update_payload_bytes"] for r in raw]
+        assert list(got["wire_bytes_down"]) == [sum(r["update_frame_bytes"].values()) for r in raw]
+        assert list(got["train_s"]) == [r["durations_s"]["train"] for r in raw]
+        assert list(got["lag"]) == [r["lag"] for r in raw]
+
+
+def test_comparison_values_match_the_event_files():
+    comp = report.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    spu = {m: statistics.median(r["seconds_per_update"] for c in (RUN / "cells").glob(f"{m}-*")
+                                for r in learner_rows(c)) for m in ("spar", "full")}
+    payload = {m: learner_rows(next((RUN / "cells").glob(f"{m}-*")))[0]["update_payload_bytes"] for m in spu}
+    assert comp.loc["spar", "s_per_update_median"] == pytest.approx(spu["spar"])
+    assert comp.loc["full", "s_per_update_median"] == pytest.approx(spu["full"])
+    assert comp.loc["spar", "speedup"] == pytest.approx(spu["full"] / spu["spar"])
+    assert comp.loc["full", "speedup"] == pytest.approx(1.0)
+    assert comp.loc["spar", "fraction_of_full"] == pytest.approx(payload["spar"] / payload["full"])
+    assert payload["spar"] < 0.02 * payload["full"]   # the 1.6 % budget is of the bf16 adapter; full ships fp32
+    assert comp["consistent"].all() and comp["complete"].all()
+    assert (comp["seeds"] == 2).all()
+    link = comp.loc["full", "link_bytes_down_per_update"]
+    assert link > comp.loc["full", "wire_bytes_down"]  # IP/TCP headers on top of the frames
+
+
+def test_report_md_shows_the_table(run_copy):
+    path = report.write(run_copy)
+    md = path.read_text()
+    comp = report.comparison(results.load(run_copy), results.load_cells(run_copy)).set_index("method")
+    assert "| paper-62.5mbit: 20mbit, 5ms [fallback] | 2 | spar@1.6% | 2 x 3 |" in md
+    assert f"| {comp.loc['spar', 'speedup']:.2f}x |" in md
+    assert "| 348 |" in md and "| 77,972 |" in md and "0.45%" in md
+    assert "INCOMPLETE" not in md and "backend `fallback`" in md
+    assert (run_copy / "report.html").read_text().count("<tr>") == 3
+
+
+def test_sweep_report_is_one_table_compared_per_bandwidth():
+    comp = report.comparison(results.load(SWEEP), results.load_cells(SWEEP))
+    assert sorted(comp["rate_bit_s"].unique()) == [10e6, 50e6]
+    for rate, g in comp.groupby("rate_bit_s"):
+        g = g.set_index("method")
+        assert g.loc["spar", "speedup"] == pytest.approx(g.loc["full", "s_per_update_median"]
+                                                         / g.loc["spar", "s_per_update_median"])
+    md, _ = report.build([SWEEP])
+    assert md.count("## Seconds per update") == 1 and "10mbit" in md and "50mbit" in md
+
+
+def test_physical_floor_holds_in_the_fixture_runs():
+    df = results.load(SWEEP)
+    full = df[df["method"] == "full"]
+    floor = full["payload_bytes_down"] * 8 / full["rate_bit_s"]
+    assert (full["seconds_per_update"] >= floor).all()
+
+
+def test_interrupted_run_is_reported_as_incomplete(tmp_path):
+    shutil.copytree(PARTIAL, tmp_path / "p")
+    md = report.write(tmp_path / "p").read_text()
+    assert "INCOMPLETE" in md
+    cells = results.load_cells(tmp_path / "p")
+    assert not cells["complete"].all()
+
+
+def pdf_fonts_are_type42(pdf: Path) -> bool:
+    data = pdf.read_bytes()
+    return b"/FontFile2" in data and b"/Subtype /Type3" not in data and b"/Subtype/Type3" not in data
+
+
+def test_figures_are_written_with_type42_fonts(run_copy):
+    files = plots.write(run_copy)
+    names = {p.stem for p in files}
+    assert names == {"seconds_vs_bandwidth", "phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput"}
+    for p in files:
+        assert p.stat().st_size > 1000
+        if p.suffix == ".pdf":
+            assert pdf_fonts_are_type42(p), p
+        else:
+            assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_style_per_method_across_figures():
+    assert plots.style("spar") == plots.style("spar") != plots.style("full")
+    assert plots.style("some-new-method") == plots.style("some-new-method")
+    colours = [c for c, _ in plots.METHOD_STYLE.values()]
+    assert len(set(colours)) == len(colours)
+
+
+def test_pareto_front():
+    pts = pd.DataFrame({"bytes": [10, 100, 1000, 50], "quality": [0.1, 0.5, 0.4, 0.05]})
+    front = plots.pareto(pts, higher_is_better=True)
+    assert list(front["bytes"]) == [10, 100]
+    front = plots.pareto(pts, higher_is_better=False)
+    assert list(front["bytes"]) == [10, 50]  # 50 bytes buys a lower loss than 10
+
+
+@pytest.mark.parametrize("cmd", ["report", "plot"])
+def test_commands_rebuild_from_the_folder(tmp_path, cmd):
+    shutil.copytree(SWEEP, tmp_path / "s")
+    result = CliRunner().invoke(app, [cmd, str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    if cmd == "report":
+        assert (tmp_path / "s" / "report.md").exists() and "spar@1.6%" in result.stdout
+    else:
+        assert len(list((tmp_path / "s" / "figures").glob("*.pdf"))) == 5
+
+
+def test_tables_written_as_parquet_and_csv(run_copy):
+    t = results.write_tables(run_copy)
+    back = pd.read_parquet(run_copy / "updates.parquet")
+    pd.testing.assert_frame_equal(back, t["updates"], check_dtype=False)
+    assert len(pd.read_csv(run_copy / "updates.csv")) == len(back)
+    summary = json.loads((run_copy / "summary.json").read_text())
+    assert summary["complete"] and {m["variant"] for m in summary["methods"]} == {"spar@1.6%", "full"}
+
+
+def test_results_side_imports_neither_torch_nor_trainers():
+    code = ("import sys, harness.results, harness.report, harness.plots; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainers')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
