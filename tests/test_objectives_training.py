@@ -104,3 +104,16 @@ def test_short_training_run_learns(name, task, cache, teacher):
     for n, p in policy.named_parameters():  # the base stayed frozen throughout
         if n in frozen:
             assert torch.equal(p, frozen[n]), n
+
+
+def test_load_teacher_from_a_local_checkpoint(tmp_path):
+    from trainers.objectives.teacher import load_teacher
+    saved = build_base_model("micro", seed=4)
+    saved.save_pretrained(tmp_path / "ckpt")
+    loaded = load_teacher(str(tmp_path / "ckpt"))
+    ids = torch.tensor([[257, 1, 2, 3]])
+    with torch.no_grad():
+        # same weights; the loaded model may pick another attention kernel (sdpa vs eager)
+        assert torch.allclose(loaded(input_ids=ids).logits, saved(input_ids=ids).logits, atol=1e-5)
+    with pytest.raises(ValueError, match="not a directory"):
+        load_teacher(str(tmp_path / "missing"))
