@@ -222,6 +222,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     try:
         with signals_raise(), network(cfg) as (topo, backend):
             doc["backend"] = backend
+            doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
             write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):
                 summary = _run_one(cfg, cell, run_dir, topo, token, progress)

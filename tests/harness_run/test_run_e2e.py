@@ -92,7 +92,8 @@ def test_full_is_no_faster_than_the_link_allows(e2e):
 
 
 def test_nothing_is_left_behind(e2e):
-    assert clean.leftovers() == []
+    rid = json.loads((e2e[3] / "meta.json").read_text())["netns_run_id"]
+    assert rid and clean.leftovers(rid) == []  # other runs (other tests) may be live: only ours must be gone
     assert processes_mentioning(str(e2e[3])) == []
 
 
@@ -111,7 +112,7 @@ def test_interrupt_tears_down_and_marks_the_run_incomplete(tmp_path):
     assert "partial results" in stderr
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "interrupted" and meta["complete"] is False
-    assert clean.leftovers() == []
+    assert meta["netns_run_id"] and clean.leftovers(meta["netns_run_id"]) == []
     assert processes_mentioning(str(run_dir)) == []
     md = (run_dir / "report.md").read_text()
     assert "INCOMPLETE" in md
