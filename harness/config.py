@@ -49,9 +49,9 @@ class RunConfig:
     variants: tuple[Variant, ...]            # the method(s) under test, the baseline appended last
     seeds: tuple[int, ...] = (1,)
     workers: int = 2
-    updates: int = 5
+    updates: int = 20
     depth: int = 0                            # pipelining depth (--pipeline)
-    model: str = "micro"
+    model: str = "tiny"
     task: str = "digits"
     objective: str = "grpo"
     problems_per_worker: int = 2
@@ -168,8 +168,8 @@ def _mentions(raw: Any, key: str) -> bool:
     return key in raw or any(_mentions(raw.get(d), key) for d in ("up", "down"))
 
 
-def build(*, method: str = "spar", budget: str | None = "1.6%", workers: int = 2, updates: int = 5,
-          seeds: str = "1", pipeline: int = 0, model: str = "micro", task: str = "digits",
+def build(*, method: str = "spar", budget: str | None = "1.6%", workers: int = 2, updates: int = 20,
+          seeds: str = "1,2", pipeline: int = 0, model: str = "tiny", task: str = "digits",
           objective: str = "grpo", profile: str | None = None, bw: str | None = None,
           delay: str | None = None, jitter: str | None = None, loss: str | None = None,
           baseline: bool = True, emulation: bool = True, backend: str | None = None,
