@@ -199,11 +199,13 @@ class Learner:
         # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
         # snapshot 0 is never shipped: it replays the log from there instead.
         base = max(v for v in self.snapshots if v <= version)
+        if not self.method.replay:  # full sync: the newest shipped adapter is the whole policy
+            base = max(version - 1, 0)
         welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
                    "snapshot_version": base}
         try:
             conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
-            if base > 0:
+            if base > 0 and self.method.replay:
                 conn.send(MessageType.SNAPSHOT, self.snapshots[base], base)
             for v in range(base + 1, version + 1):  # never skip: every logged update in order
                 conn.send(MessageType.UPDATE, self.log_msgs[v], v)
@@ -239,7 +241,7 @@ class Learner:
     def _record_hash(self, version: int) -> None:
         if self.method.replay:
             self.hashes[version] = (self.replica.policy_hash(), self.replica.optimizer_hash())
-        elif self.method.ship_dtype == torch.float32:
+        elif self.method.ship_dtype == torch.float32 or version == 0:  # version 0: built from the seed, not shipped
             self.hashes[version] = (self.replica.policy_hash(), None)
         else:  # workers sample with the adapter rounded to the ship dtype: that is the policy compared
             self.hashes[version] = (shipped_policy_hash(self.replica.adapter(), self.method.ship_dtype), None)

@@ -129,7 +129,9 @@ class Worker:
             return
         if frame.type != MessageType.UPDATE:
             raise WorkerError(f"unexpected {frame.type.name} from the learner")
-        if frame.version != v + 1:  # Adam's state depends on history: a gap is fatal, never skipped
+        # Replay: Adam's state depends on history, so a gap is fatal, never skipped. Full sync
+        # ships the whole policy: a late worker starts from the newest adapter.
+        if frame.version != v + 1 and (self.method.replay or frame.version <= v):
             raise WorkerError(f"version gap: holding {v}, received update {frame.version}")
         if self.method.replay:
             self.replica.step(self.decoder.decode(frame.body))
@@ -168,7 +170,7 @@ class Worker:
         p = self.params
         self.events.write("joined", version=welcome["version"], start_batch=welcome["start_batch"],
                           snapshot_version=welcome["snapshot_version"])
-        while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates
+        while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates (full: the newest)
             self.apply_next()
         self.report_hash()
         for t in range(welcome["start_batch"], p.updates):

@@ -14,6 +14,13 @@ from trainers.wire import MessageType
 METHODS = ("full", "identity", "spar")
 
 
+def adapter_bytes(rank: int) -> int:
+    """fp32 bytes of the micro model's LoRA adapter at `rank`."""
+    from trainers.models import LoraSpec, build_model, lora_parameters
+
+    return sum(p.numel() * 4 for p in lora_parameters(build_model("micro", LoraSpec(rank=rank))).values())
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """1 learner + 3 workers, 5 updates, for each method; every worker talks through a counting proxy."""
@@ -49,6 +56,14 @@ def test_identity_and_full_end_bit_identical(runs):
     # The policy hash covers the raw bytes of every adapter tensor.
     assert runs["identity"][1]["state_hashes"]["learner"] == runs["full"][1]["state_hashes"]["learner"]
     assert runs["spar"][1]["state_hashes"]["learner"] != runs["full"][1]["state_hashes"]["learner"]
+    # Same adapters at every version + rollouts seeded by (seed, worker, batch): the two runs
+    # sampled the same tokens and computed the same losses, in separate processes.
+    rows = {m: [r for r in runs[m][0].events("learner") if r["kind"] == "update"] for m in ("full", "identity")}
+    assert [r["loss"] for r in rows["full"]] == [r["loss"] for r in rows["identity"]]
+    assert [r["hash"] for r in rows["full"]] == [r["hash"] for r in rows["identity"]]
+    seeds = {m: [(r["batch"], r["seed"]) for r in runs[m][0].events("w2") if r["kind"] == "rollouts"]
+             for m in ("full", "identity")}
+    assert seeds["full"] == seeds["identity"] and len({s for _, s in seeds["full"]}) == 5
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -95,17 +110,20 @@ def test_rows_record_phases_and_depth0_lag_is_zero(runs):
 
 
 def test_pipelining_depth1_trains_with_lag_one(tmp_path):
-    with Cluster(tmp_path / "run", workers=2, method="identity", updates=5, depth=1) as c:
+    # full-bf16: workers sample with the bf16-rounded adapter, and that is the policy compared.
+    with Cluster(tmp_path / "run", workers=2, method="full-bf16", updates=5, depth=1) as c:
         s = c.wait()
-    assert s["consistent"] is True
+    assert s["consistent"] is True and s["optimizer_hashes"] is None
+    assert s["payload_bytes_per_update"]["update_payload"] < adapter_bytes(8) // 2 + 4096  # bf16 + the table
     rows = [r for r in c.events("learner") if r["kind"] == "update"]
     assert [r["lag"] for r in rows] == [0, 1, 1, 1, 1]  # warm-up: the first batch is on-policy
     assert all(r["policy_versions"] == {"w1": r["version"] - 1 - r["lag"], "w2": r["version"] - 1 - r["lag"]}
                for r in rows)
 
 
-def test_killed_worker_restarts_and_catches_up_by_snapshot_and_replay(tmp_path):
-    with Cluster(tmp_path / "run", workers=2, method="spar", updates=12, snapshot_every=2,
+@pytest.mark.parametrize("method", ["spar", "full"])
+def test_killed_worker_restarts_and_catches_up(tmp_path, method):
+    with Cluster(tmp_path / "run", workers=2, method=method, updates=12, snapshot_every=2,
                  learner_flags=["--worker-timeout", "120"]) as c:
         c.wait_for_version(5)
         c.procs["w2"].kill()
@@ -114,11 +132,18 @@ def test_killed_worker_restarts_and_catches_up_by_snapshot_and_replay(tmp_path):
         s = c.wait()
     assert s["complete"] and s["consistent"] is True
     assert s["state_hashes"]["w2"] == s["state_hashes"]["learner"]
-    assert s["optimizer_hashes"]["w2"] == s["optimizer_hashes"]["learner"]
     joins = [r for r in c.events("learner") if r["kind"] == "joined" and r["worker"] == 2]
     assert len(joins) == 2 and joins[1]["version"] >= 5
-    assert joins[1]["snapshot_version"] > 0 and joins[1]["snapshot_version"] % 2 == 0
-    assert joins[1]["replayed"] == joins[1]["version"] - joins[1]["snapshot_version"]
+    rejoined = [r for r in c.events("w2") if r["kind"] in ("joined", "update")]
+    rejoined = rejoined[[i for i, r in enumerate(rejoined) if r["kind"] == "joined"][1] + 1:]
+    if method == "spar":  # replay: the newest snapshot, then every logged update after it, in order
+        assert s["optimizer_hashes"]["w2"] == s["optimizer_hashes"]["learner"]
+        base = joins[1]["snapshot_version"]
+        assert base > 0 and base % 2 == 0 and joins[1]["replayed"] == joins[1]["version"] - base
+        assert rejoined[0]["type"] == "SNAPSHOT" and rejoined[0]["version"] == base
+        assert [r["version"] for r in rejoined[1:joins[1]["replayed"] + 1]] == list(range(base + 1, joins[1]["version"] + 1))
+    else:  # full sync: the newest adapter is the whole policy
+        assert rejoined[0]["type"] == "UPDATE" and rejoined[0]["version"] == joins[1]["version"]
     # The restarted worker's hash right after catching up was checked against the learner's.
     checks = [r for r in c.events("learner") if r["kind"] == "hash" and r["replica"] == "w2"
               and r["version"] == joins[1]["version"]]
@@ -129,7 +154,7 @@ def test_killed_worker_restarts_and_catches_up_by_snapshot_and_replay(tmp_path):
 def test_dead_and_silent_workers_are_dropped_after_the_timeout(tmp_path):
     # w3 is killed (its connection closes); w2 is SIGSTOPped (the connection stays open, nothing
     # arrives): the learner drops both after the timeout and finishes with w1.
-    with Cluster(tmp_path / "run", workers=3, method="identity", updates=8,
+    with Cluster(tmp_path / "run", workers=3, method="rank-2", updates=8,
                  learner_flags=["--worker-timeout", "3"]) as c:
         c.wait_for_version(2)
         c.procs["w3"].kill()
@@ -141,6 +166,8 @@ def test_dead_and_silent_workers_are_dropped_after_the_timeout(tmp_path):
     assert sorted(d["worker"] for d in s["dropped"]) == [2, 3]
     assert all("within 3.0 s" in d["reason"] for d in s["dropped"])
     assert set(s["state_hashes"]) == {"learner", "w1"}
+    # rank-2 ships the whole (small) adapter: 2/8 of the rank-8 adapter, plus the table.
+    assert adapter_bytes(2) < s["payload_bytes_per_update"]["update_payload"] < adapter_bytes(2) + 4096
     kinds = [r["kind"] for r in c.events("learner") if r.get("worker") == 3]
     assert kinds.index("disconnected") < kinds.index("dropped")
     assert "disconnected" not in [r["kind"] for r in c.events("learner") if r.get("worker") == 2]
