@@ -74,6 +74,9 @@ def test_topology_namespaces_addresses_and_offloads(topo2):
     assert links["eth0"]["addr_info"][0]["local"] == "10.88.2.2"
     assert {l["ifname"] for l in ip_json(topo2.router_ns, "link")} >= {"p0", "p1", "p2"}
     assert _connect(topo2, "w1", "learner") and _connect(topo2, "learner", "w2", 7001)
+    # one segment per skb: the qdisc never sees a GSO super-packet (HTB would release 64 KB bursts)
+    assert ip_json(topo2.nodes["w1"].netns, "-d", "link", "show", "eth0")[0]["gso_max_segs"] == 1
+    assert ip_json(topo2.router_ns, "-d", "link", "show", "p1")[0]["gso_max_segs"] == 1
     feats = ns_run(topo2.nodes["w1"].netns, ["ethtool", "-k", "eth0"]).stdout
     for feat in ("tcp-segmentation-offload: off", "generic-segmentation-offload: off", "generic-receive-offload: off"):
         assert feat in feats
@@ -175,6 +178,17 @@ def test_goodput_rtt_and_loss_within_targets():
         assert row.ok_goodput and row.ok_rtt and row.ok_loss, row
 
 
+def test_gilbert_elliott_burst_loss_in_delay_line():
+    """Up-link burst loss (p=5 %, r=20 %: mean 20 %, bursts of ~5) is applied by the delay line;
+    the down link stays loss-free. Wide margins: correlated loss has a larger variance."""
+    doc = {"defaults": {"rate": "20mbit", "delay": "2ms", "up": {"burst_loss": {"p": "5%", "r": "20%"}}}}
+    prof = profiles.from_doc(doc, "ge-live")
+    up, down = calibrate.calibrate(prof, 1, secs=1.0, rtt_count=10, loss_count=3000)
+    assert 0.12 <= up.loss_lost / up.loss_sent <= 0.28, up
+    assert up.loss_want == pytest.approx(0.2)
+    assert down.loss_lost <= 3, down
+
+
 def test_link_counters_sample_traffic(topo2, tmp_path):
     prof = profiles.load("paper-62.5mbit")
     with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")):
@@ -211,10 +225,11 @@ def test_sigkilled_controller_then_harness_clean_leaves_nothing():
     assert second.returncode == 0 and second.stdout.strip() == "nothing to clean"
 
 
-def test_sigterm_runs_teardown():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_runs_teardown(signum):
     proc, run_id = _start_holder("emulate")
     assert clean.leftovers(run_id)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     proc.wait(timeout=60)
     proc.stdout.close()
     assert clean.leftovers(run_id) == [] and clean.orphan_delaylines(run_id) == []
