@@ -19,8 +19,8 @@ learner.up.delay + worker.down.delay``. YAML layout::
       - {at: 30s, target: workers, up: {rate: 10mbit}}
 
 Schedule changes merge over the target's current keys the way a worker override does: a flat
-key in a change does not replace a per-direction key the target already sets (``w3`` above keeps
-its 5 Mbit/s uplink at 30 s and only its downlink drops to 20 Mbit/s).
+key in a change does not replace a per-direction key the target already sets (in
+heterogeneous-edge, ``w3`` keeps its 5 Mbit/s uplink at 30 s; only its downlink drops to 20 Mbit/s).
 
 Link keys: ``rate`` (tc rate, absent = unlimited), ``delay`` and ``jitter`` (tc time; jitter
 <= delay, uniform in [-jitter, +jitter] around the delay, never reordering), ``loss`` (percent,
