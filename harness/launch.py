@@ -159,7 +159,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
              progress: Callable[[Cell, Path], None]) -> dict:
     """Start the learner and the workers, wait for all of them; returns the learner's summary."""
     cell_dir.mkdir(parents=True, exist_ok=True)
-    env = service_env(token, Path(cfg.out_dir) / ".cache")
+    env = service_env(token, Path(cfg.out_dir).resolve() / ".cache")
     procs = Processes(spawn)
     py = sys.executable
     try:
@@ -211,7 +211,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted."""
     check_privileges(cfg)
-    run_dir = cfg.run_dir
+    run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", cfg.to_json())
     token = secrets.token_hex(16)

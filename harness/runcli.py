@@ -111,6 +111,9 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
     except (KeyboardInterrupt, SystemExit):
         print(f"interrupted: network torn down; partial results (marked incomplete) in {cfg.run_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
+        print(f"harness run failed: {err}; network torn down, partial results in {cfg.run_dir}", file=sys.stderr)
+        return EXIT_FAILED
     return finish(run_dir, quiet, as_json)
 
 
