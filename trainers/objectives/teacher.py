@@ -11,6 +11,16 @@ else `~/.cache/wan-harness/teachers`) in a file named by the hash of everything 
 determines them (task name and options, model name, seed, steps, batch, lr, data size, this
 module's recipe version), stored with safetensors (never pickle), written atomically.
 Every replica that asks for the same config gets bit-identical weights.
+
+CPU recipe (measured on this 2-core box; see the closing note of the tasks issue):
+- A LoRA-only student on a *random* base cannot fit a sharp teacher: the frozen random LM
+  head caps the logits (about +-1.3 for "micro"). Start the policy from a weakly trained
+  base instead, e.g. `attach_lora(build_teacher(task, "tiny", steps=60, lr=1e-3), spec)`,
+  and distil from `build_teacher(task, "tiny", steps=300, lr=1e-3)`.
+- "micro" (hidden 64) learns very little through LoRA in a few hundred steps; use "tiny"
+  for quality curves and "micro" for plumbing.
+- GRPO learns nothing on prompts where all G samples fail (zero advantage), so reward
+  curves on CPU need a base that already solves a fair share of the problems.
 """
 from __future__ import annotations
 
