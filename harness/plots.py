@@ -126,13 +126,14 @@ def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) -> list[Path]:
-    """Gantt chart of the first seed's first updates, one panel per method, one row per process."""
+    """Gantt chart of the first seed's first updates after start-up, one panel per method, one row per process."""
     variants = list(dict.fromkeys(phases["variant"])) if len(phases) else []
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.1 + 0.9 * max(1, len(variants))),
                              squeeze=False)
     for ax, variant in zip(axes[:, 0], variants):
         g = phases[(phases["variant"] == variant)]
-        g = g[(g["seed"] == g["seed"].min()) & (g["update"] <= max_updates) & (g["update"] >= 1)]
+        # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
+        g = g[(g["seed"] == g["seed"].min()) & (g["update"] <= max_updates + 1) & (g["update"] >= 2)]
         procs = sorted(g["process"].unique(), key=lambda p: (p != "learner", len(p), p))
         for i, proc in enumerate(procs):
             for _, r in g[g["process"] == proc].iterrows():
@@ -153,10 +154,10 @@ def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
     """Throughput of every worker link over time (first seed), one panel per method."""
     variants = list(dict.fromkeys(links["variant"])) if len(links) else []
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.2 + 1.3 * max(1, len(variants))),
-                             squeeze=False, sharey=True)
+                             squeeze=False)  # own y scale per panel: compressed methods move far fewer bits
     for ax, variant in zip(axes[:, 0], variants):
         g = links[(links["variant"] == variant)]
-        g = g[g["seed"] == g["seed"].min()]
+        g = g[(g["seed"] == g["seed"].min()) & (g["t_s"] >= 0)]  # samples before the learner started are idle
         for i, ((node, direction), h) in enumerate(g.groupby(["node", "direction"])):
             ax.plot(h["t_s"], h["throughput_bit_s"] / 1e6, label=f"{node} {direction}",
                     color=OKABE_ITO[i % len(OKABE_ITO)], linestyle="-" if direction == "down" else ":")
@@ -166,6 +167,7 @@ def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
     if not variants:
         axes[0, 0].text(0.5, 0.5, "no link counters (localhost run)", transform=axes[0, 0].transAxes, ha="center")
     axes[-1, 0].set_xlabel("seconds since the learner started")
+    fig.subplots_adjust(hspace=0.6)
     return _save(fig, out, "link_throughput")
 
 
