@@ -32,14 +32,17 @@ class EventLog:
         self.process = process
         self._lock = threading.Lock()
         self._file = open(self.path, "a", buffering=1)
+        self.seconds = 0.0  # time spent writing rows: part of the harness's own overhead
 
     def write(self, kind: str, **fields) -> dict:
+        t0 = time.perf_counter()
         row = {"kind": kind, "process": self.process, "t": time.monotonic(), **fields}
         line = json.dumps(row, sort_keys=True, default=str)
         with self._lock:
             if not self._file.closed:
                 self._file.write(line + "\n")
                 self._file.flush()
+            self.seconds += time.perf_counter() - t0
         return row
 
     def close(self) -> None:

@@ -85,6 +85,7 @@ class Learner:
         self.server = socket.create_server(listen, reuse_port=False)
         self.address = self.server.getsockname()[:2]
         self._stopping = False
+        self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
         self._record_hash(0)
 
     # ------------------------------------------------------------------ connections (threads)
@@ -172,6 +173,7 @@ class Learner:
 
     def on_frame(self, peer: Peer, frame: wire.Frame) -> None:
         if frame.type == MessageType.ROLLOUTS:
+            t0 = time.perf_counter()
             tensors, meta = wire.unpack_tensors(frame.body)
             batch = meta.get("batch")
             if type(batch) is not int or not 0 <= batch < self.params.updates:
@@ -182,6 +184,7 @@ class Learner:
             if batch > self.replica.version + self.params.depth + 1 or (batch, peer.worker) in self.pending:
                 raise WireError(f"rollouts for batch {batch} while at version {self.replica.version}")
             self.pending[(batch, peer.worker)] = (Rollouts.from_tensors(tensors), time.monotonic())
+            self.parse_seconds += time.perf_counter() - t0
         elif frame.type == MessageType.HASH:
             self.on_hash(peer.name, wire.unpack_json(frame.body))
         else:
@@ -231,6 +234,10 @@ class Learner:
         self.dropped.append({"worker": worker, "version": self.replica.version, "reason": reason})
         self.events.write("dropped", worker=worker, version=self.replica.version, reason=reason)
         log(PROCESS, f"dropped worker {worker} at version {self.replica.version}: {reason}")
+
+    def harness_seconds(self) -> float:
+        """Cumulative seconds of harness work outside the phase timers (framing, parsing, logging)."""
+        return self.counter.seconds + self.parse_seconds + self.events.seconds
 
     def forget_pending(self, worker: int) -> None:
         for key in [k for k in self.pending if k[1] == worker]:
@@ -341,7 +348,7 @@ class Learner:
         log(PROCESS, f"listening on {self.address[0]}:{self.address[1]}, method {p.method}, {p.workers} workers")
         self.wait_for_workers()
         pool = ThreadPoolExecutor(max_workers=max(1, p.workers))
-        last_done = time.monotonic()
+        last_done, last_harness = time.monotonic(), self.harness_seconds()
         for t in range(p.updates):
             timer = PhaseTimer()
             with timer.phase("idle"):  # waiting for rollouts: the learner's share of the critical path
@@ -359,14 +366,18 @@ class Learner:
             with timer.phase("send_update"):
                 written = self.broadcast(msg, version, pool)
             done = time.monotonic()
+            # The harness's own work this update: framing + checksums, parsing rollouts, hashing,
+            # snapshots, and writing the previous row; what the method's time must not include.
+            now_harness = self.harness_seconds()  # this row's own write is charged to the next row
+            harness = now_harness - last_harness + timer.durations.get("hash", 0.0)
             row = self.events.write(
                 "update", version=version, batch=t, **timer.row(), **info,
                 seconds_per_update=round(done - last_done, 6), update_payload_bytes=len(msg),
                 update_frame_bytes=written, workers=sorted(written), bytes=self.counter_delta(before),
                 rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
-                hash=self.hashes.get(version, (None,))[0])
+                hash=self.hashes.get(version, (None,))[0], harness_s=round(harness, 6))
             self.rows.append(row)
-            last_done = done
+            last_done, last_harness = done, now_harness
             self.pump(0)
         self.finish()
         pool.shutdown()
@@ -439,6 +450,9 @@ class Learner:
             "protocol": self.method.protocol, "workers": self.params.workers, "params": self.params.to_json(),
             "updates": final, "updates_planned": self.params.updates,
             "seconds_per_update_median": median(r["seconds_per_update"] for r in rows),
+            # framing, checksums, rollout validation, hashing, snapshots, event rows (learner side)
+            "harness_fraction_median": median(r["harness_s"] / r["seconds_per_update"] for r in rows
+                                              if r["seconds_per_update"] > 0),
             "payload_bytes_per_update": {
                 "update_payload": median(r["update_payload_bytes"] for r in rows),
                 "learner_to_one_worker": median(one),

@@ -250,6 +250,11 @@ class ByteCounter:
     def __init__(self):
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.seconds = 0.0  # CPU-side framing work: building frames, checking headers and checksums
+
+    def add_seconds(self, dt: float) -> None:
+        with self._lock:
+            self.seconds += dt
 
     def add(self, peer: str, direction: str, msg_type: MessageType, frame_bytes: int, payload_bytes: int):
         with self._lock:
@@ -307,8 +312,10 @@ class Connection:
     def send(self, msg_type: MessageType, body: bytes, version: int = 0) -> int:
         """Write one frame; returns the bytes written to the socket."""
         with self._send_lock:
+            t0 = time.perf_counter()
             frame = encode_frame(msg_type, body, check=self.check, sender=self.sender,
                                  version=version, seq=self._send_seq)
+            self.counter.add_seconds(time.perf_counter() - t0)
             self.sock.sendall(frame)
             self._send_seq += 1
         self.counter.add(self.peer, "sent", msg_type, len(frame), len(body))
@@ -329,10 +336,14 @@ class Connection:
         """Read and validate one frame; raises WireError (PeerClosed on EOF)."""
         header = self._read_exact(HEADER_BYTES, "header")
         t_header = time.monotonic()
+        t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
             header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
+        dt = time.perf_counter() - t0
         body = self._read_exact(body_len, "body") if body_len else b""
+        t0 = time.perf_counter()
         verify_checksum(header, body, crc)
+        self.counter.add_seconds(dt + time.perf_counter() - t0)
         self._recv_seq += 1
         self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)
         return Frame(mtype, sender, version, seq, body, (t_header, time.monotonic()))

@@ -139,10 +139,24 @@ class Worker:
             tensors, _ = wire.unpack_tensors(frame.body)
             self.replica.load_adapter(tensors, frame.version)
 
+    def send(self, msg_type: MessageType, body: bytes) -> int:
+        """Send one frame; a learner that said STOP and closed is a clean stop, not an error."""
+        try:
+            return self.conn.send(msg_type, body, self.replica.version)
+        except OSError as e:
+            time.sleep(0.2)  # let the reader thread deliver what arrived before the close
+            while True:
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    raise WorkerError(f"sending {msg_type.name}: {e}") from None
+                if isinstance(item, wire.Frame) and item.type == MessageType.STOP:
+                    raise Stopped(wire.unpack_json(item.body).get("reason", "")) from None
+
     def report_hash(self) -> dict:
         report = {"version": self.replica.version, "policy_hash": self.replica.policy_hash(),
                   "optimizer_hash": self.replica.optimizer_hash() if self.method.replay else None}
-        self.conn.send(MessageType.HASH, wire.pack_json(report), self.replica.version)
+        self.send(MessageType.HASH, wire.pack_json(report))
         return report
 
     # ------------------------------------------------------------------ rollouts
@@ -158,7 +172,7 @@ class Worker:
                                   policy_version=self.replica.version)
         with timer.phase("send_rollouts"):
             body = wire.pack_tensors(r.to_tensors(), meta={"batch": batch, "worker": self.id})
-            written = self.conn.send(MessageType.ROLLOUTS, body, self.replica.version)
+            written = self.send(MessageType.ROLLOUTS, body)
         self.events.write("rollouts", batch=batch, policy_version=self.replica.version, **timer.row(),
                           rows=len(r), reward_mean=sum(r.rewards) / len(r.rewards), seed=seed,
                           bytes={"sent": {"ROLLOUTS": written}}, payload_bytes=len(body))

@@ -103,6 +103,7 @@ def test_rows_record_phases_and_depth0_lag_is_zero(runs):
     assert [r["lag"] for r in rows] == [0] * 5 and s["lag"]["max"] == 0
     for r in rows:
         assert {"idle", "train", "encode", "decode_replay", "send_update"} <= set(r["durations_s"])
+        assert 0 < r["harness_s"] < r["seconds_per_update"]
         assert r["bytes"]["sent"]["UPDATE"] == 3 * (r["update_payload_bytes"] + wire.HEADER_BYTES)
     worker_rows = c.events("w1")
     assert {"rollout", "send_rollouts"} <= set([r for r in worker_rows if r["kind"] == "rollouts"][0]["durations_s"])
