@@ -43,15 +43,17 @@ def processes_mentioning(text: str) -> list[int]:
 def e2e(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     proc = harness("run", "--bw", "20mbit", "--workers", "2", "--updates", "3", "--method", "spar",
-                   "--model", "micro", "--seeds", "1", "--run-id", "e2e", "--out", str(out), "--quiet")
+                   "--model", "micro", "--seeds", "1", "--run-id", "e2e", "--out", str(out), "--json")
     stdout, stderr = proc.communicate(timeout=600)
     return proc.returncode, stdout, stderr, out / "e2e"
 
 
-def test_run_succeeds_and_prints_the_folder(e2e):
+def test_run_succeeds_and_prints_machine_readable_summary(e2e):
     code, stdout, stderr, run_dir = e2e
     assert code == 0, stderr[-3000:]
-    assert stdout.strip() == str(run_dir)
+    doc = json.loads(stdout)  # --json: one JSON document on stdout, nothing else
+    assert doc["run_dir"] == str(run_dir) and doc["complete"] is True
+    assert {m["variant"]: m["consistent"] for m in doc["methods"]} == {"spar@1.6%": True, "full": True}
 
 
 def test_every_artefact_is_written(e2e):
