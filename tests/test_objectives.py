@@ -176,3 +176,12 @@ def test_grpo_step_moves_probability_toward_high_advantage_rows():
     with torch.no_grad():
         delta = completion_logprobs(model, p, 1.0).sum(1) - before
     assert delta[adv > 0].mean() > 0 > delta[adv < 0].mean()
+
+
+@pytest.mark.parametrize("name", ["grpo", "distill"])
+def test_token_ids_outside_the_vocabulary_are_rejected(name):
+    model = student()
+    r = Rollouts([0, 0], [[257, 1], [257, 2]], [[3, 999], [4]], [[-1.0, -1.0], [-1.0]], [0.0, 1.0])
+    objective = get_objective(name, **({"teacher": model} if name == "distill" else {}))
+    with pytest.raises(ValueError, match="token id 999 outside the vocabulary of 259"):
+        objective.loss(model, r)

@@ -66,6 +66,8 @@ def corrupt(key, value):
     ({k: v for k, v in small_rollouts().to_tensors().items() if k != "rewards"}, "missing keys ['rewards']"),
     (corrupt("prompt_ids", [1, 2, 3]), "prompt_ids must be a 1-D"),
     ([("a", 1)], "expected a dict"),
+    (corrupt("prompt_offsets", torch.tensor([0, 0, 6, 8])), "row 0 has an empty prompt"),
+    (corrupt("completion_ids", torch.tensor([5, 258, 7, -8, 9])), "row 2 has a negative token id"),
 ])
 def test_from_tensors_rejects(tensors, message):
     with pytest.raises(ValueError) as e:

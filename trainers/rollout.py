@@ -86,11 +86,21 @@ class Rollouts:
         for name in ("prompt_ids", "completion_ids", "logprobs", "rewards"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"rollouts: {name} has {len(getattr(self, name))} rows, expected {n}")
-        for i, (c, lp) in enumerate(zip(self.completion_ids, self.logprobs)):
+        for i, (p, c, lp) in enumerate(zip(self.prompt_ids, self.completion_ids, self.logprobs)):
             if len(c) != len(lp):
                 raise ValueError(f"rollouts: row {i} has {len(c)} completion tokens but {len(lp)} logprobs")
+            if not p:
+                raise ValueError(f"rollouts: row {i} has an empty prompt")
+            if min(p) < 0 or (c and min(c) < 0):
+                raise ValueError(f"rollouts: row {i} has a negative token id")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ValueError(f"rollouts: temperature must be a positive finite number, got {self.temperature}")
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise ValueError if any token id is outside the model's vocabulary."""
+        top = max((max(row) for rows in (self.prompt_ids, self.completion_ids) for row in rows if row), default=-1)
+        if top >= vocab_size:
+            raise ValueError(f"rollouts: token id {top} outside the vocabulary of {vocab_size}")
 
     def num_completion_tokens(self) -> int:
         return sum(len(c) for c in self.completion_ids)

@@ -60,8 +60,11 @@ class Packed:
     old_logprobs: torch.Tensor   # (N, T - 1) float32, the sampler's log-probs, 0 elsewhere
 
 
-def pack(rollouts: Rollouts, device: torch.device | str = "cpu") -> Packed:
-    """Right-pad prompt + completion rows; pad positions are masked, so the pad id is moot."""
+def pack(rollouts: Rollouts, device: torch.device | str = "cpu", vocab_size: int | None = None) -> Packed:
+    """Right-pad prompt + completion rows; pad positions are masked, so the pad id is moot.
+    With `vocab_size`, ids outside the vocabulary raise ValueError (rows may come off the wire)."""
+    if vocab_size is not None:
+        rollouts.check_vocab(vocab_size)
     n = len(rollouts)
     lengths = [len(p) + len(c) for p, c in zip(rollouts.prompt_ids, rollouts.completion_ids)]
     width = max(2, max(lengths, default=2))
@@ -98,3 +101,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
+
+
+def pack_for(model, rollouts: Rollouts) -> Packed:
+    """`pack` on the model's device, checked against the model's vocabulary."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    return pack(rollouts, model_device(model), vocab)

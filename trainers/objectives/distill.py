@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from trainers.objectives import register
-from trainers.objectives.base import Objective, completion_logits, masked_mean, model_device, pack
+from trainers.objectives.base import Objective, completion_logits, masked_mean, pack_for
 from trainers.objectives.teacher import build_teacher, load_teacher  # noqa: F401  (re-exported)
 
 ESTIMATORS = ("full", "sampled")
@@ -43,11 +43,11 @@ class Distill(Objective):
         return {"estimator": self.estimator}
 
     def loss(self, model, rollouts):
-        packed = pack(rollouts, model_device(model))
+        packed = pack_for(model, rollouts)
         temp = rollouts.temperature
         student = completion_logits(model, packed, temp)  # (N, T-1, V)
         with torch.no_grad():
-            t_packed = pack(rollouts, model_device(self.teacher))
+            t_packed = pack_for(self.teacher, rollouts)
             teacher = completion_logits(self.teacher, t_packed, temp).to(student.device)
         mask = packed.mask
         s_tok = student.gather(2, packed.targets[..., None]).squeeze(2)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from trainers.objectives import register
-from trainers.objectives.base import Objective, completion_logprobs, masked_mean, model_device, pack
+from trainers.objectives.base import Objective, completion_logprobs, masked_mean, pack_for
 from trainers.rollout import Rollouts
 
 AGGREGATIONS = ("token", "sequence")
@@ -48,7 +48,7 @@ class GRPO(Objective):
 
     def loss_with_advantages(self, model, rollouts, adv: torch.Tensor):
         """The clipped surrogate for given per-row advantages (N,); `loss` normalises them first."""
-        packed = pack(rollouts, model_device(model))
+        packed = pack_for(model, rollouts)
         adv = adv.to(packed.mask.device, torch.float32)
         logp = completion_logprobs(model, packed, rollouts.temperature)  # (N, T-1)
         ratio = torch.exp(logp - packed.old_logprobs)
