@@ -149,7 +149,8 @@ class KnightsKnaves(Task):
         return Score(1.0, True, "correct")
 
 
-_CLAUSE = re.compile(r"(?:\(\s*\d+\s*\)\s*)?([A-Za-z]+)\s+is\s+an?\s+(knight|knave)\b", re.IGNORECASE)
+# \b and the bounded name length keep matching linear on long runs of letters (model output).
+_CLAUSE = re.compile(r"(?:\(\s*\d+\s*\)\s*)?\b([A-Za-z]{1,30})\s+is\s+an?\s+(knight|knave)\b", re.IGNORECASE)
 _FILLER = re.compile(r"(?:[\s,;.]|\band\b)*", re.IGNORECASE)
 
 
