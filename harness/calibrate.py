@@ -250,8 +250,9 @@ def probe(args: argparse.Namespace) -> dict:
     out = {"rtt": rtt(host, port, args.rtt_count)}
     rtt_s = out["rtt"]["median_s"] or 0.0
     warm = max(1.0, 10 * rtt_s)
-    out["goodput_up_bit_s"] = goodput_up(host, port, args.secs, warm)
-    out["goodput_down_bit_s"] = goodput_down(host, port, args.secs, warm)
+    measure = args.secs > 0        # --secs 0: RTT and loss only
+    out["goodput_up_bit_s"] = goodput_up(host, port, args.secs, warm) if measure else None
+    out["goodput_down_bit_s"] = goodput_down(host, port, args.secs, warm) if measure else None
     out["loss_up"] = loss_up(host, port, args.loss_count, args.pps)
     out["loss_down"] = loss_down(host, port, args.my_addr, args.loss_count, args.pps)
     return out
@@ -289,7 +290,7 @@ class Row:
     node: str
     direction: str
     rate_bit_s: float | None
-    goodput_bit_s: float
+    goodput_bit_s: float | None      # None: not measured (--secs 0)
     goodput_ratio: float | None      # goodput / rate
     rtt_want_s: float
     rtt_median_s: float | None
@@ -322,7 +323,7 @@ def expectations(profile, node: str) -> dict:
 def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict) -> Row:
     goodput = got[f"goodput_{direction}_bit_s"]
     rate = want["rate_bit_s"]
-    ratio = goodput / rate if rate else None
+    ratio = goodput / rate if rate and goodput is not None else None
     loss = got[f"loss_{direction}"]
     lost = loss["sent"] - loss["received"]
     interval = binomial_interval(loss["sent"], want["loss"])

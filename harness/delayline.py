@@ -21,7 +21,8 @@ names the namespace whose rules feed it (the up queue: the router's FORWARD path
 queue: the node's INPUT path) and the process opens one socket per namespace. CONFIG_JSON is
 ``{"run_id": "3fa2c1", "queues": [{"num": 2, "netns": "wh3fa2c1-rt", "delay_us": 20000,
 "jitter_us": 0, "maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on
-SIGTERM/SIGINT and when its parent dies (PR_SET_PDEATHSIG).
+SIGTERM/SIGINT and when its parent process dies (checked every loop; PR_SET_PDEATHSIG would
+fire when the parent *thread* that started it exits, e.g. the shaper's schedule thread).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ NF_DROP, NF_ACCEPT = 0, 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
 SOL_NETLINK, NETLINK_NO_ENOBUFS = 270, 5
-PR_SET_PDEATHSIG, PR_SET_TIMERSLACK = 1, 29
+PR_SET_TIMERSLACK = 29
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 NICE = -10
@@ -185,7 +186,8 @@ class DelayLine:
     def run(self) -> None:
         # select() takes a timeval (microseconds); poll/epoll would round waits up to whole ms
         socks = list(self.socks.values())
-        while self.running:
+        parent = os.getppid()
+        while self.running and os.getppid() == parent:
             nxt = self._release_due()
             timeout_s = 0.2 if nxt is None else max(0.0, nxt - time.monotonic())
             readable, _, _ = select.select(socks, [], [], timeout_s)
@@ -237,7 +239,6 @@ def parse_config(text: str) -> list[Queue]:
 
 def _prctl_setup() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)    # 1 us: wake-ups land on the release time
     # Ahead of ordinary processes: a delay line that waits for a CPU adds that wait to every
     # packet it holds (and overflows its kernel queue). Root only; without it we run as is.

@@ -64,6 +64,9 @@ from harness.topology import Topology
 
 BACKENDS = ("netem", "fallback")
 MTU_BYTES = 1500
+MSS_BYTES = 1448
+GSO_BURST_S = 0.001          # a GSO skb may hold at most ~1 ms of the link rate
+DEFAULT_GSO_SEGS = 65535     # the kernel's default gso_max_segs, restored on teardown
 BURST_S = 0.002              # HTB burst/cburst = 2 ms of the rate (DESIGN: 1-5 ms x rate)
 MIN_BURST_BYTES = 2 * 1514
 HTB_QUANTUM = 60000          # one class per device: quantum only matters to silence r2q warnings
@@ -119,10 +122,19 @@ def delay_queue_packets(link: LinkDir) -> int:
     return int(min(MAX_QUEUE_PKTS, max(DEFAULT_LEAF_LIMIT, math.ceil(2 * pkts))))
 
 
+def gso_segments(rate_bit_s: float) -> int:
+    """Largest GSO skb (in segments) worth ~GSO_BURST_S at the rate, 1 .. 64. Local TCP builds
+    GSO super-packets even with device GSO off (software GSO splits them only after the qdisc),
+    so HTB would release a 64 KB skb at once: 0.5 s of a 1 Mbit/s link. One segment per skb
+    at every rate would cost CPU at 1 Gbit/s, hence the cap scales with the rate."""
+    return max(1, min(64, int(rate_bit_s / 8 * GSO_BURST_S / MSS_BYTES)))
+
+
 def _htb_ops(ns: str, dev: str, link: LinkDir) -> list[dict[str, Any]]:
     rate = link.rate_bit_s
     burst = max(MIN_BURST_BYTES, int(rate / 8 * BURST_S))
-    return [{"op": "htb_root", "ns": ns, "dev": dev, "handle": "1:", "default": "1:1"},
+    return [{"op": "gso_max_segs", "ns": ns, "dev": dev, "segs": gso_segments(rate)},
+            {"op": "htb_root", "ns": ns, "dev": dev, "handle": "1:", "default": "1:1"},
             {"op": "htb_class", "ns": ns, "dev": dev, "classid": "1:1", "parent": "1:",
              "rate_bit_s": rate, "burst_bytes": burst, "cburst_bytes": burst, "quantum": HTB_QUANTUM}]
 
@@ -227,7 +239,9 @@ def _handle(text: str) -> int:
 def _tc(ipr: IPRoute, op: dict[str, Any]) -> None:
     idx = ipr.link_lookup(ifname=op["dev"])[0]
     kind = op["op"]
-    if kind == "htb_root":
+    if kind == "gso_max_segs":
+        ipr.link("set", index=idx, gso_max_segs=op["segs"])
+    elif kind == "htb_root":
         # HTB cannot be "replaced" by itself (EINVAL): an HTB root with our handle is kept as is
         if not any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == _handle(op["handle"])
                    and q["parent"] == 0xFFFFFFFF for q in ipr.get_qdiscs(index=idx)):
@@ -300,7 +314,7 @@ class Shaper:
     def _apply(self, plan: Plan, previous: Plan | None) -> None:
         by_ns: dict[str, list[dict]] = {}
         for op in plan.ops:
-            if op["op"] in ("htb_root", "htb_class", "pfifo", "netem"):
+            if op["op"] in ("gso_max_segs", "htb_root", "htb_class", "pfifo", "netem"):
                 by_ns.setdefault(op["ns"], []).append(op)
         if previous is not None:
             self._clear_qdiscs(previous.devices() - plan.devices())
@@ -357,6 +371,7 @@ class Shaper:
             with IPRoute(netns=ns, flags=0) as ipr:
                 idx = ipr.link_lookup(ifname=dev)
                 if idx:
+                    ipr.link("set", index=idx[0], gso_max_segs=DEFAULT_GSO_SEGS)
                     try:
                         ipr.tc("del", index=idx[0], handle=0, parent=0xFFFFFFFF)
                     except NetlinkError:

@@ -172,15 +172,13 @@ class Topology:
         rt.link("add", ifname=node.port, kind="veth", peer={"ifname": node.ifname, "net_ns_fd": node.netns})
         port = rt.link_lookup(ifname=node.port)[0]
         rt.addr("add", index=port, address=node.gateway, prefixlen=24)
-        rt.link("set", index=port, state="up", gso_max_segs=1)
+        rt.link("set", index=port, state="up")
         disable_offloads(self.router_ns, node.port)
         with IPRoute(netns=node.netns, flags=0) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
             idx = ipr.link_lookup(ifname=node.ifname)[0]
             ipr.addr("add", index=idx, address=node.address, prefixlen=24)
-            # TCP builds GSO super-packets even with device GSO off (software GSO splits them only
-            # after the qdisc), so HTB would release 64 KB bursts: one segment per skb instead
-            ipr.link("set", index=idx, state="up", gso_max_segs=1)
+            ipr.link("set", index=idx, state="up")
             ipr.route("add", dst="0.0.0.0/0", gateway=node.gateway)
         disable_offloads(node.netns, node.ifname)
         write_sysctl(node.netns, TCP_SYSCTLS)

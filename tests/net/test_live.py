@@ -74,9 +74,6 @@ def test_topology_namespaces_addresses_and_offloads(topo2):
     assert links["eth0"]["addr_info"][0]["local"] == "10.88.2.2"
     assert {l["ifname"] for l in ip_json(topo2.router_ns, "link")} >= {"p0", "p1", "p2"}
     assert _connect(topo2, "w1", "learner") and _connect(topo2, "learner", "w2", 7001)
-    # one segment per skb: the qdisc never sees a GSO super-packet (HTB would release 64 KB bursts)
-    assert ip_json(topo2.nodes["w1"].netns, "-d", "link", "show", "eth0")[0]["gso_max_segs"] == 1
-    assert ip_json(topo2.router_ns, "-d", "link", "show", "p1")[0]["gso_max_segs"] == 1
     feats = ns_run(topo2.nodes["w1"].netns, ["ethtool", "-k", "eth0"]).stdout
     for feat in ("tcp-segmentation-offload: off", "generic-segmentation-offload: off", "generic-receive-offload: off"):
         assert feat in feats
@@ -106,6 +103,9 @@ def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
         assert [q["kind"] for q in qd] == ["htb", "pfifo"]
         classes = run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
         assert "rate 20Mbit" in classes
+        # GSO skbs capped to ~1 ms of the rate (5 Mbit/s up: one segment), restored on teardown
+        assert ip_json(topo2.nodes["w1"].netns, "-d", "link", "show", "eth0")[0]["gso_max_segs"] == 1
+        assert ip_json(topo2.nodes["learner"].netns, "-d", "link", "show", "eth0")[0]["gso_max_segs"] == 8
         w1 = tc_json(topo2.nodes["w1"].netns, "qdisc", "show", "dev", "eth0")
         assert [q["options"].get("limit") for q in w1 if q["kind"] == "pfifo"] == [200]
         saved = ns_run(topo2.router_ns, ["iptables-save"]).stdout
@@ -122,6 +122,7 @@ def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
     assert [q["kind"] for q in tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")] != ["htb", "pfifo"]
     assert "NFQUEUE" not in ns_run(topo2.router_ns, ["iptables-save"]).stdout
     assert "NFQUEUE" not in ns_run(topo2.nodes["w1"].netns, ["iptables-save"]).stdout
+    assert ip_json(topo2.nodes["w1"].netns, "-d", "link", "show", "eth0")[0]["gso_max_segs"] == 65535
     assert clean.orphan_delaylines(topo2.run_id) == []
 
 
@@ -132,6 +133,21 @@ def test_scheduled_change_updates_the_kernel(topo2):
         sh.update(shaper.build_plan(prof, topo2, "fallback", at_s=30))
         assert "rate 20Mbit" in run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
         assert profiles.from_doc(shaper.show(topo2.run_id), "live-" + topo2.run_id).link("w2") == prof.link("w2", 30)
+
+
+def test_schedule_thread_applies_changes_and_its_delay_lines_outlive_it(topo2):
+    import threading
+    doc = {"defaults": {"rate": "10mbit", "delay": "5ms"},
+           "schedule": [{"at": "300ms", "target": "w1", "delay": "15ms"}]}
+    prof = profiles.from_doc(doc, "sched")
+    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+        thread = sh.run_schedule(prof, topo2, threading.Event())
+        thread.join(timeout=30)
+        time.sleep(0.5)       # a delay line tied to the finished thread would be gone by now
+        assert all(p.poll() is None for p in sh.delaylines.values())
+        live = profiles.from_doc(shaper.show(topo2.run_id), "live-" + topo2.run_id)
+        assert live.link("w1").up.delay_s == pytest.approx(0.015)
+        assert live.link("w2").up.delay_s == pytest.approx(0.005)
 
 
 def test_netem_backend_applies_where_the_kernel_has_netem(topo2):
@@ -183,7 +199,7 @@ def test_gilbert_elliott_burst_loss_in_delay_line():
     the down link stays loss-free. Wide margins: correlated loss has a larger variance."""
     doc = {"defaults": {"rate": "20mbit", "delay": "2ms", "up": {"burst_loss": {"p": "5%", "r": "20%"}}}}
     prof = profiles.from_doc(doc, "ge-live")
-    up, down = calibrate.calibrate(prof, 1, secs=1.0, rtt_count=10, loss_count=3000)
+    up, down = calibrate.calibrate(prof, 1, secs=0, rtt_count=10, loss_count=3000)   # loss only
     assert 0.12 <= up.loss_lost / up.loss_sent <= 0.28, up
     assert up.loss_want == pytest.approx(0.2)
     assert down.loss_lost <= 3, down
