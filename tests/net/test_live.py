@@ -6,9 +6,7 @@ Each test uses its own run id and cleans only that run, so parallel test session
 interfere.
 """
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
