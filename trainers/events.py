@@ -5,6 +5,20 @@ Every process of a run appends to its own `events-<process>.jsonl` in the run fo
 (a worker joined, was dropped, a frame was rejected, hashes were compared). Each row is
 flushed as soon as it is written, so an interrupted run leaves readable files.
 
+Row kinds:
+- learner `update` (one per version): version, batch, lag, policy_versions, phases
+  {name: [start, end]} and durations_s (idle = waiting for rollouts, train, encode,
+  decode_replay = the learner's own step, hash, send_update), seconds_per_update (end of the
+  previous update to end of this one), update_payload_bytes (the method's body),
+  update_frame_bytes {worker: bytes written}, bytes {direction: {message type: frame bytes}}
+  for this update, loss, reward_mean, objective metrics, hash (when computed), harness_s.
+- worker `update` (one per version applied): version, type (UPDATE/SNAPSHOT), phases idle /
+  receive / decode_replay / hash, bytes received, hash (when reported).
+- worker `rollouts` (one per batch; batch t feeds update t + 1): batch, policy_version, seed,
+  phases rollout / send_rollouts, bytes sent, reward_mean.
+- events: start, joined, disconnected, dropped, replaced, rejected (a refused connection or
+  frame, with its reason), stale_rollouts, hash (a comparison), join_timeout, interrupted, error.
+
 Timestamps are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by the processes of one
 host), so phases of different processes line up; durations are in seconds, bytes are bytes.
 """
