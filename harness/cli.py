@@ -129,7 +129,8 @@ def run(bw: str = typer.Option(None, help="worker link rate, tc units (e.g. 62.5
         pipeline: int = typer.Option(0, help="pipelining depth: 0 synchronous, 1 one-step overlap"),
         model: str = typer.Option("tiny", help="micro | tiny | small (built on the CPU) or a model path"),
         task: str = typer.Option("digits", help="task name"),
-        objective: str = typer.Option("grpo", help="grpo | distill"),
+        objective: str = typer.Option("distill", help="distill (to a small teacher trained here, cached; quality ="
+                                      " distillation loss) | grpo (quality = reward)"),
         problems: int = typer.Option(2, help="problems per worker per update"),
         group_size: int = typer.Option(2, help="samples per problem"),
         max_new_tokens: int = typer.Option(8, help="tokens sampled per rollout"),

@@ -53,7 +53,7 @@ class RunConfig:
     depth: int = 0                            # pipelining depth (--pipeline)
     model: str = "tiny"
     task: str = "digits"
-    objective: str = "grpo"
+    objective: str = "distill"
     problems_per_worker: int = 2
     group_size: int = 2
     max_new_tokens: int = 8
@@ -170,7 +170,7 @@ def _mentions(raw: Any, key: str) -> bool:
 
 def build(*, method: str = "spar", budget: str | None = "1.6%", workers: int = 2, updates: int = 20,
           seeds: str = "1,2", pipeline: int = 0, model: str = "tiny", task: str = "digits",
-          objective: str = "grpo", profile: str | None = None, bw: str | None = None,
+          objective: str = "distill", profile: str | None = None, bw: str | None = None,
           delay: str | None = None, jitter: str | None = None, loss: str | None = None,
           baseline: bool = True, emulation: bool = True, backend: str | None = None,
           run_id: str | None = None, out_dir: str = "results", problems_per_worker: int = 2,

@@ -180,7 +180,7 @@ def sweep_configs(grid: dict[str, Any], emulation: bool, out: Path) -> list[RunC
         kwargs = dict(method=_joined(fixed.get("method", "spar")), budget=_joined(fixed.get("budget", "1.6%")),
                       seeds=_joined(fixed.get("seeds", "1,2")), updates=int(fixed.get("updates", 20)),
                       pipeline=int(fixed.get("pipeline", 0)), model=str(fixed.get("model", "tiny")),
-                      task=str(fixed.get("task", "digits")), objective=str(fixed.get("objective", "grpo")),
+                      task=str(fixed.get("task", "digits")), objective=str(fixed.get("objective", "distill")),
                       profile=fixed.get("profile"), bw=bw, delay=delay, loss=loss,
                       workers=int(workers) if workers is not None else 2, emulation=emulation,
                       run_id=coords, out_dir=str(out / "runs"))

@@ -43,7 +43,7 @@ def processes_mentioning(text: str) -> list[int]:
 def e2e(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     proc = harness("run", "--bw", "20mbit", "--workers", "2", "--updates", "3", "--method", "spar",
-                   "--model", "micro", "--seeds", "1", "--run-id", "e2e", "--out", str(out), "--json")
+                   "--model", "micro", "--seeds", "1", "--objective", "grpo", "--run-id", "e2e", "--out", str(out), "--json")
     stdout, stderr = proc.communicate(timeout=600)
     return proc.returncode, stdout, stderr, out / "e2e"
 
@@ -102,7 +102,7 @@ def test_nothing_is_left_behind(e2e):
 def test_interrupt_tears_down_and_marks_the_run_incomplete(tmp_path):
     run_dir = tmp_path / "int"
     proc = harness("run", "--bw", "20mbit", "--workers", "2", "--updates", "50", "--method", "spar",
-                   "--model", "micro", "--seeds", "1",
+                   "--model", "micro", "--seeds", "1", "--objective", "grpo",
                    "--run-id", "int", "--out", str(tmp_path), "--quiet")
     events = run_dir / "cells" / "spar-1.6pct-s1" / "events-learner.jsonl"
     end = time.monotonic() + 300

@@ -16,7 +16,7 @@ FLAGS = ["--workers", "1,2", "--method", "int8", "--updates", "2", "--seeds", "1
 def sweep(out: Path, *extra) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     grid = out.parent / "grid.yaml"
-    grid.write_text("model: micro\nmax_new_tokens: 4\n")
+    grid.write_text("model: micro\nmax_new_tokens: 4\nobjective: grpo\n")
     return subprocess.run([sys.executable, "-m", "harness.cli", "sweep", "--grid", str(grid), *FLAGS,
                            "--out", str(out), *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
