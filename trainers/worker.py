@@ -37,6 +37,10 @@ class WorkerError(Exception):
     """The worker cannot go on (the learner went away, a version gap, a bad update)."""
 
 
+class ConnectionLost(WorkerError):
+    """The connection to the learner broke; the worker may rejoin (and catch up) on a new one."""
+
+
 class UsageError(Exception):
     """A flag given to the worker contradicts the learner's run parameters."""
 
@@ -96,7 +100,7 @@ class Worker:
         except queue.Empty:
             raise WorkerError(f"nothing from the learner for {self.update_timeout_s} s") from None
         if isinstance(item, Exception):
-            raise WorkerError(f"learner connection: {item}")
+            raise ConnectionLost(f"learner connection: {item}")
         if item.type == MessageType.STOP:
             raise Stopped(wire.unpack_json(item.body).get("reason", ""))
         return item
@@ -149,7 +153,7 @@ class Worker:
                 try:
                     item = self.inbox.get_nowait()
                 except queue.Empty:
-                    raise WorkerError(f"sending {msg_type.name}: {e}") from None
+                    raise ConnectionLost(f"sending {msg_type.name}: {e}") from None
                 if isinstance(item, wire.Frame) and item.type == MessageType.STOP:
                     raise Stopped(wire.unpack_json(item.body).get("reason", "")) from None
 
@@ -213,6 +217,8 @@ def main(argv=None) -> int:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--connect-timeout", type=float, default=60.0, help="seconds to keep trying to connect")
     p.add_argument("--update-timeout", type=float, default=600.0, help="seconds without a message before giving up")
+    p.add_argument("--reconnects", type=int, default=3,
+                   help="times to rejoin after a lost connection (the learner catches the worker up)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     add_run_args(p, required=False)
     args = p.parse_args(argv)
@@ -225,23 +231,30 @@ def main(argv=None) -> int:
         p.error(str(e))
     set_threads(args.threads)
     expect = {k: getattr(args, k) for k in RunParams.__dataclass_fields__}
-    worker = Worker(args.worker_id, learner, token, args.run_dir, expect, args.connect_timeout, args.update_timeout)
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
-    try:
-        return worker.run()
-    except Stopped as e:
-        log(worker.name, f"stopped by the learner: {e}")
-        return 0
-    except UsageError as e:
-        log(worker.name, f"error: {e}")
-        worker.events.write("error", reason=str(e))
-        return 2
-    except (WorkerError, WireError, OSError, ValueError) as e:  # ValueError: an undecodable update
-        log(worker.name, f"error: {e}")
-        worker.events.write("error", reason=str(e))
-        return 1
-    finally:
-        worker.close()
+    for attempt in range(args.reconnects + 1):
+        worker = Worker(args.worker_id, learner, token, args.run_dir, expect, args.connect_timeout,
+                        args.update_timeout)
+        try:
+            return worker.run()
+        except Stopped as e:
+            log(worker.name, f"stopped by the learner: {e}")
+            return 0
+        except UsageError as e:
+            log(worker.name, f"error: {e}")
+            worker.events.write("error", reason=str(e))
+            return 2
+        except ConnectionLost as e:  # resynchronise: a fresh replica, rejoined and caught up by the learner
+            log(worker.name, f"{e}; rejoining ({attempt + 1} of {args.reconnects})")
+            worker.events.write("connection_lost", reason=str(e), attempt=attempt + 1)
+        except (WorkerError, WireError, OSError, ValueError) as e:  # ValueError: an undecodable update
+            log(worker.name, f"error: {e}")
+            worker.events.write("error", reason=str(e))
+            return 1
+        finally:
+            worker.close()
+    log(f"w{args.worker_id}", f"giving up after {args.reconnects} reconnects")
+    return 1
 
 
 if __name__ == "__main__":

@@ -174,6 +174,14 @@ class CountingProxy:
             t.join(timeout)
         return dict(self.bytes)
 
+    def cut(self):
+        """Break every forwarded connection now (both directions), as a network fault would."""
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self):
         self.server.close()
         for s in self._socks:
