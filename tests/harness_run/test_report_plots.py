@@ -2,7 +2,7 @@
 
 tests/fixtures/runs/ holds the raw files of real `harness run` / `harness sweep` runs on the
 emulated network (config.json, meta.json, the services' event files, summary.json, links.csv):
-    run-spar-20mbit/  spar@1.6% and full, 2 workers, 3 updates, seeds 1,2, 20mbit + 5ms, pipeline 1
+    run-spar-20mbit/  spar@1.6% and full, 2 workers, 4 updates, seeds 1,2, 20mbit + 5ms, pipeline 1, distill
     sweep-bw/         spar@1.6% and full at 10mbit and 50mbit, 2 workers, 3 updates, seed 1
     run-interrupted/  a run stopped with SIGINT during its first cell (partial, marked incomplete)
 Every expected value below is recomputed from the raw event files, independently of harness.results.
@@ -42,9 +42,9 @@ def run_copy(tmp_path):
 def test_updates_table_has_one_row_per_method_seed_update():
     df = results.load(RUN)
     assert set(REQUIRED) <= set(df.columns)
-    assert len(df) == 2 * 2 * 3
-    assert sorted(df.groupby(["method", "seed"]).size().items()) == [(("full", 1), 3), (("full", 2), 3),
-                                                                     (("spar", 1), 3), (("spar", 2), 3)]
+    assert len(df) == 2 * 2 * 4
+    assert sorted(df.groupby(["method", "seed"]).size().items()) == [(("full", 1), 4), (("full", 2), 4),
+                                                                     (("spar", 1), 4), (("spar", 2), 4)]
     for cell in (RUN / "cells").iterdir():
         raw = learner_rows(cell)
         got = df[df["cell"] == cell.name].sort_values("update")
@@ -59,7 +59,8 @@ def test_comparison_values_match_the_event_files():
     comp = report.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
     spu = {m: statistics.median(r["seconds_per_update"] for c in (RUN / "cells").glob(f"{m}-*")
                                 for r in learner_rows(c)) for m in ("spar", "full")}
-    payload = {m: learner_rows(next((RUN / "cells").glob(f"{m}-*")))[0]["update_payload_bytes"] for m in spu}
+    payload = {m: statistics.median(r["update_payload_bytes"] for c in (RUN / "cells").glob(f"{m}-*")
+                                    for r in learner_rows(c)) for m in spu}
     assert comp.loc["spar", "s_per_update_median"] == pytest.approx(spu["spar"])
     assert comp.loc["full", "s_per_update_median"] == pytest.approx(spu["full"])
     assert comp.loc["spar", "speedup"] == pytest.approx(spu["full"] / spu["spar"])
@@ -72,13 +73,27 @@ def test_comparison_values_match_the_event_files():
     assert link > comp.loc["full", "wire_bytes_down"]  # IP/TCP headers on top of the frames
 
 
+def test_quality_is_the_last_updates_loss_with_spread_over_seeds():
+    comp = report.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    for method in ("spar", "full"):
+        per_seed = [statistics.mean(r["loss"] for r in learner_rows(c)[-3:])
+                    for c in sorted((RUN / "cells").glob(f"{method}-*"))]
+        assert comp.loc[method, "quality_metric"] == "distill_loss"
+        assert comp.loc[method, "quality_mean"] == pytest.approx(statistics.mean(per_seed))
+        assert comp.loc[method, "quality_std"] == pytest.approx(statistics.stdev(per_seed))
+        assert comp.loc[method, "quality_std"] > 0   # the seeds really differ
+
+
 def test_report_md_shows_the_table(run_copy):
     path = report.write(run_copy)
     md = path.read_text()
     comp = report.comparison(results.load(run_copy), results.load_cells(run_copy)).set_index("method")
-    assert "| paper-62.5mbit: 20mbit, 5ms [fallback] | 2 | spar@1.6% | 2 x 3 |" in md
+    assert "| paper-62.5mbit: 20mbit, 5ms [fallback] | 2 | spar@1.6% | 2 x 4 |" in md
     assert f"| {comp.loc['spar', 'speedup']:.2f}x |" in md
-    assert "| 348 |" in md and "| 77,972 |" in md and "0.45%" in md
+    payload = {m: statistics.median(r["update_payload_bytes"] for c in (run_copy / "cells").glob(f"{m}-*")
+                                    for r in learner_rows(c)) for m in ("spar", "full")}
+    assert f"| {payload['spar']:,.0f} |" in md and "| 77,972 |" in md
+    assert f"| {100 * payload['spar'] / payload['full']:.2f}% |" in md
     assert "INCOMPLETE" not in md and "backend `fallback`" in md
     assert (run_copy / "report.html").read_text().count("<tr>") == 3
 
