@@ -77,19 +77,30 @@ def seconds_vs_bandwidth(comp: pd.DataFrame, out: Path) -> list[Path]:
 def phase_breakdown(updates: pd.DataFrame, out: Path) -> list[Path]:
     """The learner's median time per phase per update, stacked; the stack is its share of s/update."""
     phases = [p for p in results.LEARNER_PHASES if f"{p}_s" in updates]
-    med = updates.groupby("variant", sort=False)[[f"{p}_s" for p in phases]].median()
+    updates = updates.assign(bar=_bar_labels(updates))
+    med = updates.groupby("bar", sort=False)[[f"{p}_s" for p in phases]].median()
     fig, ax = plt.subplots(figsize=(4.2, 3))
     bottom = pd.Series(0.0, index=med.index)
     for p in phases:
         ax.bar(med.index, med[f"{p}_s"], bottom=bottom, color=PHASE_COLOURS[p], label=p.replace("_", " "),
                edgecolor="white", linewidth=0.4)
         bottom += med[f"{p}_s"]
-    spu = updates.groupby("variant", sort=False)["seconds_per_update"].median()
+    spu = updates.groupby("bar", sort=False)["seconds_per_update"].median()
     ax.scatter(spu.index, spu.values, marker="_", s=400, color="black", zorder=3, label="s/update (median)")
     ax.set_ylabel("learner seconds per update (median)")
     ax.tick_params(axis="x", rotation=20)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _save(fig, out, "phase_breakdown")
+
+
+def _bar_labels(updates: pd.DataFrame) -> pd.Series:
+    """The variant, plus the coordinates that differ between the runs plotted (a sweep)."""
+    label = updates["variant"].astype(str)
+    for col, fmt in (("rate_bit_s", lambda v: f"{v / 1e6:g} Mbit/s"), ("delay_s", lambda v: f"{v * 1e3:g} ms"),
+                     ("loss_frac", lambda v: f"{v * 100:g}% loss"), ("workers", lambda v: f"{v} workers")):
+        if col in updates and updates[col].nunique(dropna=False) > 1:
+            label = label + "\n" + updates[col].map(lambda v: "-" if pd.isna(v) else fmt(v))
+    return label
 
 
 def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
