@@ -146,7 +146,9 @@ def _local_spawn(_node: str, argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(argv, **kw)
 
 
-def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 120.0) -> str:
+def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0) -> str:
+    """The learner's HOST:PORT once it listens (after building its model and, for distill, its
+    teacher: minutes on a busy 2-core box the first time; a learner that exits fails at once)."""
     end = time.monotonic() + timeout_s
     while not path.exists():
         if learner.poll() is not None or time.monotonic() > end:
