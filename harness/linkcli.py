@@ -58,7 +58,8 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
     for r in rows:
         ok = r.ok_goodput and r.ok_rtt and r.ok_loss
         ok_all &= ok
-        table.add_row(f"{r.node} {r.direction}", _fmt_rate(r.rate_bit_s), _fmt_rate(r.goodput_bit_s or None),
+        goodput = "-" if r.goodput_bit_s is None else f"{r.goodput_bit_s / 1e6:.2f} Mbit/s"
+        table.add_row(f"{r.node} {r.direction}", _fmt_rate(r.rate_bit_s), goodput,
                       "-" if r.goodput_ratio is None else f"{r.goodput_ratio:.3f}",
                       f"{r.rtt_want_s * 1e3:.2f} ms", "-" if r.rtt_median_s is None else f"{r.rtt_median_s * 1e3:.2f} ms",
                       units.format_percent(r.loss_want), f"{r.loss_lost}/{r.loss_sent} ({r.loss_interval[0]}-{r.loss_interval[1]})",
