@@ -43,6 +43,7 @@ API::
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import math
@@ -213,8 +214,34 @@ def build_plan(profile: Profile, topo: Topology, backend: str, at_s: float = 0.0
 
 # ---- probing ----------------------------------------------------------------------------------
 
+def _netem_from_config() -> bool | None:
+    """What the kernel says without touching anything: a loaded sch_netem module, or the
+    build config; None when neither can be read."""
+    if os.path.isdir("/sys/module/sch_netem"):
+        return True
+    try:
+        with gzip.open("/proc/config.gz", "rt") as fh:
+            config = fh.read()
+    except OSError:
+        return None
+    if "CONFIG_NET_SCH_NETEM=y" in config:
+        return True
+    if "CONFIG_NET_SCH_NETEM=m" in config:
+        return None      # a module that may or may not load: try it
+    return False
+
+
 def probe_backend() -> str:
-    """'netem' if this kernel accepts a netem qdisc (tried in a scratch namespace), else 'fallback'."""
+    """'netem' if this kernel has sch_netem, else 'fallback'. Reads the kernel config when it
+    can; otherwise tries a netem qdisc in a scratch namespace (``wh<id>-probe``, removed again)."""
+    known = _netem_from_config()
+    if known is not None:
+        return "netem" if known else "fallback"
+    return probe_by_trying()
+
+
+def probe_by_trying() -> str:
+    """Add a netem qdisc to ``lo`` of a scratch namespace: accepted -> 'netem'."""
     scratch = topology.ns_name(topology.new_run_id(), "probe")
     netns.create(scratch)
     try:
