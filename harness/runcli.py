@@ -3,6 +3,7 @@ cli.py so that file stays a thin list of commands. Usage errors raise ConfigErro
 them into one line and exit code 2)."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
@@ -212,7 +213,8 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
             continue
         if cfg.run_dir.exists():
             shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt: run the grid point again from scratch
-        code = run(cfg, quiet=True, as_json=False, dry_run=False) if quiet or as_json else run(cfg, False, False, False)
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False)  # --json: stdout holds one document
         if code == EXIT_INTERRUPTED:
             return code
         failed += code != EXIT_OK

@@ -48,6 +48,7 @@ def test_rerun_skips_complete_points_and_redoes_incomplete_ones(first):
     (out / "runs" / "w2" / "meta.json").write_text(json.dumps(meta2))
     res = sweep(out, "--json")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1])["failed"] == 0
+    doc = json.loads(res.stdout)  # --json: one document on stdout
+    assert doc["failed"] == 0 and len(doc["runs"]) == 2
     assert (out / "runs" / "w1" / "meta.json").read_text() == w1_meta  # untouched
     assert json.loads((out / "runs" / "w2" / "meta.json").read_text())["complete"] is True
