@@ -81,8 +81,11 @@ def dry_run_text(cfg: RunConfig) -> str:
     lines = ["config:", json.dumps(cfg.to_json(), indent=1, default=str)]
     if cfg.emulation:
         topo = topology.Topology.plan("0000", cfg.workers)
-        lines += ["shaping plan (run id 0000, backend " + (cfg.backend or "fallback") + "):",
-                  shaper.build_plan(cfg.load_profile(), topo, cfg.backend or "fallback").to_json()]
+        known = shaper._netem_from_config()  # the kernel config; a dry run creates nothing to probe
+        backend = cfg.backend or ("fallback" if known is None else "netem" if known else "fallback")
+        lines += [f"shaping plan (run id 0000, backend {backend}"
+                  f"{'' if cfg.backend or known is not None else ': kernel config unreadable, assumed'}):",
+                  shaper.build_plan(cfg.load_profile(), topo, backend).to_json()]
     for cell in launch.cells(cfg):
         lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(launch.run_flags(cfg, cell))}")
     return "\n".join(lines)
