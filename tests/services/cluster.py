@@ -103,7 +103,7 @@ class Cluster:
         rows = read_events(path) if path.exists() else []
         return max((r["version"] for r in rows if r["kind"] == "update"), default=0)
 
-    def wait_for_version(self, version: int, timeout: float = 120) -> None:
+    def wait_for_version(self, version: int, timeout: float = 300) -> None:
         end = time.monotonic() + timeout
         while self.learner_version() < version:
             if time.monotonic() > end or self.procs["learner"].poll() is not None:
