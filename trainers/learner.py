@@ -183,7 +183,12 @@ class Learner:
                 return
             if batch > self.replica.version + self.params.depth + 1 or (batch, peer.worker) in self.pending:
                 raise WireError(f"rollouts for batch {batch} while at version {self.replica.version}")
-            self.pending[(batch, peer.worker)] = (Rollouts.from_tensors(tensors), time.monotonic())
+            rollouts = Rollouts.from_tensors(tensors)
+            vocab = self.model.get_input_embeddings().num_embeddings
+            ids = [t for row in rollouts.prompt_ids + rollouts.completion_ids for t in row]
+            if ids and not 0 <= min(ids) <= max(ids) < vocab:
+                raise WireError(f"rollouts hold token ids outside the vocabulary 0..{vocab - 1}")
+            self.pending[(batch, peer.worker)] = (rollouts, time.monotonic())
             self.parse_seconds += time.perf_counter() - t0
         elif frame.type == MessageType.HASH:
             self.on_hash(peer.name, wire.unpack_json(frame.body))

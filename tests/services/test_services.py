@@ -296,3 +296,34 @@ def test_a_missing_run_token_is_a_usage_error(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         learner.main(["--run-dir", str(tmp_path)])
     assert exc.value.code == 2 and "RUN_TOKEN" in capsys.readouterr().err
+
+
+def test_learner_rejects_rollouts_it_cannot_train_on(tmp_path):
+    """Well-framed but unusable rollouts (ids outside the vocabulary, a batch from the future)
+    are a protocol violation by that worker, never an exception in the training loop."""
+    from trainers.learner import Learner, Peer
+    from trainers.rollout import Rollouts
+    from trainers.service import RunParams
+    from trainers.wire import Frame, WireError
+
+    learner = Learner(RunParams(method="identity", workers=1, updates=3), TOKEN, str(tmp_path), ("127.0.0.1", 0))
+    try:
+        peer = Peer(1, None, start_batch=0)
+
+        def frame(ids, batch=0):
+            r = Rollouts(problem_index=[0], prompt_ids=[[1, 2]], completion_ids=[ids], logprobs=[[-1.0] * len(ids)],
+                         rewards=[0.0])
+            return Frame(MessageType.ROLLOUTS, 1, 0, 1, wire.pack_tensors(r.to_tensors(), meta={"batch": batch}))
+
+        with pytest.raises(WireError, match="outside the vocabulary"):
+            learner.on_frame(peer, frame([5, 100000]))
+        with pytest.raises(WireError, match="outside 0..2"):
+            learner.on_frame(peer, frame([5], batch=7))
+        with pytest.raises(WireError, match="while at version 0"):
+            learner.on_frame(peer, frame([5], batch=2))
+        learner.on_frame(peer, frame([5, 6]))
+        assert (0, 1) in learner.pending
+        with pytest.raises(WireError, match="while at version 0"):  # the same batch twice
+            learner.on_frame(peer, frame([5, 6]))
+    finally:
+        learner.close()
