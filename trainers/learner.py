@@ -512,6 +512,10 @@ def main(argv=None) -> int:
     try:
         params = run_params_from_args(args)
         params.get_method()
+        build_task(params)  # an unknown task or objective fails here, not in every worker
+        from trainers.objectives import available as objectives
+        if params.objective not in objectives():
+            raise ValueError(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
         token = run_token()
         listen = parse_addr(args.listen)
     except ValueError as e:

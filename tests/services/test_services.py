@@ -273,6 +273,8 @@ def test_interrupted_run_leaves_incomplete_summary_and_readable_events(tmp_path)
 @pytest.mark.parametrize("main, argv, message", [
     ("learner", ["--method", "nope"], "unknown method 'nope'; valid methods: full, full-bf16, rank-R"),
     ("learner", ["--depth", "3"], "depth must be 0 or 1"),
+    ("learner", ["--task", "nope"], "unknown task 'nope'"),
+    ("learner", ["--objective", "nope"], "unknown objective 'nope'; valid objectives: distill, grpo"),
     ("learner", ["--listen", "nohost"], "is not HOST:PORT"),
     ("learner", ["--method", "spar", "--budget", "200%"], "budget '200%' is outside"),
     ("worker", ["--learner", "nohost", "--worker-id", "1"], "is not HOST:PORT"),
