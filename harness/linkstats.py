@@ -42,7 +42,7 @@ def _qdisc_drops(ipr: IPRoute, dev: str) -> int:
 
 def _loss_counters(rt: str) -> dict[tuple[str, str], int]:
     out = {}
-    for line in shaper._iptables_save(rt, counters=True).splitlines():
+    for line in shaper.iptables_save(rt, counters=True).splitlines():
         parts = line.split()
         if line.startswith("[") and "--probability" in parts and parts[-1] == "DROP":
             packets = int(parts[0].strip("[]").split(":")[0])

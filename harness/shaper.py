@@ -492,7 +492,7 @@ def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
 
 # ---- show: the live kernel state as a profile document ------------------------------------------
 
-def _iptables_save(ns: str, counters: bool = False) -> str:
+def iptables_save(ns: str, counters: bool = False) -> str:
     argv = ["iptables-save"] + (["-c"] if counters else [])
     proc = topology.popen_in(ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=30)
@@ -565,7 +565,7 @@ def show(run_id: str) -> dict[str, Any]:
     nodes = sorted((m.group(2) for m in map(topology.NS_PATTERN.match, netns.listnetns())
                     if m and m.group(1) == run_id and m.group(2) not in ("rt", "probe")),
                    key=lambda n: -1 if n == "learner" else int(n[1:]))
-    loss = _loss_by_port(_iptables_save(rt))
+    loss = _loss_by_port(iptables_save(rt))
     queues = _delayline_configs(rt)
     doc: dict[str, Any] = {"name": f"live-{run_id}", "description": f"kernel state of run {run_id}",
                            "source": "harness show (fallback backend readback)", "defaults": {}, "workers": {}}
