@@ -209,13 +209,7 @@ def _collect(udp, sent, samples, deadline, until_done=None):
 def loss_up(host: str, port: int, count: int, pps: float) -> dict:
     session = int.from_bytes(os.urandom(4), "big")
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    pad = b"\0" * (UDP_PROBE_BYTES - 9)
-    start = time.monotonic()
-    for seq in range(count):
-        delay = start + seq / pps - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        udp.sendto(b"S" + struct.pack("!II", session, seq) + pad, (host, port))
+    _blast(udp, (host, port), session, count, pps)
     time.sleep(1.5)                 # let the delay line drain (up to 600 ms RTT paths)
     got = _request(host, port, {"cmd": "count", "session": session})["received"]
     return {"sent": count, "received": got}

@@ -185,7 +185,10 @@ def test_goodput_rtt_and_loss_within_targets():
     rows = calibrate.calibrate(prof, 1, secs=2.0, rtt_count=40, loss_count=3000)
     for row in rows:
         assert row.ok_rtt, row
-        assert row.ok_loss, row
+        # `ok_loss` is calibration's verdict at 99 %: two links per run would make this test fail
+        # ~2 % of the time by chance alone. The test asks for the 99.99 % interval instead.
+        low, high = calibrate.binomial_interval(row.loss_sent, row.loss_want, conf=0.9999)
+        assert low <= row.loss_lost <= high, row
         assert row.loss_lost > 0          # 1 % of 3000: zero would mean the rule never fired
     lossless = calibrate.calibrate(profiles.with_link(profiles.load("paper-62.5mbit"), {"delay": "5ms"}), 1,
                                    secs=2.0, rtt_count=20, loss_count=500)
