@@ -107,13 +107,17 @@ def _from_bytes(buf: memoryview, dtype: str, count: int) -> torch.Tensor:
     return t.view(torch.bfloat16) if dtype == "bf16" else t
 
 
+def _table(tensors: list[tuple[str, tuple[int, ...]]], segment_specs: list[tuple[str, str, int]],
+           meta: dict[str, Any] | None) -> bytes:
+    table = {"tensors": [[n, list(s)] for n, s in tensors],
+             "segments": [list(x) for x in segment_specs], "meta": meta or {}}
+    return zlib.compress(json.dumps(table, sort_keys=True, separators=(",", ":")).encode(), 6)
+
+
 def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[Segment],
          meta: dict[str, Any] | None = None) -> bytes:
     """Serialise a payload. Deterministic: same arguments -> same bytes."""
-    table = {"tensors": [[n, list(s)] for n, s in tensors],
-             "segments": [[s.key, s.dtype, int(s.array.numel())] for s in segments],
-             "meta": meta or {}}
-    table_bytes = zlib.compress(json.dumps(table, sort_keys=True, separators=(",", ":")).encode(), 6)
+    table_bytes = _table(tensors, [(s.key, s.dtype, int(s.array.numel())) for s in segments], meta)
     name_b = name.encode("ascii")
     parts = [_PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)), name_b,
              _U32.pack(len(table_bytes)), table_bytes]
@@ -124,10 +128,7 @@ def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[S
 def header_bytes(name: str, tensors: list[tuple[str, tuple[int, ...]]],
                  segment_specs: list[tuple[str, str, int]], meta: dict[str, Any] | None = None) -> int:
     """Bytes the payload spends before its body: what a budget must reserve up front."""
-    table = {"tensors": [[n, list(s)] for n, s in tensors],
-             "segments": [list(x) for x in segment_specs], "meta": meta or {}}
-    table_bytes = zlib.compress(json.dumps(table, sort_keys=True, separators=(",", ":")).encode(), 6)
-    return _PREFIX.size + len(name.encode("ascii")) + _U32.size + len(table_bytes)
+    return _PREFIX.size + len(name.encode("ascii")) + _U32.size + len(_table(tensors, segment_specs, meta))
 
 
 @dataclass
