@@ -11,6 +11,7 @@ import torch
 
 from tests.compress.common import gradient, new_replica, options, warm_gradients
 from trainers.compress import OptionError, available, get_compressor
+from trainers.compress.bench import rel_error
 
 NAMES = available()
 
@@ -35,7 +36,7 @@ def test_round_trip_shapes_and_error(name, grads):
     for n in g:
         assert out[n].shape == g[n].shape and out[n].dtype == torch.float32
         assert torch.isfinite(out[n]).all()
-    err = _rel_err(out, g)
+    err = rel_error(out, g)
     if name == "identity":
         assert err == 0.0
     else:
@@ -154,9 +155,3 @@ def test_non_finite_gradients_are_refused(name, grads):
     next(iter(g.values()))[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
         get_compressor(name, **options(name)).encode(g)
-
-
-def _rel_err(out, ref) -> float:
-    num = sum(float((out[n] - ref[n]).double().norm() ** 2) for n in ref)
-    den = sum(float(ref[n].double().norm() ** 2) for n in ref)
-    return (num / den) ** 0.5

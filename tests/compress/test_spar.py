@@ -6,6 +6,7 @@ import torch
 
 from tests.compress.common import warm_gradients
 from trainers.compress import get_compressor
+from trainers.compress.bench import rel_error
 from trainers.compress.base import full_adapter_bytes, unpack
 
 
@@ -20,10 +21,6 @@ def power_law_factors(seed: int = 0, rank: int = 16, d: int = 96, n: int = 6) ->
             s = torch.tensor([10 ** (-2 * i / n) / (j + 1) for j in range(rank)])
             out[f"layer{i}.{side}"] = (u * s) @ v.T
     return out
-
-
-def rel_err(out, ref) -> float:
-    return float(sum((out[n] - ref[n]).norm() ** 2 for n in ref) ** 0.5 / sum(ref[n].norm() ** 2 for n in ref) ** 0.5)
 
 
 @pytest.mark.parametrize("svd", ["sketch", "gram"])
@@ -51,7 +48,7 @@ def test_budget_below_the_fixed_overhead_is_an_error():
 
 def test_more_budget_means_less_error():
     m = power_law_factors()
-    errors = [rel_err(get_compressor("spar", budget_bytes=b, error_feedback=False).decode(
+    errors = [rel_error(get_compressor("spar", budget_bytes=b, error_feedback=False).decode(
         get_compressor("spar", budget_bytes=b, error_feedback=False).encode(m)), m) for b in (2000, 5000, 15000, 40000)]
     assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 2
 
@@ -73,14 +70,14 @@ def test_spar_beats_powersgd_at_equal_bytes_on_the_first_step(svd):
     spar = get_compressor("spar", budget_bytes=len(payload), svd=svd, error_feedback=False)
     spar_payload = spar.encode(m)
     assert len(spar_payload) <= len(payload)
-    assert rel_err(spar.decode(spar_payload), m) < rel_err(psgd.decode(payload), m)
+    assert rel_error(spar.decode(spar_payload), m) < rel_error(psgd.decode(payload), m)
 
 
 def test_full_rank_budget_reconstructs_exactly():
     m = power_law_factors(rank=4, d=16, n=2)
     # Every triplet of a thin matrix costs more than the dense matrix: give room for all of them.
     c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", svd="gram", error_feedback=False)
-    assert rel_err(c.decode(c.encode(m)), m) < 1e-5
+    assert rel_error(c.decode(c.encode(m)), m) < 1e-5
 
 
 def test_energy_per_byte_prefers_cheap_directions():
@@ -102,7 +99,7 @@ def test_sketch_finds_the_exact_spectrum_of_a_low_rank_factor():
     m = {f"f{i}": torch.randn(16, 3, generator=g) @ torch.randn(3, 40, generator=g) for i in range(3)}
     for svd in ("sketch", "gram"):
         c = get_compressor("spar", budget_bytes=100_000, dtype="fp32", svd=svd, error_feedback=False)
-        assert rel_err(c.decode(c.encode(m)), m) < 1e-5
+        assert rel_error(c.decode(c.encode(m)), m) < 1e-5
 
 
 def test_bad_svd_options():

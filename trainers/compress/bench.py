@@ -96,7 +96,9 @@ def rel_error(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> flo
     return (num / den) ** 0.5
 
 
-def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, repeats: int, **options) -> Row:
+def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, repeats: int,
+            shown_as: str | None = None, **options) -> Row:
+    """Median encode and decode time of `name` with `options`; the row says `shown_as` (default: name)."""
     full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
     enc, dec = [], []
     for _ in range(repeats):
@@ -108,7 +110,7 @@ def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, re
         t2 = time.perf_counter()
         enc.append(t1 - t0)
         dec.append(t2 - t1)
-    return Row(kind, name, label, len(payload), len(payload) / full, rel_error(out, grads),
+    return Row(kind, shown_as or name, label, len(payload), len(payload) / full, rel_error(out, grads),
                statistics.median(enc), statistics.median(dec))
 
 
@@ -123,39 +125,29 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
         shape: dict | None = None, real_model: str = "tiny", progress=None) -> list[Row]:
     torch.set_num_threads(threads)
     rows = []
+
+    def add(row: Row) -> Row:
+        rows.append(row)
+        if progress:
+            progress(row)
+        return row
+
     for kind in kinds:
         grads = (synthetic_gradients(qwen_like_shapes(**(shape or QWEN05B))) if kind == "synthetic"
                  else real_gradients(real_model))
-        fixed = [("identity", "-", {}), ("identity", "-", {"dtype": "bf16"}), ("int8", "-", {})]
-        for name, label, opts in fixed:
-            rows.append(_measure_named(kind, grads, name, label, repeats, opts))
-            progress and progress(rows[-1])
+        cell = lambda name, label, shown_as=None, **opts: add(  # noqa: E731
+            measure(kind, grads, name, label, repeats, shown_as, **opts))
+        cell("identity", "-")
+        cell("identity", "-", "identity (bf16)", dtype="bf16")
+        cell("int8", "-")
         for frac in budgets:
             label = f"{frac:.2%}"
-            for name, opts in (("spar", {"budget": frac}), ("spar", {"budget": frac, "svd": "gram"}),
-                               ("topk", {"budget": frac})):
-                row = measure(kind, grads, name, label, repeats, **opts)
-                rows.append(_relabel(row, "spar (gram)") if opts.get("svd") else row)
-                progress and progress(rows[-1])
-            psgd = measure(kind, grads, "powersgd", label, repeats, rank=powersgd_rank_for(grads, frac))
-            rows.append(psgd)
-            progress and progress(rows[-1])
-            rows.append(_relabel(measure(kind, grads, "spar", label, repeats, budget_bytes=psgd.payload_bytes),
-                                 "spar @powersgd-bytes"))
-            progress and progress(rows[-1])
+            cell("spar", label, budget=frac)
+            cell("spar", label, "spar (gram)", budget=frac, svd="gram")
+            cell("topk", label, budget=frac)
+            psgd = cell("powersgd", label, rank=powersgd_rank_for(grads, frac))
+            cell("spar", label, "spar @powersgd-bytes", budget_bytes=psgd.payload_bytes)
     return rows
-
-
-def _measure_named(kind, grads, name, label, repeats, opts) -> Row:
-    row = measure(kind, grads, name, label, repeats, **opts)
-    if opts.get("dtype"):
-        row.compressor = f"{name} ({opts['dtype']})"
-    return row
-
-
-def _relabel(row: Row, name: str) -> Row:
-    row.compressor = name
-    return row
 
 
 def as_dicts(rows: list[Row]) -> list[dict]:
