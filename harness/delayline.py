@@ -20,7 +20,10 @@ router namespace. A netlink socket belongs to the namespace it was opened in, so
 names the namespace whose rules feed it (the up queue: the router's FORWARD path; the down
 queue: the node's INPUT path) and the process opens one socket per namespace. CONFIG_JSON is
 ``{"run_id": "3fa2c1", "queues": [{"num": 2, "netns": "wh3fa2c1-rt", "delay_us": 20000,
-"jitter_us": 0, "maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss]}, ...]}``. It exits on
+"jitter_us": 0, "maxlen": 4096, "ge": null | [p, r, bad_loss, good_loss], "seed": 1234567}, ...]}``;
+each queue draws its jitter and burst loss from its own generator seeded with ``seed`` (the plan
+derives it from the run id), so a queue's n-th packet gets the same draws in every run with that
+id whatever the other queue does. It exits on
 SIGTERM/SIGINT and when its parent process dies (checked every loop; PR_SET_PDEATHSIG would
 fire when the parent *thread* that started it exits, e.g. the shaper's schedule thread).
 """
@@ -70,6 +73,7 @@ class Queue:
     maxlen: int = 4096
     ge: tuple[float, float, float, float] | None = None   # p, r, bad_loss, good_loss (fractions)
     netns: str | None = None                                # namespace whose netfilter feeds this queue
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # parse_config seeds it per run
     sock: socket.socket | None = None
     pending: deque = field(default_factory=deque)          # [release_time, last packet_id]
     last_release: float = 0.0
@@ -77,14 +81,14 @@ class Queue:
     stats: dict = field(default_factory=lambda: {"packets": 0, "ge_dropped": 0})
 
     def release_time(self, now: float) -> float:
-        jitter = random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
+        jitter = self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
         self.last_release = max(self.last_release, now + self.delay_s + jitter)
         return self.last_release
 
     def ge_drop(self) -> bool:
         p, r, bad_loss, good_loss = self.ge
-        self.bad = (random.random() >= r) if self.bad else (random.random() < p)
-        return random.random() < (bad_loss if self.bad else good_loss)
+        self.bad = (self.rng.random() >= r) if self.bad else (self.rng.random() < p)
+        return self.rng.random() < (bad_loss if self.bad else good_loss)
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -233,7 +237,7 @@ def parse_config(text: str) -> list[Queue]:
     doc = json.loads(text)
     return [Queue(num=int(q["num"]), delay_s=q["delay_us"] / 1e6, jitter_s=q.get("jitter_us", 0) / 1e6,
                   maxlen=int(q.get("maxlen", 4096)), ge=tuple(q["ge"]) if q.get("ge") else None,
-                  netns=q.get("netns"))
+                  netns=q.get("netns"), rng=random.Random(int(q["seed"])))
             for q in doc["queues"]]
 
 

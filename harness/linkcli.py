@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import profiles, shaper, topology, units
+from harness import backend as backends, plan as plans, profiles, shaper, topology, units
 
 
 def load_with_overrides(name: str, **flags: str | None) -> profiles.Profile:
@@ -28,10 +28,8 @@ def profiles_text(name, plan, workers, backend, live, yaml) -> str:
         return "\n".join(lines)
     prof = profiles.load(name)
     if plan:
-        if backend not in shaper.BACKENDS:
-            raise ValueError(f"backend: {backend!r} is unknown (valid: {', '.join(shaper.BACKENDS)})")
-        topo = topology.Topology.plan("0000", workers)
-        return shaper.build_plan(prof, topo, backend).to_json()
+        chosen = backends.decide(backend, create=False).name   # printing a plan creates nothing
+        return plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json()
     return yaml.safe_dump(prof.to_doc(), sort_keys=False)
 
 
@@ -48,7 +46,8 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
     from harness import calibrate
 
     if dry_run:
-        print(shaper.build_plan(prof, topology.Topology.plan("0000", workers), backend or shaper.probe_backend()).to_json())
+        chosen = backends.decide(backend, create=False).name   # a dry run creates nothing to probe
+        print(plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())
         return 0
     rows = calibrate.calibrate(prof, workers, secs=secs, backend=backend, out_dir=Path(out))
     table = Table(title=f"calibration: {prof.name} ({workers} worker(s)) -> {out}/calibration.json")

@@ -8,6 +8,7 @@ import sys
 import time
 
 from harness import profiles, shaper, topology
+from harness.plan import build_plan
 
 
 def main() -> None:
@@ -18,7 +19,7 @@ def main() -> None:
             time.sleep(600)
     else:
         topo = topology.Topology.create(topology.new_run_id(), workers)
-        shaper.Shaper(shaper.build_plan(prof, topo, "fallback")).apply()
+        shaper.Shaper(build_plan(prof, topo, "fallback")).apply()
         print(topo.run_id, flush=True)
         time.sleep(600)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import calibrate, clean, linkstats, profiles, shaper, topology
+from harness import backend, calibrate, clean, linkstats, profiles, shaper, topology
+from harness.plan import build_plan
 from harness.topology import Topology
 
 pytestmark = pytest.mark.root
@@ -90,7 +91,7 @@ def test_missing_namespace_is_an_error_not_created():
 
 def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
     prof = profiles.load(str(HERE / "ge-burst.yaml"))
-    plan = shaper.build_plan(prof, topo2, "fallback")
+    plan = build_plan(prof, topo2, "fallback")
     with shaper.Shaper(plan) as sh:
         # pyroute2 reader: show() gives back a profile with the same links
         live = profiles.from_doc(shaper.show(topo2.run_id), f"live-{topo2.run_id}")
@@ -126,9 +127,9 @@ def test_fallback_apply_reads_back_with_pyroute2_and_iproute2(topo2):
 
 def test_scheduled_change_updates_the_kernel(topo2):
     prof = profiles.load("heterogeneous-edge")
-    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+    with shaper.Shaper(build_plan(prof, topo2, "fallback")) as sh:
         assert "rate 50Mbit" in run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
-        sh.update(shaper.build_plan(prof, topo2, "fallback", at_s=30))
+        sh.update(build_plan(prof, topo2, "fallback", at_s=30))
         assert "rate 20Mbit" in run(["tc", "-n", topo2.router_ns, "class", "show", "dev", "p1"]).stdout
         assert profiles.from_doc(shaper.show(topo2.run_id), "live-" + topo2.run_id).link("w2") == prof.link("w2", 30)
 
@@ -138,7 +139,7 @@ def test_schedule_thread_applies_changes_and_its_delay_lines_outlive_it(topo2):
     doc = {"defaults": {"rate": "10mbit", "delay": "5ms"},
            "schedule": [{"at": "300ms", "target": "w1", "delay": "15ms"}]}
     prof = profiles.from_doc(doc, "sched")
-    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+    with shaper.Shaper(build_plan(prof, topo2, "fallback")) as sh:
         thread = sh.run_schedule(prof, topo2, threading.Event())
         thread.join(timeout=30)
         time.sleep(0.5)       # a delay line tied to the finished thread would be gone by now
@@ -149,29 +150,29 @@ def test_schedule_thread_applies_changes_and_its_delay_lines_outlive_it(topo2):
 
 
 def test_netem_backend_applies_where_the_kernel_has_netem(topo2):
-    if shaper.probe_backend() != "netem":
+    if backend.decide().name != "netem":
         pytest.skip("this kernel has no sch_netem (CONFIG_NET_SCH_NETEM unset): netem plans are golden-tested only")
     prof = profiles.load("transatlantic")
-    with shaper.Shaper(shaper.build_plan(prof, topo2, "netem")):
+    with shaper.Shaper(build_plan(prof, topo2, "netem")):
         kinds = [q["kind"] for q in tc_json(topo2.router_ns, "qdisc", "show", "dev", "p1")]
         assert kinds == ["htb", "netem"]
 
 
-def test_probe_backend_matches_the_kernel_config():
+def test_probe_and_decide_match_the_kernel_config():
     import gzip
     try:
         config = gzip.open("/proc/config.gz", "rt").read()
     except OSError:
         pytest.skip("no /proc/config.gz to compare with")
     has_netem = "CONFIG_NET_SCH_NETEM=y" in config or "CONFIG_NET_SCH_NETEM=m" in config
-    assert shaper.probe_by_trying() == ("netem" if has_netem else "fallback")
-    assert shaper.probe_backend() == shaper.probe_by_trying()
+    assert backend.probe_by_trying() == ("netem" if has_netem else "fallback")
+    assert backend.decide().name == backend.probe_by_trying()
     assert [n for n in clean.leftovers() if n.endswith("-probe")] == []
 
 
 def test_dead_delay_line_fails_open(topo2):
     prof = profiles.with_link(profiles.load("paper-62.5mbit"), {"delay": "20ms"})
-    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")) as sh:
+    with shaper.Shaper(build_plan(prof, topo2, "fallback")) as sh:
         proc = sh.delaylines["w1"]
         proc.kill()
         proc.wait()
@@ -209,7 +210,7 @@ def test_gilbert_elliott_burst_loss_in_delay_line():
 
 def test_link_counters_sample_traffic(topo2, tmp_path):
     prof = profiles.load("paper-62.5mbit")
-    with shaper.Shaper(shaper.build_plan(prof, topo2, "fallback")):
+    with shaper.Shaper(build_plan(prof, topo2, "fallback")):
         with linkstats.LinkSampler(topo2, tmp_path / "links.csv", interval_s=0.2):
             assert _connect(topo2, "w1", "learner")
         import csv
@@ -279,8 +280,8 @@ def _run_sandboxed(argv):
 
 BAD_FLAGS = [
     (["--profile", "no-such-profile"], "profile: 'no-such-profile' is unknown"),
-    (["--profile", "lan", "--rate", "-5mbit"], "rate: '-5mbit'"),
-    (["--profile", "lan", "--rate", "0"], "rate: '0'"),
+    (["--profile", "lan", "--bw", "-5mbit"], "rate: '-5mbit'"),
+    (["--profile", "lan", "--bw", "0"], "rate: '0'"),
     (["--profile", "lan", "--loss", "150%"], "loss: '150%'"),
     (["--profile", "lan", "--delay", "20parsecs"], "delay: '20parsecs'"),
     (["--profile", "lan", "--delay", "1ms", "--jitter", "5ms"], "jitter: '5ms'"),
@@ -320,7 +321,7 @@ def test_32_workers():
     prof = profiles.load("transatlantic")
     topo = Topology.create(topology.new_run_id(), 32)
     try:
-        with shaper.Shaper(shaper.build_plan(prof, topo, "fallback")) as sh:
+        with shaper.Shaper(build_plan(prof, topo, "fallback")) as sh:
             assert len(sh.delaylines) == 33
             assert _connect(topo, "w32", "learner") and _connect(topo, "learner", "w17", 7002)
             live = profiles.from_doc(shaper.show(topo.run_id), "live-" + topo.run_id)
