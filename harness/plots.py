@@ -1,4 +1,5 @@
-"""Paper figures from results folders alone: PDF (Type-42 TrueType fonts embedded) + PNG.
+"""Paper figures from results folders alone (results.RunTables, compare.comparison): PDF
+(Type-42 TrueType fonts embedded) + PNG.
 
     harness plot results/<run-id> [more runs or sweeps]    -> <first path>/figures/*.pdf|png
 
@@ -20,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import report, results  # noqa: E402
+from harness import compare, results  # noqa: E402
 
 # Okabe & Ito (2008), the colour-blind-safe qualitative palette.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -29,7 +30,7 @@ METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
     "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
     "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
 }
-MARKERS = "os^vPXD<>hp*"
+MARKERS = ">hp*"  # markers no fixed method uses: an unlisted method never looks like a listed one
 PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
                  "train": "#0072B2", "encode": "#E69F00", "send_update": "#D55E00", "decode_replay": "#CC79A7",
                  "hash": "#000000"}
@@ -39,11 +40,12 @@ GANTT_UPDATES = 4
 
 
 def style(method: str) -> tuple[str, str]:
-    """(colour, marker) of a method: fixed for the known ones, stable (name hash) for the rest."""
+    """(colour, marker) of a method: fixed for the known ones; for the rest, a CRC of the name
+    (the same in every process, unlike hash()) picks a colour and, independently, a marker."""
     if method in METHOD_STYLE:
         return METHOD_STYLE[method]
     h = zlib.crc32(method.encode())
-    return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h % len(MARKERS)]
+    return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h // len(OKABE_ITO) % len(MARKERS)]
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
@@ -182,17 +184,15 @@ def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "link_throughput")
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = ()) -> list[Path]:
-    """Every figure for the runs at or under `path` (and `extra`), into `path`/figures/."""
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> list[Path]:
+    """Every figure for the runs at or under `path` (and `extra`), into `path`/figures/; the runs
+    are parsed here unless `tables` (already read by the caller) is given."""
     path = Path(path)
-    runs = results.find_runs([path, *extra])
-    t = {k: pd.concat([results.tables(r)[k] for r in runs], ignore_index=True)
-         for k in ("updates", "phases", "links")}
-    cells = pd.concat([results.cell_summaries(r) for r in runs], ignore_index=True)
+    t = tables if tables is not None else results.read([path, *extra])
     out = path / "figures"
-    if t["updates"].empty:
+    if t.updates.empty:
         raise ValueError(f"{path}: no completed update to plot yet")
-    comp = report.comparison(t["updates"], cells)
+    comp = compare.comparison(t.updates, t.cells)
     with plt.rc_context(STYLE):
-        return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t["updates"], out)
-                + quality_vs_bytes(comp, out) + timeline(t["phases"], out) + link_throughput(t["links"], out))
+        return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t.updates, out)
+                + quality_vs_bytes(comp, out) + timeline(t.phases, out) + link_throughput(t.links, out))

@@ -1,14 +1,13 @@
-"""Comparison report: every method against `full` under the same link, from the results folders alone.
+"""Comparison report: compare.py's table as markdown + HTML, with the runs and their cells.
 
     harness report results/<run-id>          -> results/<run-id>/report.md (+ report.html)
     harness report results/<sweep-id>        -> one table over every grid point of the sweep
 
-Per (link coordinates, method): seconds per update (median and IQR over every update of every
-seed), speedup (full's median / the method's median, same coordinates), payload and wire bytes
-per update (learner -> workers, and workers -> learner), payload as a fraction of the `full`
-update, bytes the worker links carried (link counters: IP headers and retransmissions
-included), quality (the objective's metric over the last updates, mean and spread over seeds),
-consistency (every replica's final hash equal to the learner's), completeness.
+Per (link coordinates, method): seconds per update (median [IQR]), speedup vs `full`, payload
+and wire bytes per update, % of full, link bytes per update, quality (mean ± sd over seeds),
+consistency (every replica's final hash equal to the learner's), completeness; then one line
+per run (status, git, kernel, versions) and one per cell. Numbers come from compare.py; this
+module only formats them.
 """
 from __future__ import annotations
 
@@ -18,73 +17,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness import results
-
-COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
-QUALITY_LAST = 3   # quality of a seed = mean of its last 3 updates' metric
-
-
-def _coords(df: pd.DataFrame) -> list[str]:
-    return [c for c in COORDS if c in df.columns]
-
-
-def _seed_quality(g: pd.DataFrame) -> pd.Series:
-    return g.sort_values("update").groupby("seed")["quality"].apply(lambda s: s.tail(QUALITY_LAST).mean())
-
-
-def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
-    spu = g["seconds_per_update"]
-    q = _seed_quality(g)
-    done = cells["updates_done"].sum() if len(cells) else 0
-    return {"method": g["method"].iloc[0], "budget": g["budget"].iloc[0],
-            "seeds": int(g["seed"].nunique()), "updates": int(len(g)),
-            "s_per_update_median": spu.median(), "s_per_update_q1": spu.quantile(0.25),
-            "s_per_update_q3": spu.quantile(0.75), "s_per_update_iqr": spu.quantile(0.75) - spu.quantile(0.25),
-            "payload_bytes_down": g["payload_bytes_down"].median(), "wire_bytes_down": g["wire_bytes_down"].median(),
-            "payload_bytes_up": g["payload_bytes_up"].median(), "wire_bytes_up": g["wire_bytes_up"].median(),
-            "link_bytes_down_per_update": _per_update(cells, "link_bytes_down", done),
-            "link_bytes_up_per_update": _per_update(cells, "link_bytes_up", done),
-            "quality_metric": g["quality_metric"].iloc[0], "quality_mean": q.mean(),
-            "quality_std": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
-            "consistent": bool(len(cells) and cells["consistent"].all()),
-            "complete": bool(len(cells) and cells["complete"].all())}
-
-
-def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
-    if col not in cells or cells[col].isna().all() or not done:
-        return None
-    return float(cells[col].sum()) / done
-
-
-def comparison(updates: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per (coordinates, variant), with speedup and byte fraction against `full`."""
-    if updates.empty:
-        return pd.DataFrame()
-    keys = _coords(updates)
-    rows = []
-    for key, g in updates.groupby(keys + ["variant"], dropna=False, sort=False):
-        match = cells
-        for k, v in zip(keys + ["variant"], key):
-            match = match[(match[k] == v) | (match[k].isna() & pd.isna(v))] if k in match else match
-        rows.append({**dict(zip(keys + ["variant"], key)), **_method_row(g, match)})
-    df = pd.DataFrame(rows)
-    base = df[df["method"] == results.BASELINE].set_index(keys, drop=False) if keys else None
-    df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
-    df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
-    return df
-
-
-def _ratio(base: pd.DataFrame | None, row: pd.Series, keys: list[str], col: str, inverse: bool = False):
-    """row[col] / full[col] (or full / row) under the same coordinates; None without a full baseline."""
-    if base is None or base.empty:
-        return None
-    hit = base
-    for k in keys:
-        hit = hit[(hit[k] == row[k]) | (hit[k].isna() & pd.isna(row[k]))]
-    if hit.empty or not row[col] or not hit[col].iloc[0]:
-        return None
-    full = float(hit[col].iloc[0])
-    return full / float(row[col]) if inverse else float(row[col]) / full
+from harness import compare, results
+from harness.compare import BASELINE, QUALITY_LAST
 
 
 # ---- formatting ------------------------------------------------------------------------------
@@ -142,30 +76,29 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
 
 
-def _run_header(run_dir: Path) -> list[str]:
-    meta = results.read_json(run_dir / "meta.json", {}) or {}
+def _run_header(run: results.Run) -> list[str]:
+    meta = run.meta
     status = meta.get("status", "unknown")
     flag = "" if meta.get("complete") else f" — **INCOMPLETE ({status})**: partial results"
     pk = meta.get("packages") or {}
-    return [f"- `{run_dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
+    return [f"- `{run.dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
             f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
             f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
             f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
 
 
-def build(paths: Iterable[str | Path]) -> tuple[str, pd.DataFrame]:
-    """(markdown, comparison table) over every run under `paths`."""
-    runs = results.find_runs(paths)
-    updates = pd.concat([results.tables(r)["updates"] for r in runs], ignore_index=True)
-    cells = pd.concat([results.cell_summaries(r) for r in runs], ignore_index=True)
-    comp = comparison(updates, cells)
+def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
+    """(markdown, comparison table) over every run in `tables`."""
+    cells = tables.cells
+    comp = compare.comparison(tables.updates, cells)
     head, rows = table_rows(comp)
-    title = runs[0].name if len(runs) == 1 else f"{len(runs)} runs"
-    md = [f"# Comparison against `full`: {title}", "", "## Runs", ""]
-    for r in runs:
+    title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
+    base = ", ".join(f"`{b}`" for b in sorted(set(comp["baseline"]))) if "baseline" in comp else f"`{BASELINE}`"
+    md = [f"# Comparison against {base}: {title}", "", "## Runs", ""]
+    for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",
-           "Speedup = median seconds per update of `full` / that of the method, under the same link. "
+           f"Speedup = median seconds per update of {base} / that of the method, under the same link. "
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", "## Cells", ""]
@@ -176,10 +109,11 @@ def build(paths: Iterable[str | Path]) -> tuple[str, pd.DataFrame]:
     return "\n".join(md), comp
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = ()) -> Path:
-    """report.md and report.html in `path`, covering every run under it (and `extra`)."""
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> Path:
+    """report.md and report.html in `path`, covering every run under it (and `extra`); the runs are
+    parsed here unless `tables` (already read by the caller) is given."""
     path = Path(path)
-    md, comp = build([path, *extra])
+    md, comp = build(tables if tables is not None else results.read([path, *extra]))
     (path / "report.md").write_text(md)
     head, rows = table_rows(comp)
     body = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in r)}</tr>" for r in rows)

@@ -21,6 +21,11 @@ Row kinds:
 
 Timestamps are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by the processes of one
 host), so phases of different processes line up; durations are in seconds, bytes are bytes.
+
+The one reader of these files (torch-free, so the harness's results side imports it):
+`read_events` (a whole file) and `tail_events` (new complete lines from a byte offset, for
+live progress). `atomic_write_json` / `atomic_write_text` write any file another process may
+be polling (temp file + rename).
 """
 from __future__ import annotations
 
@@ -92,23 +97,52 @@ class PhaseTimer:
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:
-    """Rows of an event file; a torn last line (the process was killed mid-write) is skipped."""
+    """Every row of an event file; a torn last line (the process was killed mid-write) is skipped."""
+    with open(path, "rb") as fh:
+        return _complete_rows(fh.read())[0]
+
+
+def tail_events(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict], int]:
+    """(rows of the complete lines after byte `offset`, the offset to read on from next time):
+    a half-written last line is left for the next call; a file not created yet has no rows."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            rows, used = _complete_rows(fh.read())
+    except FileNotFoundError:
+        return [], offset
+    return rows, offset + used
+
+
+def _complete_rows(data: bytes) -> tuple[list[dict], int]:
+    """Rows of the newline-terminated lines of `data` (a line that is not JSON is skipped), bytes used."""
+    end = data.rfind(b"\n") + 1
     rows = []
-    for line in Path(path).read_text().splitlines():
+    for line in data[:end].splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-    return rows
+    return rows, end
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` through a temp file + rename: a reader sees the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, doc: dict) -> Path:
+    """`doc` as indented, key-sorted JSON, written atomically (see atomic_write_text)."""
+    return atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_summary(run_dir: str | os.PathLike, summary: dict) -> Path:
-    """Write summary.json atomically (temp file + rename): a reader sees the old or the new one."""
-    path = Path(run_dir) / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    """The learner's summary.json, written atomically."""
+    return atomic_write_json(Path(run_dir) / "summary.json", summary)
 
 
 def median(values) -> float | None:

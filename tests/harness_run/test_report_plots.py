@@ -7,7 +7,9 @@ emulated network (config.json, meta.json, the services' event files, summary.jso
     run-interrupted/  a run stopped with SIGINT during its first cell (partial, marked incomplete)
 Every expected value below is recomputed from the raw event files, independently of harness.results.
 """
+import collections
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -18,7 +20,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from harness import plots, report, results
+import trainers.events
+
+from harness import compare, launch, plots, report, results
 from harness.cli import app
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
@@ -56,7 +60,7 @@ def test_updates_table_has_one_row_per_method_seed_update():
 
 
 def test_comparison_values_match_the_event_files():
-    comp = report.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    comp = compare.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
     spu = {m: statistics.median(r["seconds_per_update"] for c in (RUN / "cells").glob(f"{m}-*")
                                 for r in learner_rows(c)) for m in ("spar", "full")}
     payload = {m: statistics.median(r["update_payload_bytes"] for c in (RUN / "cells").glob(f"{m}-*")
@@ -74,7 +78,7 @@ def test_comparison_values_match_the_event_files():
 
 
 def test_quality_is_the_last_updates_loss_with_spread_over_seeds():
-    comp = report.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    comp = compare.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
     for method in ("spar", "full"):
         per_seed = [statistics.mean(r["loss"] for r in learner_rows(c)[-3:])
                     for c in sorted((RUN / "cells").glob(f"{method}-*"))]
@@ -87,7 +91,7 @@ def test_quality_is_the_last_updates_loss_with_spread_over_seeds():
 def test_report_md_shows_the_table(run_copy):
     path = report.write(run_copy)
     md = path.read_text()
-    comp = report.comparison(results.load(run_copy), results.load_cells(run_copy)).set_index("method")
+    comp = compare.comparison(results.load(run_copy), results.load_cells(run_copy)).set_index("method")
     assert "| paper-62.5mbit: 20mbit, 5ms [fallback] | 2 | spar@1.6% | 2 x 4 |" in md
     assert f"| {comp.loc['spar', 'speedup']:.2f}x |" in md
     payload = {m: statistics.median(r["update_payload_bytes"] for c in (run_copy / "cells").glob(f"{m}-*")
@@ -99,13 +103,13 @@ def test_report_md_shows_the_table(run_copy):
 
 
 def test_sweep_report_is_one_table_compared_per_bandwidth():
-    comp = report.comparison(results.load(SWEEP), results.load_cells(SWEEP))
+    comp = compare.comparison(results.load(SWEEP), results.load_cells(SWEEP))
     assert sorted(comp["rate_bit_s"].unique()) == [10e6, 50e6]
     for rate, g in comp.groupby("rate_bit_s"):
         g = g.set_index("method")
         assert g.loc["spar", "speedup"] == pytest.approx(g.loc["full", "s_per_update_median"]
                                                          / g.loc["spar", "s_per_update_median"])
-    md, _ = report.build([SWEEP])
+    md, _ = report.build(results.read(SWEEP))
     assert md.count("## Seconds per update") == 1 and "10mbit" in md and "50mbit" in md
 
 
@@ -141,11 +145,29 @@ def test_figures_are_written_with_type42_fonts(run_copy):
             assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_one_style_per_method_across_figures():
-    assert plots.style("spar") == plots.style("spar") != plots.style("full")
-    assert plots.style("some-new-method") == plots.style("some-new-method")
-    colours = [c for c, _ in plots.METHOD_STYLE.values()]
-    assert len(set(colours)) == len(colours)
+NEW_METHODS = ["ddp", "lowrank-ddp", "diloco", "lordo-global", "lordo-local", "rank-4", "some-new-method"]
+
+
+def test_every_listed_method_has_its_own_colour_and_marker():
+    styles = [plots.style(m) for m in plots.METHOD_STYLE]
+    assert len({c for c, _ in styles}) == len({m for _, m in styles}) == len(styles)
+
+
+def test_an_unlisted_method_never_takes_a_listed_methods_style():
+    listed = set(plots.METHOD_STYLE.values())
+    for method in NEW_METHODS:
+        colour, marker = plots.style(method)
+        assert (colour, marker) not in listed and colour in plots.OKABE_ITO, method
+    assert len({plots.style(m) for m in NEW_METHODS}) > len(plots.MARKERS)  # colour and marker vary independently
+
+
+def test_style_is_the_same_in_every_process():
+    """Figures drawn by separate `harness plot` calls must agree: no per-process hash()."""
+    code = f"from harness import plots; print([plots.style(m) for m in {NEW_METHODS!r}])"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[2],
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert outs == {repr([plots.style(m) for m in NEW_METHODS]) + "\n"}
 
 
 def test_pareto_front():
@@ -169,14 +191,45 @@ def test_commands_rebuild_from_the_folder(tmp_path, cmd):
 
 def test_tables_written_as_parquet_and_csv(run_copy):
     t = results.write_tables(run_copy)
+    compare.write_summary(run_copy, t)
     back = pd.read_parquet(run_copy / "updates.parquet")
-    pd.testing.assert_frame_equal(back, t["updates"], check_dtype=False)
+    pd.testing.assert_frame_equal(back, t.updates, check_dtype=False)
     assert len(pd.read_csv(run_copy / "updates.csv")) == len(back)
     summary = json.loads((run_copy / "summary.json").read_text())
     assert summary["complete"] and {m["variant"] for m in summary["methods"]} == {"spar@1.6%", "full"}
 
 
-def test_results_side_imports_neither_torch_nor_trainers():
-    code = ("import sys, harness.results, harness.report, harness.plots; "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainers')]; assert not bad, bad")
+def test_results_side_imports_no_torch_and_of_trainers_only_the_torch_free_modules():
+    code = ("import sys, harness.results, harness.compare, harness.report, harness.plots; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainers') "
+            "and m not in ('trainers', 'trainers.events', 'trainers.spec')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_the_comparison_names_import_without_pandas():
+    """config.py takes BASELINE and slug from compare.py; every `harness` command imports config."""
+    code = ("import sys; from harness.compare import BASELINE, label, slug; "
+            "assert slug(label('spar', '1.6%')) == 'spar-1.6pct' and BASELINE == 'full'; "
+            "assert 'pandas' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_finalize_reads_each_file_of_the_run_once(run_copy, monkeypatch):
+    """Tables, summary, report and figures of a finished run come from one parse of its folder."""
+    reads = collections.Counter()
+
+    def counted(fn):
+        def wrapper(path, *args, **kwargs):
+            reads[Path(path).relative_to(run_copy).as_posix()] += 1
+            return fn(path, *args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(trainers.events, "read_events", counted(trainers.events.read_events))
+    monkeypatch.setattr(results, "read_json", counted(results.read_json))
+    monkeypatch.setattr(pd, "read_csv", counted(pd.read_csv))
+    launch.finalize(run_copy)
+    raw = {p.relative_to(run_copy).as_posix() for p in (run_copy / "cells").rglob("*") if p.is_file()}
+    assert set(reads) == raw | {"config.json", "meta.json"}
+    assert set(reads.values()) == {1}, reads
+    for name in ("updates.parquet", "summary.json", "report.md", "report.html", "figures/timeline.pdf"):
+        assert (run_copy / name).exists(), name

@@ -1,0 +1,131 @@
+"""The comparison: every method against the `full` baseline under the same link coordinates.
+
+Owns the names the comparison keys on (the baseline, the coordinate columns, a variant's label
+and its folder slug) and the numbers: per (coordinates, variant) seconds per update (median,
+IQR over every update of every seed), speedup (full's median / the method's), payload and wire
+bytes per update, payload as a fraction of `full`'s, link bytes per update, quality (the
+objective's metric over a seed's last updates, mean ± sd over seeds), consistency, completeness.
+
+    results (parse run folders) -> compare (this) -> report (markdown/html), plots (figures)
+
+Works on DataFrames only: it reads no file (results does) and formats nothing (report does).
+Importing it is cheap (no pandas until a comparison is computed), so config.py can take
+`BASELINE`, `label` and `slug` from here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainers import spec
+from trainers.events import atomic_write_json
+
+if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the names below, and
+    import pandas as pd  # every `harness` command imports config (pandas costs ~1 s on a busy 2-core box)
+
+    from harness.results import RunTables
+
+BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
+COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
+QUALITY_LAST = 3   # quality of a seed = mean of its last 3 updates' metric
+
+
+def label(method: str, budget: str | None = None) -> str:
+    """A variant's name in tables and legends: `spar@1.6%`, or the bare method without a budget."""
+    return method if budget is None else f"{method}@{budget}"
+
+
+def slug(variant_label: str) -> str:
+    """The label as a folder name: `spar@1.6%` -> `spar-1.6pct` (cells/<slug>-s<seed>/)."""
+    return variant_label.replace("@", "-").replace("%", "pct")
+
+
+def coords(df: pd.DataFrame) -> list[str]:
+    """The coordinate columns present in `df`: rows compare only when all of these are equal. Any
+    run-spec parameter that differs between the runs in `df` (a sweep over --lora-rank, say) is a
+    coordinate too."""
+    from trainers import spec
+
+    varying = [p.name for p in spec.PARAMS if not p.many and p.where != "link"  # results.spec_columns
+               and p.name in df.columns and p.name not in COORDS and df[p.name].astype(str).nunique() > 1]
+    return [c for c in COORDS if c in df.columns] + varying
+
+
+def _seed_quality(g: pd.DataFrame) -> pd.Series:
+    return g.sort_values("update").groupby("seed")["quality"].apply(lambda s: s.tail(QUALITY_LAST).mean())
+
+
+def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
+    spu = g["seconds_per_update"]
+    q = _seed_quality(g)
+    done = cells["updates_done"].sum() if len(cells) else 0
+    return {"method": g["method"].iloc[0], "budget": g["budget"].iloc[0],
+            "seeds": int(g["seed"].nunique()), "updates": int(len(g)),
+            "s_per_update_median": spu.median(), "s_per_update_q1": spu.quantile(0.25),
+            "s_per_update_q3": spu.quantile(0.75), "s_per_update_iqr": spu.quantile(0.75) - spu.quantile(0.25),
+            "payload_bytes_down": g["payload_bytes_down"].median(), "wire_bytes_down": g["wire_bytes_down"].median(),
+            "payload_bytes_up": g["payload_bytes_up"].median(), "wire_bytes_up": g["wire_bytes_up"].median(),
+            "link_bytes_down_per_update": _per_update(cells, "link_bytes_down", done),
+            "link_bytes_up_per_update": _per_update(cells, "link_bytes_up", done),
+            "quality_metric": g["quality_metric"].iloc[0], "quality_mean": q.mean(),
+            "quality_std": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
+            "consistent": bool(len(cells) and cells["consistent"].all()),
+            "complete": bool(len(cells) and cells["complete"].all())}
+
+
+def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
+    if col not in cells or cells[col].isna().all() or not done:
+        return None
+    return float(cells[col].sum()) / done
+
+
+def _same(df: pd.DataFrame, keys: list[str], values) -> pd.DataFrame:
+    """Rows of `df` equal to `values` on `keys` (NaN equals NaN: an unshaped run has no rate)."""
+    import pandas as pd
+
+    for k, v in zip(keys, values):
+        if k in df:
+            df = df[(df[k] == v) | (df[k].isna() & pd.isna(v))]
+    return df
+
+
+def comparison(updates: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per (coordinates, variant), with speedup and byte fraction against `full`."""
+    import pandas as pd
+
+    if updates.empty:
+        return pd.DataFrame()
+    keys = coords(updates)
+    rows = []
+    for key, g in updates.groupby(keys + ["variant"], dropna=False, sort=False):
+        rows.append({**dict(zip(keys + ["variant"], key)), **_method_row(g, _same(cells, keys + ["variant"], key)),
+                     "baseline": g["baseline"].iloc[0] if "baseline" in g else BASELINE})
+    df = pd.DataFrame(rows)
+    base = df[df["method"] == df["baseline"]]  # each run's own --baseline (full unless said otherwise)
+    df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
+    df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
+    return df
+
+
+def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, inverse: bool = False):
+    """row[col] / full[col] (or full / row) under the same coordinates; None without a full baseline."""
+    hit = _same(base, keys, [row[k] for k in keys])
+    if hit.empty or not row[col] or not hit[col].iloc[0]:
+        return None
+    full = float(hit[col].iloc[0])
+    return full / float(row[col]) if inverse else float(row[col]) / full
+
+
+def run_summary(tables: RunTables) -> dict:
+    """summary.json of one run: its status and the comparison, one record per variant."""
+    run = tables.runs[0]
+    comp = comparison(tables.updates, tables.cells)
+    return {"run_id": run.dir.name, "status": run.meta.get("status"), "complete": bool(run.meta.get("complete")),
+            "profile": run.meta.get("profile"), "backend": run.meta.get("backend"),
+            "emulation": run.meta.get("emulation"),
+            "methods": comp.astype(object).where(comp.notna(), None).to_dict(orient="records")}
+
+
+def write_summary(run_dir: str | Path, tables: RunTables) -> Path:
+    """The run-level summary.json (what `harness run` checks for its exit code and `--json` prints)."""
+    return atomic_write_json(Path(run_dir) / "summary.json", run_summary(tables))
