@@ -22,6 +22,8 @@ snapshot), a JSON object, or a tensor table built by `pack_tensors`:
     u32 table length | JSON table {"meta": {...}, "tensors": [{"name", "dtype", "shape"}, ...]}
     | the raw little-endian bytes of each tensor, in table order, back to back
 
+Dtype names ("fp32", "bf16", "int64", ...) come from the one table in `trainers.dtypes`.
+
 Received bytes are never unpickled and never passed to `torch.load`: a tensor is rebuilt with
 `torch.frombuffer` over a private copy, after its dtype (whitelist), shape and byte count
 have been checked against the bytes actually present.
@@ -46,8 +48,10 @@ from dataclasses import dataclass
 
 import torch
 
+from trainers import dtypes
+
 MAGIC = b"HILO"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: tensor tables name dtypes as in trainers.dtypes ("fp32", "bf16", ...)
 TOKEN_CONTEXT = b"wan-harness/wire/token-check/v1"
 HEADER = struct.Struct("!4sBBH8sIQQII")  # see the module docstring for the layout
 HEADER_BYTES = HEADER.size  # 44
@@ -75,13 +79,6 @@ MESSAGE_BODIES = {
     MessageType.STOP: "json",
 }
 
-# dtype whitelist: name on the wire -> torch dtype. Nothing else is ever accepted.
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-    "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
-    "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
-}
-DTYPE_NAMES = {dt: name for name, dt in DTYPES.items()}
 
 
 class WireError(Exception):
@@ -180,31 +177,28 @@ def pack_tensors(tensors: dict[str, torch.Tensor], meta: dict | None = None) -> 
     """A tensor table: names, dtypes and shapes as JSON, then the raw bytes (little-endian, C order)."""
     entries, chunks = [], []
     for name, t in tensors.items():
-        if t.dtype not in DTYPE_NAMES:
-            raise ValueError(f"tensor {name!r}: dtype {t.dtype} is not in the wire whitelist {sorted(DTYPES)}")
-        t = t.detach().cpu().contiguous()
-        entries.append({"name": name, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape)})
-        # Through uint8 so that bfloat16 (which numpy lacks) is handled like every other dtype.
-        chunks.append(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.dtype not in dtypes.NAMES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} is not in the wire whitelist {sorted(dtypes.DTYPES)}")
+        entries.append({"name": name, "dtype": dtypes.NAMES[t.dtype], "shape": list(t.shape)})
+        chunks.append(dtypes.to_bytes(t))
     table = pack_json({"meta": meta or {}, "tensors": entries})
     return struct.pack("!I", len(table)) + table + b"".join(chunks)
 
 
-def _check_entry(entry) -> tuple[str, torch.dtype, tuple[int, ...], int]:
-    """Validate one table entry; returns (name, dtype, shape, nbytes)."""
+def _check_entry(entry) -> tuple[str, str, tuple[int, ...], int]:
+    """Validate one table entry; returns (name, dtype name, shape, nbytes)."""
     if not isinstance(entry, dict) or set(entry) != {"name", "dtype", "shape"}:
         raise WireError(f"tensor table entry must have exactly name/dtype/shape, got {entry!r:.80}")
     name, dtype_name, shape = entry["name"], entry["dtype"], entry["shape"]
     if not isinstance(name, str) or not name or len(name) > 512:
         raise WireError(f"bad tensor name {name!r:.80}")
-    if dtype_name not in DTYPES:
-        raise WireError(f"tensor {name!r}: dtype {dtype_name!r:.40} not in the whitelist {sorted(DTYPES)}")
+    if dtype_name not in dtypes.DTYPES:
+        raise WireError(f"tensor {name!r}: dtype {dtype_name!r:.40} not in the whitelist {sorted(dtypes.DTYPES)}")
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
             or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):
         raise WireError(f"tensor {name!r}: bad shape {shape!r:.80}")
-    dtype = DTYPES[dtype_name]
-    nbytes = math.prod(shape) * dtype.itemsize  # exact Python ints: no overflow
-    return name, dtype, tuple(shape), nbytes
+    nbytes = math.prod(shape) * dtypes.itemsize(dtype_name)  # exact Python ints: no overflow
+    return name, dtype_name, tuple(shape), nbytes
 
 
 def unpack_tensors(body: bytes) -> tuple[dict[str, torch.Tensor], dict]:
@@ -228,11 +222,10 @@ def unpack_tensors(body: bytes) -> tuple[dict[str, torch.Tensor], dict]:
     if sum(e[3] for e in entries) != data_bytes:
         raise WireError(f"tensor table declares {sum(e[3] for e in entries)} bytes, body carries {data_bytes}")
     out, offset = {}, 4 + table_len
-    for name, dtype, shape, nbytes in entries:
-        # bytearray: a private, writable copy, so the tensor never aliases the receive buffer.
-        chunk = bytearray(body[offset:offset + nbytes])
-        flat = torch.frombuffer(chunk, dtype=dtype) if nbytes else torch.empty(0, dtype=dtype)
-        out[name] = flat.reshape(shape)
+    view = memoryview(body)
+    for name, dtype_name, shape, nbytes in entries:
+        # A private, writable copy: the tensor never aliases the receive buffer.
+        out[name] = dtypes.from_bytes(view[offset:offset + nbytes], dtype_name).reshape(shape)
         offset += nbytes
     return out, table["meta"]
 
@@ -278,6 +271,14 @@ class ByteCounter:
             return sum(c[i] for (p, d, t), c in self._counts.items()
                        if (peer is None or p == peer) and (direction is None or d == direction)
                        and (msg_type is None or t == msg_type))
+
+    def by_type(self) -> dict[tuple[str, str], int]:
+        """Frame bytes so far by (direction, message type), summed over peers."""
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        with self._lock:
+            for (_, d, t), c in self._counts.items():
+                out[(d, t)] += c[0]
+        return dict(out)
 
     def rows(self) -> list[dict]:
         with self._lock:

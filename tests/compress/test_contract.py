@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.compress.common import gradient, new_replica, options, warm_gradients
+from tests.compress.replay_peer import decoded_hash
 from trainers.compress import OptionError, available, get_compressor
 from trainers.compress.bench import rel_error
 
@@ -96,12 +97,35 @@ def test_two_replicas_stay_bit_identical_across_processes(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({"options": options(name), "count": steps}))
         expected[name] = learner.state_hash()
         assert learner.version == steps
+    assert replay_peer(tmp_path, threads=2) == expected
+
+
+def test_decode_bits_do_not_depend_on_the_thread_count(tmp_path):
+    """Factors of more than 32k elements (where torch splits elementwise kernels across threads)
+    decode to the same bits at 1 and at 3 threads, each in a process of its own."""
+    g = torch.Generator().manual_seed(7)
+    shapes = {"l0.lora_A": (64, 2048), "l0.lora_B": (2048, 64), "l1.lora_A": (512, 512)}
+    grads = [{n: torch.randn(s, generator=g) for n, s in shapes.items()} for _ in range(2)]
+    expected = {}
+    for name in NAMES:
+        compressor = get_compressor(name, **options(name))
+        payloads = [compressor.encode(grad) for grad in grads]
+        for t, payload in enumerate(payloads):
+            (tmp_path / f"{name}.{t}.bin").write_bytes(payload)
+        (tmp_path / f"{name}.json").write_text(json.dumps({"options": options(name), "count": 2, "replay": False}))
+        expected[name] = decoded_hash([get_compressor(name, **options(name)).decode(p) for p in payloads])
+    assert replay_peer(tmp_path, threads=1) == expected
+    assert replay_peer(tmp_path, threads=3) == expected
+
+
+def replay_peer(folder, threads: int) -> dict[str, str]:
+    """Run tests/compress/replay_peer.py on `folder` in a fresh process with `threads` torch threads."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "2"}
-    proc = subprocess.run([sys.executable, "-m", "tests.compress.replay_peer", str(tmp_path)], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, "-m", "tests.compress.replay_peer", str(folder), str(threads)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_identity_replay_equals_exact_gradient_training():
@@ -123,6 +147,15 @@ def test_identity_replay_equals_exact_gradient_training():
     assert all(torch.equal(ref[n], p) for n, p in replica.params.items())
 
 
+def test_value_dtypes_are_floating_names_of_the_one_table():
+    from trainers.compress.base import FLOAT_DTYPES
+    from trainers.dtypes import DTYPES
+
+    assert all(DTYPES[name].is_floating_point for name in FLOAT_DTYPES)
+    for name in FLOAT_DTYPES:
+        assert get_compressor("identity", dtype=name).config["dtype"] == name
+
+
 def test_unknown_compressor_lists_valid_names():
     with pytest.raises(OptionError, match=r"unknown compressor 'nope'.*spar"):
         get_compressor("nope")
@@ -134,7 +167,7 @@ def test_unknown_option_lists_valid_options(name):
         get_compressor(name, bogus=1)
 
 
-@pytest.mark.parametrize("bad", ["0%", "150%", "-1%", "abc", 0, 1.5, "nan%"])
+@pytest.mark.parametrize("bad", ["0%", "150%", "-1%", "abc", 0, 1.5, "nan%", "0.016", 0.016])
 @pytest.mark.parametrize("name", ["spar", "topk"])
 def test_bad_budget_is_rejected(name, bad):
     with pytest.raises(OptionError, match="budget"):

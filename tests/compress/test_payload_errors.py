@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.compress.common import options, warm_gradients
+from trainers import dtypes
 from trainers.compress import PayloadError, available, get_compressor
 from trainers.compress.base import MAGIC, Segment, pack, unpack
 
@@ -31,8 +32,7 @@ def repack(name: str, payload: bytes, *, tensors=None, segments=None, meta=None)
     """Re-serialise a valid payload with one part replaced: a well-formed container that lies."""
     p = unpack(name, payload, 1 << 28)
     segs = segments(p.segments) if segments else p.segments
-    from trainers.compress.base import DTYPES
-    seg_list = [Segment(k, next(d for d, (td, _) in DTYPES.items() if td == v.dtype), v) for k, v in segs.items()]
+    seg_list = [Segment(k, dtypes.NAMES[v.dtype], v) for k, v in segs.items()]
     return pack(name, tensors if tensors is not None else p.tensors, seg_list,
                 meta if meta is not None else p.meta)
 

@@ -1,45 +1,40 @@
 """Start a real learner and real workers as processes on localhost, and always stop them.
 
-`CountingProxy` forwards a worker's TCP connection to the learner and counts the bytes it
-carries in each direction: an independent count of what the sockets wrote.
+The processes are started, logged and stopped by `harness.launch.Processes` with the
+environment of `harness.launch.service_env`: the same launcher as `harness run`, without the
+namespaces. `CountingProxy` forwards a worker's TCP connection to the learner and counts the
+bytes it carries in each direction: an independent count of what the sockets wrote.
 """
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from trainers.events import read_events
+from harness.launch import Processes, service_env, wait_address
+from trainers.events import read_events, tail_events
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "test-run-token"
 
 
-def service_env(cache_dir: Path) -> dict:
-    env = dict(os.environ, RUN_TOKEN=TOKEN, OMP_NUM_THREADS="1", WAN_CACHE_DIR=str(cache_dir),
-               PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 class Cluster:
-    """One learner and N workers; a context manager that kills whatever is left on exit."""
+    """One learner and N workers; a context manager that stops whatever is left on exit."""
 
     def __init__(self, run_dir: Path, workers: int, proxies: bool = False, learner_flags=(),
                  autostart: bool = True, **params):
         self.run_dir, self.n, self.use_proxies, self.autostart = Path(run_dir), workers, proxies, autostart
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.env = service_env(self.run_dir.parent / "cache")
+        self.env = service_env(TOKEN, self.run_dir.parent / "cache")
         self.params = {"model": "micro", "updates": 5, "objective": "distill", "teacher_steps": 5,
                        "max_new_tokens": 6, "problems_per_worker": 1, "group_size": 2, **params}
         self.learner_flags = list(learner_flags)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.processes = Processes()
+        self.procs: dict[str, subprocess.Popen] = self.processes.procs  # by name: learner, w1, ...
         self.proxies: dict[int, CountingProxy] = {}
         self.returncodes: dict[str, int] = {}
 
@@ -52,25 +47,16 @@ class Cluster:
     def __enter__(self):
         cmd = [sys.executable, "-m", "trainers.learner", "--run-dir", str(self.run_dir),
                "--listen", "127.0.0.1:0", *self.flags(), *self.learner_flags]
-        self.procs["learner"] = self._spawn("learner", cmd)
-        self.address = self._wait_address()
+        self.processes.start("learner", "learner", cmd, self.run_dir, self.env)
+        try:
+            host, port = wait_address(self.run_dir / "learner.addr", self.procs["learner"], timeout_s=300).rsplit(":", 1)
+        except RuntimeError:
+            self.__exit__()
+            raise RuntimeError(f"learner did not start:\n{self.log('learner')}") from None
+        self.address = host, int(port)
         for w in range(1, self.n + 1 if self.autostart else 1):
             self.start_worker(w)
         return self
-
-    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
-        log = open(self.run_dir / f"{name}.log", "ab")
-        return subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-
-    def _wait_address(self, timeout: float = 120) -> tuple[str, int]:
-        path = self.run_dir / "learner.addr"
-        end = time.monotonic() + timeout
-        while not path.exists():
-            if self.procs["learner"].poll() is not None or time.monotonic() > end:
-                raise RuntimeError(f"learner did not start:\n{self.log('learner')}")
-            time.sleep(0.05)
-        host, port = path.read_text().strip().rsplit(":", 1)
-        return host, int(port)
 
     def start_worker(self, w: int, extra=()) -> subprocess.Popen:
         target = self.address
@@ -79,8 +65,7 @@ class Cluster:
             target = self.proxies[w].address
         cmd = [sys.executable, "-m", "trainers.worker", "--learner", f"{target[0]}:{target[1]}",
                "--worker-id", str(w), "--run-dir", str(self.run_dir), *extra]
-        self.procs[f"w{w}"] = self._spawn(f"w{w}", cmd)
-        return self.procs[f"w{w}"]
+        return self.processes.start(f"w{w}", f"w{w}", cmd, self.run_dir, self.env)
 
     def wait(self, timeout: float = 240) -> dict:
         """Wait for the learner and every worker to exit; returns summary.json."""
@@ -98,28 +83,31 @@ class Cluster:
     def events(self, process: str) -> list[dict]:
         return read_events(self.run_dir / f"events-{process}.jsonl")
 
-    def learner_version(self) -> int:
-        path = self.run_dir / "events-learner.jsonl"
-        rows = read_events(path) if path.exists() else []
-        return max((r["version"] for r in rows if r["kind"] == "update"), default=0)
-
-    def wait_for_version(self, version: int, timeout: float = 300) -> None:
+    def wait_for(self, what: str, done: Callable[[list[dict]], bool], timeout: float = 600) -> list[dict]:
+        """Poll the learner's event rows until `done(rows)`; returns them. Fails if the learner exits
+        first, or after `timeout` seconds (a guard against a hang, not a speed requirement)."""
+        path, rows, offset = self.run_dir / "events-learner.jsonl", [], 0
         end = time.monotonic() + timeout
-        while self.learner_version() < version:
-            if time.monotonic() > end or self.procs["learner"].poll() is not None:
-                raise AssertionError(f"learner never reached version {version}:\n{self.log('learner')}")
+        while True:
+            exited = self.procs["learner"].poll() is not None  # before reading: its last rows are then in
+            new, offset = tail_events(path, offset)
+            rows += new
+            if done(rows):
+                return rows
+            if exited or time.monotonic() > end:
+                raise AssertionError(f"learner never got to {what}:\n{self.log('learner')}")
             time.sleep(0.01)
+
+    def wait_for_version(self, version: int, timeout: float = 600) -> None:
+        self.wait_for(f"version {version}", lambda rows: any(r["kind"] == "update" and r["version"] >= version
+                                                             for r in rows), timeout)
 
     def log(self, name: str) -> str:
         path = self.run_dir / f"{name}.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def __exit__(self, *exc):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)  # a SIGSTOPped worker must be able to die
-                proc.kill()
-            proc.wait()
+        self.processes.stop()
         for proxy in self.proxies.values():
             proxy.close()
         return False

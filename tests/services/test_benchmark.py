@@ -21,7 +21,8 @@ from tests.services.cluster import TOKEN, Cluster
 from trainers import wire
 from trainers.events import EventLog
 from trainers.rollout import Rollouts
-from trainers.service import RunParams, build_replica
+from trainers.service import build_replica
+from trainers.spec import RunParams
 
 PARAMS = dict(model="tiny", updates=5, problems_per_worker=2, group_size=4, max_new_tokens=16,
               objective="distill", teacher_steps=20, hash_every=1)

@@ -2,8 +2,8 @@
 import os
 import signal
 import socket
+import statistics
 import struct
-import time
 
 import pytest
 
@@ -86,8 +86,11 @@ def test_reported_bytes_equal_bytes_on_the_sockets(runs, method):
         assert sent == sum(r["frame_bytes"] for r in s["bytes_by_peer"] if r["peer"] == f"w{w}"
                            and r["direction"] == "received" and r["type"] == "ROLLOUTS")
     per_update = [r for r in c.events("learner") if r["kind"] == "update"]
-    assert s["payload_bytes_per_update"]["learner_to_one_worker"] == per_update[0]["update_frame_bytes"]["w1"]
-    assert per_update[0]["update_frame_bytes"]["w1"] == per_update[0]["update_payload_bytes"] + wire.HEADER_BYTES
+    # Spar's payload size varies a little between updates (how many triplets fit the budget).
+    one = statistics.median(v for r in per_update for v in r["update_frame_bytes"].values())
+    assert s["payload_bytes_per_update"]["learner_to_one_worker"] == one
+    for r in per_update:
+        assert set(r["update_frame_bytes"].values()) == {r["update_payload_bytes"] + wire.HEADER_BYTES}
 
 
 def test_spar_ships_fewer_bytes_than_full(runs):
@@ -112,7 +115,7 @@ def test_rows_record_phases_and_depth0_lag_is_zero(runs):
 
 def test_pipelining_depth1_trains_with_lag_one(tmp_path):
     # full-bf16: workers sample with the bf16-rounded adapter, and that is the policy compared.
-    with Cluster(tmp_path / "run", workers=2, method="full-bf16", updates=5, depth=1) as c:
+    with Cluster(tmp_path / "run", workers=2, method="full-bf16", updates=5, pipeline=1) as c:
         s = c.wait()
     assert s["consistent"] is True and s["optimizer_hashes"] is None
     assert s["payload_bytes_per_update"]["update_payload"] < adapter_bytes(8) // 2 + 4096  # bf16 + the table
@@ -167,18 +170,22 @@ def test_a_worker_whose_connection_breaks_rejoins_and_catches_up(tmp_path):
 
 def test_dead_and_silent_workers_are_dropped_after_the_timeout(tmp_path):
     # w3 is killed (its connection closes); w2 is SIGSTOPped (the connection stays open, nothing
-    # arrives): the learner drops both after the timeout and finishes with w1.
+    # arrives): the learner drops both after the timeout and finishes with w1. The timeout is far
+    # above what w1 needs per update on a busy machine, so that w1 is never the one dropped; the
+    # test waits for the learner's own events, never for a time.
+    timeout = 30.0
     with Cluster(tmp_path / "run", workers=3, method="rank-2", updates=8,
-                 learner_flags=["--worker-timeout", "3"]) as c:
+                 learner_flags=["--worker-timeout", str(timeout)]) as c:
         c.wait_for_version(2)
         c.procs["w3"].kill()
         c.procs["w2"].send_signal(signal.SIGSTOP)
-        assert c.procs["learner"].wait(timeout=120) == 0
-        c.procs["w2"].kill()  # it would otherwise try to rejoin a learner that is gone
+        c.wait_for("both drops", lambda rows: {r["worker"] for r in rows if r["kind"] == "dropped"} >= {2, 3})
+        c.procs["w2"].kill()  # it would otherwise try to rejoin
         s = c.wait()
+    assert c.returncodes["learner"] == 0
     assert s["complete"] and s["updates"] == 8 and s["consistent"] is True
     assert sorted(d["worker"] for d in s["dropped"]) == [2, 3]
-    assert all("within 3.0 s" in d["reason"] for d in s["dropped"])
+    assert all(f"within {timeout} s" in d["reason"] for d in s["dropped"])
     assert set(s["state_hashes"]) == {"learner", "w1"}
     # rank-2 ships the whole (small) adapter: 2/8 of the rank-8 adapter, plus the table.
     assert adapter_bytes(2) < s["payload_bytes_per_update"]["update_payload"] < adapter_bytes(2) + 4096
@@ -201,14 +208,14 @@ FUZZ = {
     "truncated header": _frame()[:30],
     "huge length": _frame(o36=struct.pack("!I", 2**32 - 1)),
     "wrong token": _frame(token="not-the-token"),
-    "wrong version": _frame(o4=b"\x02"),
+    "wrong version": _frame(o4=bytes([wire.FORMAT_VERSION + 1])),
     "out of sequence": _frame(seq=7),
     "not a HELLO first": _frame(MessageType.ROLLOUTS, b"\0" * 8),
     "unknown worker": _frame(body=b'{"worker":99}', sender=99),
     "bad checksum": _frame(o40=b"\0\0\0\0"),
 }
 EXPECTED = {"bad magic", "closed in the middle of a header", "frame too large", "wrong run token",
-            "unsupported format version 2", "out of sequence: expected 0, got 7", "expected HELLO",
+            f"unsupported format version {wire.FORMAT_VERSION + 1}", "out of sequence: expected 0, got 7", "expected HELLO",
             "names worker 99", "checksum mismatch"}
 
 
@@ -272,11 +279,11 @@ def test_interrupted_run_leaves_incomplete_summary_and_readable_events(tmp_path)
 
 @pytest.mark.parametrize("main, argv, message", [
     ("learner", ["--method", "nope"], "unknown method 'nope'; valid methods: full, full-bf16, rank-R"),
-    ("learner", ["--depth", "3"], "depth must be 0 or 1"),
+    ("learner", ["--pipeline", "3"], "--pipeline: '3' is outside [0, 1]"),
     ("learner", ["--task", "nope"], "unknown task 'nope'"),
-    ("learner", ["--objective", "nope"], "unknown objective 'nope'; valid objectives: distill, grpo"),
+    ("learner", ["--objective", "nope"], "--objective: 'nope' is not one of distill, grpo"),
     ("learner", ["--listen", "nohost"], "is not HOST:PORT"),
-    ("learner", ["--method", "spar", "--budget", "200%"], "budget '200%' is outside"),
+    ("learner", ["--method", "spar", "--budget", "200%"], "--budget: '200%' is outside"),
     ("worker", ["--learner", "nohost", "--worker-id", "1"], "is not HOST:PORT"),
     ("worker", ["--learner", "127.0.0.1:1", "--worker-id", "0"], "--worker-id must be >= 1"),
 ])
@@ -303,12 +310,14 @@ def test_a_missing_run_token_is_a_usage_error(tmp_path, monkeypatch, capsys):
 def test_learner_rejects_rollouts_it_cannot_train_on(tmp_path):
     """Well-framed but unusable rollouts (ids outside the vocabulary, a batch from the future)
     are a protocol violation by that worker, never an exception in the training loop."""
-    from trainers.learner import Learner, Peer
+    from trainers.learner import Learner
+    from trainers.membership import Peer
     from trainers.rollout import Rollouts
-    from trainers.service import RunParams
+    from trainers.spec import RunParams
     from trainers.wire import Frame, WireError
 
-    learner = Learner(RunParams(method="identity", workers=1, updates=3), TOKEN, str(tmp_path), ("127.0.0.1", 0))
+    learner = Learner(RunParams(method="identity", workers=1, updates=3, model="micro", objective="grpo"), TOKEN,
+                      str(tmp_path), ("127.0.0.1", 0))
     try:
         peer = Peer(1, None, start_batch=0)
 
@@ -324,7 +333,7 @@ def test_learner_rejects_rollouts_it_cannot_train_on(tmp_path):
         with pytest.raises(WireError, match="while at version 0"):
             learner.on_frame(peer, frame([5], batch=2))
         learner.on_frame(peer, frame([5, 6]))
-        assert (0, 1) in learner.pending
+        assert 0 in peer.rollouts
         with pytest.raises(WireError, match="while at version 0"):  # the same batch twice
             learner.on_frame(peer, frame([5, 6]))
     finally:

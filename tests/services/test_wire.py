@@ -1,14 +1,17 @@
 """The frame format: round trips over real sockets, byte counts, and rejection of bad frames."""
+import math
+import re
 import socket
 import struct
 import threading
+import zlib
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers import wire
+from trainers import dtypes, wire
 from trainers.wire import Connection, MessageType, WireError
 
 TOKEN = "test-token"
@@ -55,6 +58,15 @@ def test_round_trip_and_exact_byte_counts():
     assert ca.counter.total(direction="sent", field="payload") == len(body)
     assert cb.counter.total(direction="received", msg_type="ROLLOUTS") == written
     ca.close(), cb.close()
+
+
+@pytest.mark.parametrize("name", sorted(dtypes.DTYPES))
+def test_every_dtype_of_the_one_table_round_trips_by_its_name(name):
+    t = torch.arange(-3, 3).reshape(2, 3).to(dtypes.DTYPES[name])
+    body = wire.pack_tensors({"t": t})
+    assert f'"dtype":"{name}"'.encode() in body
+    out, _ = wire.unpack_tensors(body)
+    assert out["t"].dtype == t.dtype and torch.equal(out["t"], t)
 
 
 def test_received_tensors_do_not_alias_the_body():
@@ -125,24 +137,83 @@ def _table(entries, data=b""):
 
 @pytest.mark.parametrize("entries, data, reason", [
     ([{"name": "x", "dtype": "object", "shape": [1]}], b"\0" * 8, "not in the whitelist"),
-    ([{"name": "x", "dtype": "float32", "shape": [-1]}], b"", "bad shape"),
-    ([{"name": "x", "dtype": "float32", "shape": [2**39, 2**39]}], b"", "declares"),
-    ([{"name": "x", "dtype": "float32", "shape": [2.5]}], b"", "bad shape"),
-    ([{"name": "x", "dtype": "float32", "shape": [3]}], b"\0" * 8, "declares 12 bytes, body carries 8"),
-    ([{"name": "x", "dtype": "float32", "shape": [1]}] * 2, b"\0" * 8, "duplicate"),
-    ([{"name": "x", "dtype": "float32", "shape": [1], "pickle": 1}], b"\0" * 4, "exactly name/dtype/shape"),
-    ([{"name": "", "dtype": "float32", "shape": [1]}], b"\0" * 4, "bad tensor name"),
+    ([{"name": "x", "dtype": "fp32", "shape": [-1]}], b"", "bad shape"),
+    ([{"name": "x", "dtype": "fp32", "shape": [2**39, 2**39]}], b"", "declares"),
+    ([{"name": "x", "dtype": "fp32", "shape": [2.5]}], b"", "bad shape"),
+    ([{"name": "x", "dtype": "fp32", "shape": [3]}], b"\0" * 8, "declares 12 bytes, body carries 8"),
+    ([{"name": "x", "dtype": "fp32", "shape": [1]}] * 2, b"\0" * 8, "duplicate"),
+    ([{"name": "x", "dtype": "fp32", "shape": [1], "pickle": 1}], b"\0" * 4, "exactly name/dtype/shape"),
+    ([{"name": "", "dtype": "fp32", "shape": [1]}], b"\0" * 4, "bad tensor name"),
 ])
 def test_bad_tensor_entries(entries, data, reason):
     with pytest.raises(WireError, match=reason):
         wire.unpack_tensors(_table(entries, data))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=300))
-def test_random_bodies_either_parse_or_raise_wire_error(body):
+def recv_bytes(data: bytes, max_body_bytes: int = 1 << 16) -> wire.Frame:
+    """What a receiving Connection makes of `data` followed by EOF: a Frame, or it raises WireError."""
+    a, b = socket.socketpair()
+    cb = Connection(b, token=TOKEN, sender=0, peer="w1", max_body_bytes=max_body_bytes)
     try:
-        wire.unpack_tensors(body)
+        a.sendall(data)
+        a.shutdown(socket.SHUT_WR)
+        return cb.recv()
+    finally:
+        a.close(), cb.close()
+
+
+@st.composite
+def frames(draw):
+    """A frame with the right magic, version and token, each other field either right or random,
+    and a random body: (bytes on the socket, the fields, the body)."""
+    body = draw(st.binary(max_size=300))
+
+    def mostly(right, wrong):  # the right value two times in three, so that later checks are reached
+        return draw(st.sampled_from([0, 1, 2]).flatmap(lambda i: wrong if i == 2 else right))
+
+    f = {"type": mostly(st.sampled_from([int(t) for t in MessageType]), st.integers(0, 255)),
+         "flags": mostly(st.just(0), st.integers(0, 0xFFFF)),
+         "sender": draw(st.integers(0, 2**32 - 1)), "version": draw(st.integers(0, 2**64 - 1)),
+         "seq": mostly(st.just(0), st.integers(0, 2**64 - 1)),
+         "length": draw(st.one_of(st.just(len(body)), st.integers(0, len(body) + 8), st.integers(0, 2**32 - 1)))}
+    prefix = wire.HEADER.pack(wire.MAGIC, wire.FORMAT_VERSION, f["type"], f["flags"], wire.token_check(TOKEN),
+                              f["sender"], f["version"], f["seq"], f["length"], 0)[:-4]
+    right = zlib.crc32(body[:f["length"]], zlib.crc32(prefix))
+    f["crc"] = draw(st.one_of(st.just(right), st.integers(0, 2**32 - 1)))
+    f["crc_ok"] = f["crc"] == right
+    return prefix + struct.pack("!I", f["crc"]) + body, f, body
+
+
+def expected_reason(f: dict, body: bytes) -> str | None:
+    """The receiver's checks in their order: the first that fails names the reason (None: accepted)."""
+    if f["type"] not in {int(t) for t in MessageType}:
+        return f"unknown message type {f['type']}"
+    if f["flags"]:
+        return "reserved flags set"
+    if f["length"] > 1 << 16:
+        return "frame too large"
+    if f["seq"]:
+        return f"out of sequence: expected 0, got {f['seq']}"
+    if f["length"] > len(body):
+        return "closed in the middle of a body"
+    return None if f["crc_ok"] else "checksum mismatch"
+
+
+@settings(max_examples=400, deadline=None)
+@given(frames())
+def test_frames_behind_a_valid_header_prefix_get_the_first_failing_check(case):
+    # Past the magic/version/token checks: every other field, the checksum and the body parsers.
+    data, f, body = case
+    reason = expected_reason(f, body)
+    if reason is not None:
+        with pytest.raises(WireError, match=re.escape(reason)):
+            recv_bytes(data)
+        return
+    frame = recv_bytes(data)
+    assert (int(frame.type), frame.sender, frame.version, frame.body) == (f["type"], f["sender"], f["version"],
+                                                                          body[:f["length"]])
+    try:  # a random body under a valid header: its parser returns or rejects it, nothing else
+        {"json": wire.unpack_json, "tensors": wire.unpack_tensors, "raw": bytes}[wire.MESSAGE_BODIES[frame.type]](frame.body)
     except WireError:
         pass
 
@@ -152,6 +223,44 @@ def test_random_bodies_either_parse_or_raise_wire_error(body):
 def test_random_headers_are_rejected(header):
     with pytest.raises(WireError):
         wire.parse_header(header, check=wire.token_check(TOKEN), expected_seq=0, max_body_bytes=1 << 20)
+
+
+ENTRY = st.fixed_dictionaries({
+    "name": st.one_of(st.sampled_from(["a", "b", "c"]), st.text(max_size=4)),
+    "dtype": st.one_of(st.sampled_from(sorted(dtypes.DTYPES)), st.text(max_size=8)),
+    "shape": st.one_of(st.lists(st.integers(0, 6), max_size=3), st.lists(st.integers(-2, 2**41), max_size=9),
+                       st.lists(st.floats(allow_nan=False), max_size=2))})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ENTRY, max_size=4), st.data())
+def test_tensor_tables_with_random_entries_and_data_parse_or_raise_wire_error(entries, data):
+    # A valid table length and JSON table: past the first checks, into the entry and size checks.
+    declared = sum(math.prod(e["shape"]) * dtypes.itemsize(e["dtype"]) for e in entries
+                   if e["dtype"] in dtypes.DTYPES and all(type(d) is int and d >= 0 for d in e["shape"]))
+    size = data.draw(st.one_of(st.just(declared), st.integers(0, 64)) if declared < 4096 else st.integers(0, 64))
+    body = _table(entries, data.draw(st.binary(min_size=size, max_size=size)))
+    try:
+        out, meta = wire.unpack_tensors(body)
+    except WireError:
+        return
+    assert meta == {} and list(out) == [e["name"] for e in entries]
+    assert sum(t.numel() * t.element_size() for t in out.values()) == size == declared
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0), st.integers(1, 255), st.integers(min_value=0))
+def test_a_valid_tensor_body_with_one_byte_changed_or_cut_parses_or_raises_wire_error(at, xor, cut):
+    body = bytearray(wire.pack_tensors({"x": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+                                        "y": torch.ones(4).to(torch.bfloat16)}, meta={"batch": 1}))
+    body[at % len(body)] ^= xor
+    for candidate in (bytes(body), bytes(body[:cut % len(body)])):
+        try:
+            out, _ = wire.unpack_tensors(candidate)
+        except WireError:
+            continue
+        assert len(out) == 2  # a changed name or table byte may still parse, and then sizes add up
+        assert sum(t.numel() * t.element_size() for t in out.values()) == 48 + 8
 
 
 def test_concurrent_senders_keep_frames_whole_and_counted():

@@ -9,7 +9,7 @@ The contract is documented in `trainers/compress/base.py`.
 """
 from __future__ import annotations
 
-from trainers.compress.base import Compressor, OptionError, PayloadError, parse_budget
+from trainers.compress.base import Compressor, OptionError, PayloadError
 from trainers.compress.identity import IdentityCompressor
 from trainers.compress.int8 import Int8Compressor
 from trainers.compress.powersgd import PowerSGDCompressor
@@ -21,7 +21,7 @@ _REGISTRY: dict[str, type[Compressor]] = {
                               TopKCompressor, Int8Compressor)
 }
 
-__all__ = ["Compressor", "OptionError", "PayloadError", "available", "get_compressor", "parse_budget"]
+__all__ = ["Compressor", "OptionError", "PayloadError", "available", "get_compressor"]
 
 
 def available() -> list[str]:

@@ -20,6 +20,7 @@ Payload container (shared by every compressor, little-endian)::
     table_len  u32  then `table`: zlib-compressed JSON
                     {"tensors": [[name, [dim, ...]], ...],        the gradients' layout
                      "segments": [[key, dtype, count], ...],       the body's arrays, in order
+                                                                   (dtype: a name of trainers.dtypes)
                      "meta": {...}}                                 compressor-specific, small
     body            the segments' raw little-endian bytes, back to back; nothing may follow
 
@@ -38,8 +39,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
+
+from trainers.dtypes import DTYPES, from_bytes, itemsize, to_bytes
+from trainers import spec
+from trainers.spec import FLOAT_DTYPES  # what a compressor may ship its values in (names of trainers.dtypes)
 
 MAGIC = b"HLOC"
 FORMAT_VERSION = 1
@@ -49,20 +53,7 @@ _U32 = struct.Struct("<I")
 # Caps that bound what a hostile payload can make the decoder allocate.
 MAX_TABLE_BYTES = 1 << 20          # compressed table, bytes
 MAX_TABLE_JSON_BYTES = 16 << 20    # decompressed table, bytes (zip-bomb guard)
-DEFAULT_MAX_DECODED_ELEMENTS = 1 << 28  # ~1 GiB of fp32 output
 
-# Wire dtypes by the names used in options, tables and results.
-DTYPES: dict[str, tuple[torch.dtype, str]] = {
-    "fp32": (torch.float32, "<f4"),
-    "fp16": (torch.float16, "<f2"),
-    "bf16": (torch.bfloat16, "<u2"),  # numpy has no bfloat16: carried as raw 16-bit words
-    "int8": (torch.int8, "i1"),
-    "uint8": (torch.uint8, "u1"),
-    "int32": (torch.int32, "<i4"),
-    "int64": (torch.int64, "<i8"),
-    "int16": (torch.int16, "<i2"),
-}
-FLOAT_DTYPES = ("fp32", "fp16", "bf16")
 
 
 class PayloadError(ValueError):
@@ -71,10 +62,6 @@ class PayloadError(ValueError):
 
 class OptionError(ValueError):
     """An unknown or invalid compressor option."""
-
-
-def dtype_bytes(name: str) -> int:
-    return torch.empty((), dtype=DTYPES[name][0]).element_size()
 
 
 def check_wire_dtype(owner: str, value: str, option: str = "dtype", allowed: tuple[str, ...] = FLOAT_DTYPES) -> str:
@@ -89,22 +76,7 @@ class Segment:
 
     key: str
     dtype: str
-    array: torch.Tensor  # 1-D, contiguous, of dtype DTYPES[dtype][0]
-
-
-def _to_bytes(t: torch.Tensor) -> bytes:
-    # Tensors are reinterpreted as raw words (bf16 has no numpy type); the machine is little-endian.
-    t = t.detach().contiguous().cpu()
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
-
-def _from_bytes(buf: memoryview, dtype: str, count: int) -> torch.Tensor:
-    torch_dtype, np_dtype = DTYPES[dtype]
-    arr = np.frombuffer(buf, dtype=np.dtype(np_dtype), count=count).copy()  # copy: own the memory
-    t = torch.from_numpy(arr)
-    return t.view(torch.bfloat16) if dtype == "bf16" else t
+    array: torch.Tensor  # 1-D, contiguous, of dtype DTYPES[dtype]
 
 
 def _table(tensors: list[tuple[str, tuple[int, ...]]], segment_specs: list[tuple[str, str, int]],
@@ -121,7 +93,7 @@ def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[S
     name_b = name.encode("ascii")
     parts = [_PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)), name_b,
              _U32.pack(len(table_bytes)), table_bytes]
-    parts += [_to_bytes(s.array) for s in segments]
+    parts += [to_bytes(s.array) for s in segments]
     return b"".join(parts)
 
 
@@ -215,11 +187,11 @@ def _read_segments(name: str, specs: Any, body: memoryview) -> dict[str, torch.T
                 and spec[1] in DTYPES and isinstance(spec[2], int) and spec[2] >= 0):
             raise PayloadError(f"{name}: bad segment entry {str(spec)[:80]}")
         key, dtype, count = spec
-        size = count * dtype_bytes(dtype)
+        size = count * itemsize(dtype)
         if pos + size > len(body):
             raise PayloadError(f"{name}: segment {key!r} needs {size} bytes, only {len(body) - pos} left (truncated)")
-        array = _from_bytes(body[pos:pos + size], dtype, count)
-        if dtype in FLOAT_DTYPES and not all_finite(array):
+        array = from_bytes(body[pos:pos + size], dtype)
+        if array.is_floating_point() and not all_finite(array):
             raise PayloadError(f"{name}: segment {key!r} holds NaN or inf")
         segments[key] = array
         pos += size
@@ -269,13 +241,15 @@ def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch
                alpha: float = 1.0) -> torch.Tensor:
     """out += alpha * sum_j scale_j * u_j v_j^T for u (k, a), v (k, b), in fp32, bit-reproducible.
 
-    One rank-1 update at a time: every output element sees the same sequence of multiply-adds
-    whatever the BLAS thread count, which a (a, k) @ (k, b) matmul does not promise. That is
-    what keeps decode identical on the learner and on every worker.
+    One rank-1 term at a time, formed by `torch.outer` (one rounded multiply per element) and
+    then added (one rounded add): every output element sees the same sequence of roundings
+    whatever the thread count. Neither a (a, k) @ (k, b) matmul nor `addr_` promises that
+    (`addr_` gave different bits at 1 and 3 threads on factors of more than ~32k elements).
     """
     u, v, scale = u.to(torch.float32), v.to(torch.float32), scale.to(torch.float32)
+    term = torch.empty_like(out)  # (a, b), reused for every j
     for j in range(u.shape[0]):
-        out.addr_(u[j], v[j], alpha=alpha * float(scale[j]))
+        out.add_(torch.outer(u[j] * (alpha * float(scale[j])), v[j], out=term))
     return out
 
 
@@ -285,15 +259,12 @@ def require(cond: bool, name: str, reason: str) -> None:
         raise PayloadError(f"{name}: {reason}")
 
 
-def parse_budget(value: str | float) -> float:
-    """'1.6%' -> 0.016; a bare number is a fraction in (0, 1]."""
+def parse_budget(owner: str, value: Any) -> float:
+    """'1.6%' -> 0.016, through the run spec's one budget parser (one syntax everywhere)."""
     try:
-        frac = float(value[:-1]) / 100 if isinstance(value, str) and value.endswith("%") else float(value)
-    except ValueError:
-        raise OptionError(f"budget {value!r} is not a percentage like '1.6%' or a fraction like 0.016") from None
-    if not (0 < frac <= 1) or math.isnan(frac):
-        raise OptionError(f"budget {value!r} is outside (0, 100%]")
-    return frac
+        return spec.parse_budget(value)
+    except spec.SpecError as err:
+        raise OptionError(f"{owner}: budget {str(err).removeprefix('--budget: ')}") from None
 
 
 class Compressor(ABC):
@@ -308,8 +279,7 @@ class Compressor(ABC):
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
     # Options every compressor takes.
-    common_options: ClassVar[dict[str, Any]] = {"error_feedback": True,
-                                                "max_decoded_elements": DEFAULT_MAX_DECODED_ELEMENTS}
+    common_options: ClassVar[dict[str, Any]] = spec.COMMON_OPTIONS   # defaults and flags: trainers/spec.py
 
     def __init__(self, **options: Any):
         allowed = {**self.common_options, **self.options}
@@ -392,7 +362,7 @@ class Compressor(ABC):
 
 def full_adapter_bytes(shapes: list[tuple[int, ...]], dtype: str) -> int:
     """Bytes of the whole adapter in `dtype`: the reference that budget fractions refer to."""
-    return sum(math.prod(s) for s in shapes) * dtype_bytes(dtype)
+    return sum(math.prod(s) for s in shapes) * itemsize(dtype)
 
 
 class BudgetedCompressor(Compressor):
@@ -404,15 +374,14 @@ class BudgetedCompressor(Compressor):
     same thing here as there (about one direction per factor at rank 64).
     """
 
-    budget_options: ClassVar[dict[str, Any]] = {"budget": "1.6%", "budget_bytes": None,
-                                                "reference_dtype": "bf16"}
+    budget_options: ClassVar[dict[str, Any]] = spec.BUDGET_OPTIONS   # defaults and flags: trainers/spec.py
 
     def __init__(self, **options: Any):
         self.options = {**self.budget_options, **self.options}
         super().__init__(**options)
 
     def _validate(self) -> None:
-        self.budget_frac = parse_budget(self.config["budget"])
+        self.budget_frac = parse_budget(self.name, self.config["budget"])
         check_wire_dtype(self.name, self.config["reference_dtype"], "reference_dtype")
         b = self.config["budget_bytes"]
         if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):

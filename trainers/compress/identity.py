@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from trainers import spec
+
 from trainers.compress.base import DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, require, unflatten
 
 
@@ -12,13 +14,13 @@ class IdentityCompressor(Compressor):
     """Ships every gradient element as is, in `dtype`."""
 
     name = "identity"
-    options = {"dtype": "fp32"}
+    options = spec.COMPRESSOR_OPTIONS["identity"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:
         self.dtype = check_wire_dtype(self.name, self.config["dtype"])
 
     def _compress(self, m):
-        flat = flatten(m).to(DTYPES[self.dtype][0])
+        flat = flatten(m).to(DTYPES[self.dtype])
         return [Segment("values", self.dtype, flat)], {}
 
     def _reconstruct(self, p: Unpacked):

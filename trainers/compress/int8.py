@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from trainers import spec
+
 from trainers.compress.base import Compressor, OptionError, Segment, Unpacked, flatten, require, unflatten
 
 _LEVELS = 127  # symmetric int8: -127..127, so that negation is exact
@@ -14,7 +16,7 @@ class Int8Compressor(Compressor):
     """All gradients flattened into one vector, cut into blocks of `block_size` elements."""
 
     name = "int8"
-    options = {"block_size": 256}
+    options = spec.COMPRESSOR_OPTIONS["int8"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:
         bs = self.config["block_size"]

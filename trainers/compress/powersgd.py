@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from trainers import spec
+
 from trainers.compress.base import (DTYPES, Compressor, OptionError, Segment, Unpacked, add_outer_,
                                     check_wire_dtype, require, zeros_for)
 
@@ -15,7 +17,7 @@ class PowerSGDCompressor(Compressor):
     """One power iteration per step, factors of equal shape batched together."""
 
     name = "powersgd"
-    options = {"rank": 1, "dtype": "fp16", "warm_start": True, "seed": 0}
+    options = spec.COMPRESSOR_OPTIONS["powersgd"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:
         rank = self.config["rank"]
@@ -43,7 +45,7 @@ class PowerSGDCompressor(Compressor):
                 ps[n], qs[n] = p[i], q[i]
                 if self.config["warm_start"]:
                     self.q_state[n] = q[i].clone()
-        wire = DTYPES[self.dtype][0]
+        wire = DTYPES[self.dtype]
         order = list(m)
         p_flat = torch.cat([ps[n].T.reshape(-1) for n in order]).to(wire)      # rows = directions
         q_flat = torch.cat([qs[n].T.reshape(-1) for n in order]).to(wire)

@@ -16,8 +16,10 @@ import math
 import numpy as np
 import torch
 
+from trainers import spec
+
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked,
-                                    add_outer_, check_wire_dtype, dtype_bytes, header_bytes, require, zeros_for)
+                                    add_outer_, check_wire_dtype, header_bytes, itemsize, require, zeros_for)
 
 _SIGMA_BYTES = 4
 _SELECTIONS = ("energy", "energy_per_byte")
@@ -33,8 +35,7 @@ class SparCompressor(BudgetedCompressor):
     # (subspace iteration across steps, as PowerSGD does), so error feedback absorbs what it misses.
     # The sketch caps a factor at `sketch` directions; a budget large enough to buy every
     # sketched triplet therefore switches that update to the exact path.
-    options = {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8,
-               "warm_start": True, "seed": 0}
+    options = spec.COMPRESSOR_OPTIONS["spar"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:
         super()._validate()
@@ -64,13 +65,13 @@ class SparCompressor(BudgetedCompressor):
         while True:
             segments = self._segments(m, layout, spectra, counts)
             size = header_bytes(self.name, layout, [(s.key, s.dtype, s.array.numel()) for s in segments])
-            size += sum(s.array.numel() * dtype_bytes(s.dtype) for s in segments)
+            size += sum(s.array.numel() * itemsize(s.dtype) for s in segments)
             if size <= budget:
                 return segments, {}
             self._drop_weakest(layout, spectra, counts)
 
     def _cost(self, shape: tuple[int, int]) -> int:
-        return (shape[0] + shape[1]) * dtype_bytes(self.dtype) + _SIGMA_BYTES
+        return (shape[0] + shape[1]) * itemsize(self.dtype) + _SIGMA_BYTES
 
     def _select(self, layout, spectra, budget: int) -> list[int]:
         n = len(layout)
@@ -109,7 +110,7 @@ class SparCompressor(BudgetedCompressor):
 
     def _segments(self, m, layout, spectra, counts) -> list[Segment]:
         picked = [spectra[name].top(k) for (name, _), k in zip(layout, counts) if k]
-        wire = DTYPES[self.dtype][0]
+        wire = DTYPES[self.dtype]
         cat = lambda xs, dt: torch.cat(xs).to(dt) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
         return [Segment("counts", "int16", torch.tensor(counts, dtype=torch.int16)),
                 Segment("sigma", "fp32", cat([s for s, _, _ in picked], torch.float32)),

@@ -8,8 +8,10 @@ import math
 
 import torch
 
+from trainers import spec
+
 from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype,
-                                    dtype_bytes, flatten, header_bytes, require, unflatten)
+                                    flatten, header_bytes, itemsize, require, unflatten)
 
 _INDEX_BYTES = 4  # int32 index: adapters up to 2^31 elements
 
@@ -18,7 +20,7 @@ class TopKCompressor(BudgetedCompressor):
     """Global top-k by |value| under a byte budget."""
 
     name = "topk"
-    options = {"dtype": "fp16"}
+    options = spec.COMPRESSOR_OPTIONS["topk"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:
         super()._validate()
@@ -33,14 +35,14 @@ class TopKCompressor(BudgetedCompressor):
         # topk is a partial selection (a full sort of ~35 M magnitudes costs seconds); indices are
         # then sent in increasing order, which decode checks.
         index = torch.sort(torch.topk(flat.abs(), k, sorted=False).indices).values.to(torch.int32)
-        values = flat[index.long()].to(DTYPES[self.dtype][0])
+        values = flat[index.long()].to(DTYPES[self.dtype])
         return [Segment("index", "int32", index), Segment("values", self.dtype, values)], {}
 
     def _k(self, layout, numel: int) -> int:
         budget = self.budget_for([s for _, s in layout])
         # Upper bound of the header: the segment counts written with as many digits as numel.
         head = header_bytes(self.name, layout, [("index", "int32", numel), ("values", self.dtype, numel)])
-        per_element = dtype_bytes(self.dtype) + _INDEX_BYTES
+        per_element = itemsize(self.dtype) + _INDEX_BYTES
         k = (budget - head) // per_element
         if k < 1:
             raise ValueError(f"{self.name}: budget of {budget} bytes cannot hold one element after the "
