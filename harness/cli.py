@@ -1,6 +1,8 @@
 """The `harness` command line: one entry point, one subcommand per user task."""
 from __future__ import annotations
 
+import inspect
+
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -18,7 +20,7 @@ def _usage_error(err: Exception) -> typer.Exit:
 def profiles(name: str = typer.Argument(None, help="a profile name or YAML path; omit to list them"),
              plan: bool = typer.Option(False, "--plan", "--dry-run", help="print the shaping plan, apply nothing"),
              workers: int = typer.Option(2, help="workers for --plan"),
-             backend: str = typer.Option("fallback", help="backend for --plan: netem | fallback"),
+             backend: str = typer.Option(None, help="backend for --plan: netem | fallback (default: the kernel config's)"),
              live: str = typer.Option(None, help="read a live run's shaping back from the kernel (run id)")):
     """List the WAN profiles, show one, print its plan (--plan), or read a live run back (--live)."""
     import yaml
@@ -34,7 +36,7 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               workers: int = typer.Option(1, help="worker links to measure"),
               secs: float = typer.Option(3.0, help="seconds per goodput measurement"),
               backend: str = typer.Option(None, help="force netem | fallback (default: probe the kernel)"),
-              rate: str = typer.Option(None, help="override the worker rate, e.g. 10mbit"),
+              bw: str = typer.Option(None, help="override the worker link rate, tc units, e.g. 10mbit (as on run)"),
               delay: str = typer.Option(None, help="override the worker one-way delay, e.g. 20ms"),
               jitter: str = typer.Option(None, help="override the worker jitter, e.g. 1ms"),
               loss: str = typer.Option(None, help="override the worker loss, e.g. 0.1%"),
@@ -43,9 +45,9 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
     from harness import linkcli
     try:
-        prof = linkcli.load_with_overrides(profile, rate=rate, delay=delay, jitter=jitter, loss=loss)
-        if backend is not None and backend not in ("netem", "fallback"):
-            raise ValueError(f"backend: {backend!r} is unknown (valid: netem, fallback)")
+        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss)
+        from harness.backend import validate
+        validate(backend)
         if not 1 <= workers <= 250:
             raise ValueError(f"workers: {workers!r} must be within 1 and 250")
     except ValueError as err:
@@ -82,7 +84,7 @@ def bench_compress(
     from rich.console import Console
     from rich.table import Table
 
-    from trainers.compress import parse_budget
+    from trainers.spec import parse_budget
     from trainers.compress import bench
 
     shapes = {"qwen0.5b": bench.QWEN05B, "small": dict(hidden=128, layers=2, mlp=256, kv_dim=32, rank=16)}
@@ -113,82 +115,95 @@ def bench_compress(
             json.dump(bench.as_dicts(rows), fh, indent=1)
 
 
-# ---- run / sweep / report / plot (harness/config.py, launch.py, runcli.py, results.py, report.py, plots.py)
+# ---- run / sweep / report / plot: flags from the run spec (trainers/spec.py); bodies in runcli.py
 
-@app.command()
-def run(bw: str = typer.Option(None, help="worker link rate, tc units (e.g. 62.5mbit); overrides the profile"),
-        workers: int = typer.Option(2, help="worker processes (one namespace each)"),
-        delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
-        jitter: str = typer.Option(None, help="jitter, e.g. 2ms"),
-        loss: str = typer.Option(None, help="random loss per direction, e.g. 0.1%"),
-        profile: str = typer.Option(None, help="WAN profile name or YAML path (default paper-62.5mbit)"),
-        method: str = typer.Option("spar", help="method(s) under test, comma list (full, spar, topk, ...)"),
-        budget: str = typer.Option("1.6%", help="budget(s) of budgeted compressors, % of the bf16 full adapter"),
-        updates: int = typer.Option(20, help="updates per method and seed"),
-        seeds: str = typer.Option("1,2", help="comma list of seeds; every method runs every seed"),
-        pipeline: int = typer.Option(0, help="pipelining depth: 0 synchronous, 1 one-step overlap"),
-        model: str = typer.Option("tiny", help="micro | tiny | small (built on the CPU) or a model path"),
-        task: str = typer.Option("digits", help="task name"),
-        objective: str = typer.Option("distill", help="distill (to a small teacher trained here, cached; quality ="
-                                      " distillation loss) | grpo (quality = reward)"),
-        problems: int = typer.Option(2, help="problems per worker per update"),
-        group_size: int = typer.Option(2, help="samples per problem"),
-        max_new_tokens: int = typer.Option(8, help="tokens sampled per rollout"),
-        no_baseline: bool = typer.Option(False, "--no-baseline", help="do not also run `full`"),
-        no_emulation: bool = typer.Option(False, "--no-emulation", help="localhost, unshaped (no root needed)"),
-        backend: str = typer.Option(None, help="force the shaping backend: netem | fallback"),
-        run_id: str = typer.Option(None, help="results folder name (default: timestamp + method)"),
-        out: str = typer.Option("results", help="parent folder of the run folder"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="print the config, plan and processes; run nothing"),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress; print only the run folder"),
-        json_out: bool = typer.Option(False, "--json", help="print summary.json (machine-readable) at the end")):
-    """Build the emulated network, run the method and `full` under the same link, write a results folder."""
+_PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training"}
+
+
+def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
+    """A run-spec parameter as a typer option. Values are parsed by the spec (one message style
+    for every flag), so every option is text; booleans are --x/--no-x switches."""
+    panel = _PANELS[p.group or p.where]
+    if p.type is bool:
+        default = None if as_list else p.default
+        return bool | None, typer.Option(default, f"{p.flag}/--no-{p.flag[2:]}", help=p.help_text(),
+                                         rich_help_panel=panel)
+    metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
+    if as_list:
+        return str | None, typer.Option(None, p.flag, metavar=metavar, rich_help_panel=panel,
+                                        help=p.help_text() + ("" if p.many else " (a comma list is a grid axis)"))
+    default = ",".join(map(str, p.default)) if p.many else (None if p.default is None else str(p.default))
+    return str | None, typer.Option(default, p.flag, help=p.help_text(), metavar=metavar, rich_help_panel=panel)
+
+
+def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,
+                 target: typer.Typer = app) -> None:
+    """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
+    `body(values, **extra)` gets the spec values keyed by parameter name."""
+    from trainers import spec
+
+    names = [p.name for p in spec.PARAMS]
+    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
+              for p in spec.PARAMS for ann, opt in [_spec_option(p, as_list)]]
+
+    def command(**kwargs):
+        return body({k: kwargs.pop(k) for k in names}, **kwargs)
+
+    command.__signature__ = inspect.Signature(params + extra)
+    command.__doc__ = doc
+    command.__name__ = name
+    target.command(name)(command)
+
+
+def _extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str | None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, *flags, help=help))
+
+
+def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool):
     from harness import config, runcli
     try:
-        cfg = config.build(method=method, budget=budget, workers=workers, updates=updates, seeds=seeds,
-                           pipeline=pipeline, model=model, task=task, objective=objective, profile=profile,
-                           bw=bw, delay=delay, jitter=jitter, loss=loss, baseline=not no_baseline,
-                           emulation=not no_emulation, backend=backend, run_id=run_id, out_dir=out,
-                           problems_per_worker=problems, group_size=group_size, max_new_tokens=max_new_tokens)
+        cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         raise _usage_error(err) from None
     raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run))
 
 
-@app.command()
-def sweep(grid: str = typer.Option(None, help="YAML file: axes bw/delay/loss/workers (lists) + run options"),
-          bw: str = typer.Option(None, help="comma list of rates, e.g. 10mbit,62.5mbit,1gbit"),
-          delay: str = typer.Option(None, help="comma list of delays"),
-          loss: str = typer.Option(None, help="comma list of losses"),
-          workers: str = typer.Option(None, help="comma list of worker counts"),
-          method: str = typer.Option(None, help="comma list of methods (each run adds `full`)"),
-          budget: str = typer.Option(None, help="comma list of budgets"),
-          seeds: str = typer.Option(None, help="comma list of seeds"),
-          updates: str = typer.Option(None, help="updates per cell"),
-          profile: str = typer.Option(None, help="base WAN profile"),
-          no_emulation: bool = typer.Option(False, "--no-emulation", help="localhost, unshaped"),
-          out: str = typer.Option(None, help="sweep folder (re-run the same folder to resume)"),
-          quiet: bool = typer.Option(False, "--quiet", "-q"),
-          json_out: bool = typer.Option(False, "--json")):
-    """A grid of runs (bandwidth x delay x loss x workers; methods, budgets, seeds in each); resumable."""
+_OUTPUT = [_extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
+           _extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
+RUN_EXTRA = [_extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
+             _extra("out", "results", ("--out",), "parent folder of the run folder", str),
+             _extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
+             *_OUTPUT]
+RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
+spec_command("run", run, RUN_EXTRA, RUN_DOC)
+
+
+def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out: bool):
     import datetime
     from pathlib import Path
 
     from harness import runcli
     folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     try:
-        spec = runcli.load_grid(grid, {"bw": bw, "delay": delay, "loss": loss, "workers": workers, "method": method,
-                                       "budget": budget, "seeds": seeds, "updates": updates, "profile": profile})
-        cfgs = runcli.sweep_configs(spec, emulation=not no_emulation, out=folder)
-        if not no_emulation:
+        doc = runcli.load_grid(grid, values)
+        cfgs = runcli.sweep_configs(doc, out=folder)
+        if any(c.emulation for c in cfgs):
             from harness import launch
-            launch.check_privileges(cfgs[0])
+            launch.check_privileges(next(c for c in cfgs if c.emulation))
     except ValueError as err:
         raise _usage_error(err) from None
     except RuntimeError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+
+
+spec_command("sweep", sweep, [
+    _extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
+    _extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
+    *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
+    "except --method/--budget/--seeds, which every run holds; resumable.", as_list=True)
 
 
 @app.command()

@@ -1,32 +1,25 @@
-"""RunConfig: `harness run` flags + a WAN profile -> one frozen, validated value object.
+"""RunConfig: `harness run` / `harness sweep` values + a WAN profile -> one frozen, validated value.
 
-Units are parsed once, here, tc-style (`62.5mbit`, `20ms`, `0.1%`, budgets `1.6%`); every
-field carries its unit in its name. Any bad value raises :class:`ConfigError` whose one line
-names the flag and the value, before anything touches the kernel or starts a process.
-
-Method and task names are checked against the trainers' registries (the one place the
-controller imports `trainers/`, lazily: the registries are the source of truth for names).
+Every parameter is declared once in `trainers/spec.py` (name, type, unit, default, range, help);
+this module parses the values it is given against that table, resolves the profile with the
+link flags over it, and expands methods x budgets into variants. Any bad value raises
+:class:`ConfigError` whose one line names the flag and the value, before anything touches the
+kernel or starts a process. Torch is never imported here (the spec is torch-free), so
+`harness run --dry-run` and `harness profiles` start in a fraction of a second.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import profiles, units
+from harness import compare, profiles, units  # compare: names only, no pandas at import
+from trainers import spec
+from trainers.spec import SpecError as ConfigError
 
-DEFAULT_PROFILE = "paper-62.5mbit"
-BASELINE = "full"
-MODELS = ("micro", "tiny", "small")
-OBJECTIVES = ("grpo", "distill")
 _LINK_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss"}
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
-
-
-class ConfigError(ValueError):
-    """A usage error; the message is one line that names the flag and the value."""
 
 
 @dataclass(frozen=True)
@@ -37,43 +30,53 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return self.method if self.budget is None else f"{self.method}@{self.budget}"
+        return compare.label(self.method, self.budget)
 
     @property
     def slug(self) -> str:
-        return self.label.replace("@", "-").replace("%", "pct")
+        return compare.slug(self.label)
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    variants: tuple[Variant, ...]            # the method(s) under test, the baseline appended last
-    seeds: tuple[int, ...] = (1,)
-    workers: int = 2
-    updates: int = 20
-    depth: int = 0                            # pipelining depth (--pipeline)
-    model: str = "tiny"
-    task: str = "digits"
-    objective: str = "distill"
-    problems_per_worker: int = 2
-    group_size: int = 2
-    max_new_tokens: int = 8
-    profile: dict[str, Any] = field(default_factory=dict)   # the resolved profile document
-    profile_name: str = DEFAULT_PROFILE
+    """A validated run. `values` holds every spec parameter, parsed (lists as tuples); they read
+    as attributes too (`cfg.workers`, `cfg.pipeline`, `cfg.lora_rank`)."""
+    values: dict[str, Any]
+    variants: tuple[Variant, ...]             # the method(s) under test, the baseline appended last
+    profile_doc: dict[str, Any] = field(default_factory=dict)   # the resolved profile, link flags applied
+    profile_name: str = spec.get("profile").default
     overrides: dict[str, str] = field(default_factory=dict)  # link flags given, as typed
     rate_bit_s: float | None = None           # the worker link rate (down), for the physical floor
-    emulation: bool = True
-    backend: str | None = None                # None: probe the kernel
     run_id: str | None = None
     out_dir: str = "results"
 
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "values")
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return self.values["seed"]
+
+    def service_values(self, variant: Variant, seed: int) -> dict[str, Any]:
+        """The service parameters of one cell (what the learner's argv and WELCOME carry)."""
+        one = {p.name: self.values[p.name] for p in spec.params("service")}
+        one.update(method=variant.method, seed=seed, budget=variant.budget or spec.get("budget").service_default)
+        return one
+
     def to_json(self) -> dict[str, Any]:
-        doc = dataclasses.asdict(self)
-        doc["variants"] = [dataclasses.asdict(v) | {"label": v.label} for v in self.variants]
-        doc["seeds"], doc["overrides"] = list(self.seeds), dict(self.overrides)
+        """config.json: every spec parameter under its flag's name, plus what was resolved."""
+        doc = {(p.flag_name or p.name): list(v) if isinstance(v := self.values[p.name], tuple) else v
+               for p in spec.PARAMS}
+        doc.update(variants=[{"method": v.method, "budget": v.budget, "label": v.label} for v in self.variants],
+                   profile_doc=self.profile_doc, profile_name=self.profile_name, overrides=dict(self.overrides),
+                   rate_bit_s=self.rate_bit_s, run_id=self.run_id, out_dir=self.out_dir)
         return doc
 
     def load_profile(self) -> profiles.Profile:
-        return profiles.from_doc(self.profile, self.profile_name)
+        return profiles.from_doc(self.profile_doc, self.profile_name)
 
     @property
     def run_dir(self) -> Path:
@@ -82,68 +85,64 @@ class RunConfig:
 
 # ---- parsing --------------------------------------------------------------------------------
 
-def parse_seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in str(text).split(",") if s.strip())
-    except ValueError:
-        raise ConfigError(f"--seeds: {text!r} is not a comma list of integers like 1,2,3") from None
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds: {text!r} must be distinct non-negative integers")
-    return seeds
+def parse_values(given: dict[str, Any]) -> dict[str, Any]:
+    """Raw values (flags as typed, YAML values) keyed by spec name -> every parameter, parsed."""
+    names = {p.name for p in spec.PARAMS}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise ConfigError(f"unknown parameter {unknown[0]!r} (valid: {', '.join(sorted(names))})")
+    out = {}
+    for p in spec.PARAMS:
+        raw = given.get(p.name)
+        if raw is None:
+            out[p.name] = p.default
+        elif p.name == "method":  # names are checked below, against the method list
+            out[p.name] = tuple(dict.fromkeys(m.strip() for m in str(raw).split(",") if m.strip())) \
+                if not isinstance(raw, (list, tuple)) else tuple(raw)
+            if not out[p.name]:
+                raise ConfigError("--method: no method given")
+        else:
+            out[p.name] = spec.parse_value(p.name, raw)
+    return out
 
 
-def parse_budget(text: str) -> str:
-    """'1.6%' -> '1.6%' (validated: within (0, 100 %]); kept as typed, the compressors parse it."""
-    try:
-        frac = units.parse_percent(text)
-    except units.UnitError as err:
-        raise ConfigError(f"--budget: {err}") from None
-    if not 0 < frac <= 1:
-        raise ConfigError(f"--budget: {text!r} is outside (0, 100%]")
-    return str(text).strip()
+def _check_model(model: str) -> None:
+    if model in spec.MODEL_NAMES:
+        return
+    if not (Path(model) / "config.json").is_file():
+        raise ConfigError(f"--model: {model!r} is neither a built-in model ({', '.join(spec.MODEL_NAMES)}) "
+                          "nor a folder holding config.json")
 
 
-def _positive(name: str, value: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}: {value!r} must be a positive integer")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{name}: {value!r} must be at most {maximum}")
-    return value
+def _check_task(task: str) -> None:
+    from trainers import tasks  # torch-free: the task registry is plain Python
 
-
-def _check_names(methods: list[str], budgets: list[str | None], task: str) -> None:
-    from trainers import methods as registry, tasks  # lazy: see the module docstring
-
-    for m in methods:
-        try:
-            registry.get_method(m)
-        except ValueError as err:
-            raise ConfigError(f"--method: {err}") from None
-    for m, b in zip(methods, budgets):
-        if b is not None:
-            try:
-                registry.get_method(m, budget=b)
-            except (ValueError, TypeError) as err:
-                raise ConfigError(f"--budget: {b!r} does not apply to {m!r} ({err})") from None
     if task not in tasks.available():
         raise ConfigError(f"--task: unknown task {task!r}; valid tasks: {', '.join(tasks.available())}")
 
 
-def _takes_budget(method: str) -> bool:
-    from trainers import compress
+def _variants(values: dict[str, Any]) -> list[Variant]:
+    methods = [spec.check_method(m) for m in values["method"]]
+    baseline = values["baseline"]
+    if baseline != spec.NO_BASELINE:
+        try:
+            spec.check_method(baseline)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("--method", "--baseline")) from None
+    pairs = [(m, b if spec.takes_budget(m) else None) for m in methods for b in values["budget"]]
+    variants = [Variant(m, b) for m, b in dict.fromkeys(pairs)]
+    if baseline != spec.NO_BASELINE and baseline not in methods:
+        variants.append(Variant(baseline))
+    return variants
 
-    return method in compress.available() and issubclass(type(compress.get_compressor(method)),
-                                                         compress.base.BudgetedCompressor)
 
-
-def _resolve_profile(name: str | None, flags: dict[str, str | None]) -> tuple[profiles.Profile, dict[str, str]]:
+def _resolve_profile(name: str, flags: dict[str, str | None]) -> tuple[profiles.Profile, dict[str, str]]:
     given = {k: v for k, v in flags.items() if v is not None}
     try:
-        prof = profiles.load(name or DEFAULT_PROFILE)
+        prof = profiles.load(name)
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
-    if name is not None:
-        _check_unambiguous(prof, given)
+    _check_unambiguous(prof, given)
     try:
         return (profiles.with_link(prof, given) if given else prof), given
     except (profiles.ProfileError, units.UnitError) as err:
@@ -168,51 +167,17 @@ def _mentions(raw: Any, key: str) -> bool:
     return key in raw or any(_mentions(raw.get(d), key) for d in ("up", "down"))
 
 
-def build(*, method: str = "spar", budget: str | None = "1.6%", workers: int = 2, updates: int = 20,
-          seeds: str = "1,2", pipeline: int = 0, model: str = "tiny", task: str = "digits",
-          objective: str = "distill", profile: str | None = None, bw: str | None = None,
-          delay: str | None = None, jitter: str | None = None, loss: str | None = None,
-          baseline: bool = True, emulation: bool = True, backend: str | None = None,
-          run_id: str | None = None, out_dir: str = "results", problems_per_worker: int = 2,
-          group_size: int = 2, max_new_tokens: int = 8) -> RunConfig:
-    """Validate every flag; return the frozen config or raise ConfigError (one line)."""
-    _positive("--workers", workers, maximum=250)
-    _positive("--updates", updates)
-    for name, value in (("--problems", problems_per_worker), ("--group-size", group_size),
-                        ("--max-new-tokens", max_new_tokens)):
-        _positive(name, value)
-    if pipeline not in (0, 1):
-        raise ConfigError(f"--pipeline: {pipeline!r} must be 0 or 1")
-    if model not in MODELS and not Path(model).exists():
-        raise ConfigError(f"--model: {model!r} is neither a built-in model ({', '.join(MODELS)}) nor an existing path")
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective: {objective!r} is unknown (valid: {', '.join(OBJECTIVES)})")
-    if backend is not None and backend not in ("netem", "fallback"):
-        raise ConfigError(f"--backend: {backend!r} is unknown (valid: netem, fallback)")
+def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
+    """Validate every value (spec names; raw strings or typed values); return the frozen config
+    or raise ConfigError (one line)."""
+    values = parse_values(given)
+    _check_model(values["model"])
+    _check_task(values["task"])
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {run_id!r} must be letters, digits, '.', '_' or '-'")
-    methods = [m.strip() for m in method.split(",") if m.strip()]
-    if not methods:
-        raise ConfigError("--method: no method given")
-    budget_list = [parse_budget(b) for b in str(budget).split(",") if b.strip()] if budget is not None else []
-    pairs = [(m, b) for m in methods for b in (budget_list or [None])] if budget_list else [(m, None) for m in methods]
-    pairs = list(dict.fromkeys((m, b if _takes_budget_safe(m) else None) for m, b in pairs))
-    _check_names([m for m, _ in pairs], [b for _, b in pairs], task)
-    variants = [Variant(m, b) for m, b in pairs]
-    if baseline and BASELINE not in methods:
-        variants.append(Variant(BASELINE))
-    prof, given = _resolve_profile(profile, {"rate": bw, "delay": delay, "jitter": jitter, "loss": loss})
-    rate = prof.link("w1").down.rate_bit_s
-    return RunConfig(variants=tuple(variants), seeds=parse_seeds(seeds), workers=workers, updates=updates,
-                     depth=pipeline, model=model, task=task, objective=objective,
-                     problems_per_worker=problems_per_worker, group_size=group_size,
-                     max_new_tokens=max_new_tokens, profile=prof.to_doc(), profile_name=prof.name,
-                     overrides=given, rate_bit_s=rate, emulation=emulation, backend=backend,
-                     run_id=run_id, out_dir=out_dir)
-
-
-def _takes_budget_safe(method: str) -> bool:
-    try:
-        return _takes_budget(method)
-    except (ValueError, TypeError):
-        return False  # an unknown method: _check_names names it
+    variants = _variants(values)
+    link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"]}
+    prof, overrides = _resolve_profile(values["profile"], link)
+    return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
+                     overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
+                     out_dir=out_dir)

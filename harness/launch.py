@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.config import RunConfig, Variant
+from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
+from trainers import spec
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARNER_PORT = 29500
@@ -88,12 +90,6 @@ def meta(cfg: RunConfig, backend: str) -> dict:
             "cells": [c.name for c in cells(cfg)], "cells_complete": []}
 
 
-def write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-
-
 # ---- processes -------------------------------------------------------------------------------
 
 def service_env(token: str, cache: Path) -> dict:
@@ -104,26 +100,23 @@ def service_env(token: str, cache: Path) -> dict:
 
 
 def run_flags(cfg: RunConfig, cell: Cell) -> list[str]:
-    flags = {"method": cell.variant.method, "model": cfg.model, "seed": cell.seed, "task": cfg.task,
-             "objective": cfg.objective, "updates": cfg.updates, "workers": cfg.workers,
-             "problems-per-worker": cfg.problems_per_worker, "group-size": cfg.group_size,
-             "max-new-tokens": cfg.max_new_tokens, "depth": cfg.depth}
-    if cell.variant.budget is not None:
-        flags["budget"] = cell.variant.budget
-    return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+    """The learner's argv for one cell: every service parameter of the spec, explicitly."""
+    return spec.to_argv(cfg.service_values(cell.variant, cell.seed))
 
 
 class Processes:
     """The learner and workers of one cell; `stop()` always leaves none running."""
 
-    def __init__(self, spawn: Callable[..., subprocess.Popen]):
-        self.spawn = spawn
+    def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None):
+        self.spawn = spawn or _local_spawn  # None: plain processes on this host (no namespaces)
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> None:
+    def start(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> subprocess.Popen:
+        """Start `argv` as process `name` on `node`, its output appended to `cell_dir/<name>.log`."""
         with open(cell_dir / f"{name}.log", "ab") as log:
             self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)  # Ctrl-C reaches us; we stop them in order
+        return self.procs[name]
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]
@@ -133,6 +126,7 @@ class Processes:
         for name in sorted(self.alive(), key=lambda n: n != "learner"):
             with contextlib.suppress(ProcessLookupError):
                 self.procs[name].send_signal(signal.SIGTERM)
+                self.procs[name].send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) process must see it too
         end = time.monotonic() + grace_s
         for proc in self.procs.values():
             try:
@@ -215,27 +209,27 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     check_privileges(cfg)
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", cfg.to_json())
+    atomic_write_json(run_dir / "config.json", cfg.to_json())
     token = secrets.token_hex(16)
     doc = meta(cfg, "pending")
     status = "interrupted"
-    from harness.shaper import signals_raise  # SIGTERM/SIGHUP -> SystemExit, so `finally` tears down
+    from harness.signals import signals_raise  # SIGTERM/SIGHUP -> SystemExit, so `finally` tears down
 
     try:
         with signals_raise(), network(cfg) as (topo, backend):
             doc["backend"] = backend
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
-            write_json(run_dir / "meta.json", doc)
+            atomic_write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):
                 summary = _run_one(cfg, cell, run_dir, topo, token, progress)
                 if summary.get("complete"):
                     doc["cells_complete"].append(cell.name)
-                write_json(run_dir / "meta.json", doc)
+                atomic_write_json(run_dir / "meta.json", doc)
         status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "incomplete"
     finally:
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        write_json(run_dir / "meta.json", doc)
+        atomic_write_json(run_dir / "meta.json", doc)
         finalize(run_dir)
     return run_dir
 
@@ -253,13 +247,15 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
 
 
 def finalize(run_dir: Path) -> None:
-    """Tables, summary, report and figures from the folder alone (also for partial runs)."""
-    from harness import plots, report, results
+    """Tables, summary, report and figures from the folder alone (also for partial runs); the
+    folder's files are parsed once and the tables handed to each."""
+    from harness import compare, plots, report, results
 
     try:
-        results.write_tables(run_dir)
-        report.write(run_dir)
-        plots.write(run_dir)
+        tables = results.write_tables(run_dir)
+        compare.write_summary(run_dir, tables)
+        report.write(run_dir, tables=tables)
+        plots.write(run_dir, tables=tables)
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
               file=sys.stderr)

@@ -46,15 +46,9 @@ class Live:
             self.progress.stop()
 
     def _new_rows(self, cell: launch.Cell, cell_dir: Path) -> list[dict]:
-        path = cell_dir / "events-learner.jsonl"
-        if not path.exists():
-            return []
-        with path.open() as fh:
-            fh.seek(self.offsets.get(cell.name, 0))
-            text = fh.read()
-        complete = text[: text.rfind("\n") + 1]  # a half-written last line waits for the next poll
-        self.offsets[cell.name] = self.offsets.get(cell.name, 0) + len(complete.encode())
-        rows = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        from trainers.events import tail_events  # torch-free: the writer's own reader
+
+        rows, self.offsets[cell.name] = tail_events(cell_dir / "events-learner.jsonl", self.offsets.get(cell.name, 0))
         return [r for r in rows if r.get("kind") == "update"]
 
     def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
@@ -76,16 +70,15 @@ class Live:
 
 def dry_run_text(cfg: RunConfig) -> str:
     """The resolved config, the shaping plan and the processes that would start; touches nothing."""
-    from harness import shaper, topology
+    from harness import backend, plan, topology
 
     lines = ["config:", json.dumps(cfg.to_json(), indent=1, default=str)]
     if cfg.emulation:
         topo = topology.Topology.plan("0000", cfg.workers)
-        known = shaper._netem_from_config()  # the kernel config; a dry run creates nothing to probe
-        backend = cfg.backend or ("fallback" if known is None else "netem" if known else "fallback")
-        lines += [f"shaping plan (run id 0000, backend {backend}"
-                  f"{'' if cfg.backend or known is not None else ': kernel config unreadable, assumed'}):",
-                  shaper.build_plan(cfg.load_profile(), topo, backend).to_json()]
+        chosen = backend.decide(cfg.backend, create=False)  # a dry run creates nothing to probe
+        lines += [f"shaping plan (run id 0000, backend {chosen.name}"
+                  f"{': kernel config unreadable, assumed' if chosen.assumed else ''}):",
+                  plan.build_plan(cfg.load_profile(), topo, chosen.name).to_json()]
     for cell in launch.cells(cfg):
         lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(launch.run_flags(cfg, cell))}")
     return "\n".join(lines)
@@ -136,11 +129,11 @@ def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
 
 # ---- sweep -----------------------------------------------------------------------------------
 
-GRID_KEYS = ("bw", "delay", "loss", "workers")
+def load_grid(path: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """Run-spec values from a YAML file, overridden by the flags given (None: not given). Keys
+    are spec names (`seeds` for the seed list, as on the command line, is accepted too)."""
+    from trainers import spec
 
-
-def load_grid(path: str | None, flags: dict[str, str | None]) -> dict[str, Any]:
-    """Grid axes and fixed options from a YAML file, overridden by flags (comma lists)."""
     doc: dict[str, Any] = {}
     if path:
         import yaml
@@ -150,51 +143,50 @@ def load_grid(path: str | None, flags: dict[str, str | None]) -> dict[str, Any]:
         except (OSError, yaml.YAMLError) as err:
             raise ConfigError(f"--grid: {path!r} cannot be read as YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(doc, dict):
-            raise ConfigError(f"--grid: {path!r} must be a mapping of option -> value or list")
-        allowed = set(GRID_KEYS) | {"method", "budget", "seeds", "updates", "profile", "pipeline", "model", "task",
-                                    "objective", "problems_per_worker", "group_size", "max_new_tokens"}
-        unknown = sorted(set(doc) - allowed)
+            raise ConfigError(f"--grid: {path!r} must be a mapping of parameter -> value or list")
+        aliases = {p.flag_name: p.name for p in spec.PARAMS if p.flag_name}
+        doc = {aliases.get(k, k): v for k, v in doc.items()}
+        allowed = sorted(p.name for p in spec.PARAMS)
+        unknown = sorted(str(k) for k in doc if k not in allowed)
         if unknown:
-            raise ConfigError(f"--grid: unknown key {unknown[0]!r} (valid: {', '.join(sorted(allowed))})")
-    for k, v in flags.items():
-        if v is not None:
-            doc[k] = v
+            raise ConfigError(f"--grid: unknown key {unknown[0]!r} (valid: {', '.join(allowed)})")
+    doc.update({k: v for k, v in flags.items() if v is not None})
     return doc
 
 
 def _axis(value: Any) -> list:
-    if value is None:
-        return [None]
     if isinstance(value, (list, tuple)):
         return list(value)
-    return [x.strip() for x in str(value).split(",") if x.strip()] if isinstance(value, str) else [value]
+    if isinstance(value, str):
+        return [x.strip() for x in value.split(",") if x.strip()]
+    return [value]
 
 
-def _joined(value: Any) -> str | None:
-    return None if value is None else ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(run id, values) per point. A `many` parameter (method, budget, seeds) is held by every
+    run; any other parameter with several values is an axis, and names the runs by coordinates
+    (link axes first: `bw10mbit-w2`)."""
+    from trainers import spec
+
+    many = {p.name for p in spec.PARAMS if p.many}
+    axes = {k: _axis(v) for k, v in grid.items() if k not in many and len(_axis(v)) > 1}
+    order = [p.name for p in spec.params("link")] + [p.name for p in spec.PARAMS if p.where != "link"]
+    keys = sorted(axes, key=order.index)
+    points = []
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        coords = "-".join(f"{'w' if k == 'workers' else k}{v}".replace("%", "pct") for k, v in zip(keys, combo))
+        points.append((coords or "default", {**grid, **dict(zip(keys, combo))}))
+    return points
 
 
-def sweep_configs(grid: dict[str, Any], emulation: bool, out: Path) -> list[RunConfig]:
+def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
     """One validated RunConfig per grid point (all validated before anything runs)."""
-    fixed = {k: v for k, v in grid.items() if k not in GRID_KEYS}
     cfgs = []
-    for bw, delay, loss, workers in itertools.product(*(_axis(grid.get(k)) for k in GRID_KEYS)):
-        coords = "-".join(f"{k}{v}".replace("%", "pct") for k, v in
-                          (("bw", bw), ("delay", delay), ("loss", loss), ("w", workers)) if v is not None) or "default"
-        kwargs = dict(method=_joined(fixed.get("method", "spar")), budget=_joined(fixed.get("budget", "1.6%")),
-                      seeds=_joined(fixed.get("seeds", "1,2")), updates=int(fixed.get("updates", 20)),
-                      pipeline=int(fixed.get("pipeline", 0)), model=str(fixed.get("model", "tiny")),
-                      task=str(fixed.get("task", "digits")), objective=str(fixed.get("objective", "distill")),
-                      profile=fixed.get("profile"), bw=bw, delay=delay, loss=loss,
-                      workers=int(workers) if workers is not None else 2, emulation=emulation,
-                      run_id=coords, out_dir=str(out / "runs"))
-        for key in ("problems_per_worker", "group_size", "max_new_tokens"):
-            if key in fixed:
-                kwargs[key] = int(fixed[key])
+    for run_id, values in grid_points(grid):
         try:
-            cfgs.append(config.build(**kwargs))
+            cfgs.append(config.build(**values, run_id=run_id, out_dir=str(out / "runs")))
         except ValueError as err:
-            raise ConfigError(f"grid point {coords}: {err}") from None
+            raise ConfigError(f"grid point {run_id}: {err}") from None
     return cfgs
 
 
@@ -221,10 +213,11 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         if code == EXIT_INTERRUPTED:
             return code
         failed += code != EXIT_OK
-    from harness import plots, report
+    from harness import plots, report, results
 
-    report.write(out)
-    plots.write(out)
+    tables = results.read([out])  # parsed once, for the report and the figures
+    report.write(out, tables=tables)
+    plots.write(out, tables=tables)
     if as_json:
         print(json.dumps({"sweep_dir": str(out), "runs": [str(c.run_dir) for c in cfgs], "failed": failed}))
     elif not quiet:

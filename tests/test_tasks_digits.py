@@ -2,7 +2,7 @@
 import pytest
 
 from trainers.tasks import get_task
-from trainers.tasks.synthetic import DigitsProblem
+from trainers.tasks.digits import DigitsProblem
 
 
 def test_gold_per_op():

@@ -15,15 +15,13 @@ plot legend.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import torch
 
-from trainers import compress
+from trainers import compress, spec
 
-FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}
-_RANK = re.compile(r"^rank-?([1-9][0-9]*)$")
+FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}   # names: spec.FULL_METHODS
 
 
 @dataclass(frozen=True)
@@ -44,14 +42,14 @@ class Method:
 
 
 def available() -> list[str]:
-    return sorted(FULL_DTYPES) + ["rank-R"] + compress.available()
+    return spec.method_names()
 
 
 def get_method(name: str, **compressor_options) -> Method:
     """The method called `name`; an unknown name fails with the list of valid ones."""
     if name in FULL_DTYPES:
         return Method(name, "full", ship_dtype=FULL_DTYPES[name])
-    m = _RANK.match(name)
+    m = spec.RANK_METHOD.match(name)
     if m:
         return Method(name, "full", ship_dtype=torch.float32, lora_rank=int(m.group(1)))
     if name in compress.available():

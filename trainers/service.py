@@ -1,87 +1,23 @@
-"""What the learner and the workers share: run parameters, the training stack, seeds, socket helpers.
+"""What the learner and the workers share: the training stack, seeds, socket helpers.
 
-A run's parameters travel from the learner to each worker in the WELCOME message, so that
-every replica builds the same model, adapter, optimizer and task from one source of truth;
-a worker that was started with a flag contradicting them refuses to run.
+A run's parameters (`trainers/spec.py` RunParams) travel from the learner to each worker in the
+WELCOME message, so that every replica builds the same model, adapter, optimizer and task from
+one source of truth; a worker that was started with a flag contradicting them refuses to run.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
-
 import torch
 
 from trainers import methods
 from trainers.models import LoraSpec, build_model, build_tokenizer, lora_parameters
 from trainers.replay import OptimConfig, Replica
+from trainers.spec import RunParams
 
 RUN_TOKEN_ENV = "RUN_TOKEN"
-
-
-@dataclass(frozen=True)
-class RunParams:
-    """Everything every replica must agree on. Units: seconds, tokens, counts."""
-
-    method: str = "full"
-    budget: str | None = None  # compressor "budget" option (spar, ...), e.g. "1.6%"
-    model: str = "micro"
-    lora_rank: int = 8
-    seed: int = 0
-    task: str = "digits"
-    objective: str = "grpo"
-    teacher_steps: int = 300  # distill: supervised steps of the tiny teacher trained here (cached on disk)
-    updates: int = 5
-    workers: int = 1
-    problems_per_worker: int = 2  # problems per worker per update
-    group_size: int = 2  # samples per problem (the GRPO group)
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    lr: float = 1e-3
-    depth: int = 0  # pipelining depth: 0 synchronous, 1 one-step overlap
-    hash_every: int = 1  # compare replica hashes every K versions (and always at the end)
-    snapshot_every: int = 10  # the learner snapshots adapter + optimizer every S versions
-
-    def __post_init__(self):
-        if self.depth not in (0, 1):
-            raise ValueError(f"depth must be 0 or 1, got {self.depth}")
-        for name in ("updates", "workers", "problems_per_worker", "group_size", "hash_every",
-                     "snapshot_every", "lora_rank"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "RunParams":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(obj) - fields)
-        if unknown:
-            raise ValueError(f"unknown run parameters {unknown}")
-        return cls(**obj)
-
-    def get_method(self) -> methods.Method:
-        return methods.get_method(self.method, **({"budget": self.budget} if self.budget else {}))
-
-
-def add_run_args(p: argparse.ArgumentParser, required: bool) -> None:
-    """Flags for RunParams; on a worker they are optional checks against the learner's values."""
-    d = RunParams() if required else None
-    for f in dataclasses.fields(RunParams):
-        typ = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        p.add_argument("--" + f.name.replace("_", "-"), type=typ,
-                       default=getattr(d, f.name) if d else None)
-
-
-def run_params_from_args(args) -> RunParams:
-    return RunParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RunParams)})
 
 
 def build_replica(params: RunParams, method: methods.Method):

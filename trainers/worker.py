@@ -25,11 +25,12 @@ import sys
 import threading
 import time
 
-from trainers import wire
+from trainers import spec, wire
 from trainers.events import EventLog, PhaseTimer
 from trainers.rollout import generate_rollouts
-from trainers.service import (RunParams, add_run_args, build_replica, build_task, build_tokenizer_for,
-                              connect, log, parse_addr, rollout_seed, run_token, set_threads)
+from trainers.service import (build_replica, build_task, build_tokenizer_for, connect, log, parse_addr,
+                              rollout_seed, run_token, set_threads)
+from trainers.spec import RunParams, add_run_args
 from trainers.wire import Connection, MessageType, WireError
 
 
@@ -192,7 +193,7 @@ class Worker:
             self.apply_next()
         self.report_hash()
         for t in range(welcome["start_batch"], p.updates):
-            while self.replica.version < t - p.depth:
+            while self.replica.version < t - p.pipeline:
                 self.apply_next()
             self.rollouts(t)
         while self.replica.version < p.updates:
@@ -230,7 +231,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     set_threads(args.threads)
-    expect = {k: getattr(args, k) for k in RunParams.__dataclass_fields__}
+    try:
+        expect = spec.parse_expected(args)
+    except ValueError as e:
+        p.error(str(e))
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
     for attempt in range(args.reconnects + 1):
         worker = Worker(args.worker_id, learner, token, args.run_dir, expect, args.connect_timeout,

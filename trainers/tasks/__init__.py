@@ -8,7 +8,7 @@ from trainers.registry import Registry
 from trainers.tasks.base import Score, Task
 
 _REGISTRY: Registry[Task] = Registry("task", "tasks", ("trainers.tasks.countdown", "trainers.tasks.knights_knaves",
-                                                       "trainers.tasks.synthetic"))
+                                                       "trainers.tasks.digits"))
 register = _REGISTRY.register
 available = _REGISTRY.available
 get_task = _REGISTRY.get

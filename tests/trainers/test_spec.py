@@ -1,0 +1,123 @@
+"""The run spec (trainers/spec.py) is the one place a run parameter is declared: every surface
+(CLI help, RunConfig, config.json, the learner's argv, RunParams/WELCOME, results columns, sweep
+keys) is derived from it, with the same default; and the vocabularies the spec holds so that the
+controller need not import torch agree with the registries that own them."""
+import argparse
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from harness import cli, config, launch, runcli
+from trainers import spec
+
+
+def _defaults_cfg():
+    return config.build()  # validating needs no root: nothing is built
+
+
+@pytest.mark.parametrize("p", spec.PARAMS, ids=[p.name for p in spec.PARAMS])
+def test_every_parameter_reaches_every_surface_with_one_default(p):
+    result = CliRunner().invoke(cli.app, ["run", "--help"], env={"COLUMNS": "300"})
+    assert p.flag in result.stdout
+    cfg = _defaults_cfg()
+    assert cfg.values[p.name] == p.default
+    doc = cfg.to_json()
+    key = p.flag_name or p.name
+    assert doc[key] == (list(p.default) if p.many else p.default)
+    if p.where != "service":
+        return
+    cell = launch.cells(cfg)[0]
+    argv = launch.run_flags(cfg, cell)
+    parser = argparse.ArgumentParser()
+    spec.add_run_args(parser, required=True)
+    params = spec.run_params_from_args(parser.parse_args(argv))
+    expected = cfg.service_values(cell.variant, cell.seed)[p.name]
+    assert getattr(params, p.name) == expected
+    assert spec.RunParams.from_json(json.loads(json.dumps(params.to_json()))) == params  # WELCOME round trip
+    assert spec.RunParams().to_json()[p.name] == p.service_default
+
+
+def test_a_new_parameter_is_one_line_in_the_spec(monkeypatch, tmp_path):
+    knob = spec.Param("knob_count", int, 7, "a parameter added for this test", lo=1, hi=99)
+    monkeypatch.setattr(spec, "PARAMS", [*spec.PARAMS, knob])
+    app = typer.Typer()
+    cli.spec_command("run", cli.run, cli.RUN_EXTRA, cli.RUN_DOC, target=app)
+    help_text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}).stdout
+    assert "--knob-count" in help_text and "a parameter added for this test" in help_text
+    res = CliRunner().invoke(app, ["--dry-run", "--no-emulation", "--knob-count", "9", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert '"knob_count": 9' in res.stdout                  # config.json
+    assert "--knob-count 9" in res.stdout                    # the learner's argv
+    res = CliRunner().invoke(app, ["--dry-run", "--no-emulation", "--knob-count", "100"])
+    assert res.exit_code == 2 and "--knob-count: '100' is outside [1, 99]" in res.stderr
+    cfg = config.build(emulation=False, knob_count="5")
+    parser = argparse.ArgumentParser()
+    spec.add_run_args(parser, required=True)
+    params = spec.run_params_from_args(parser.parse_args(launch.run_flags(cfg, launch.cells(cfg)[0])))
+    assert params.knob_count == 5 and spec.RunParams().knob_count == 7
+    grid = runcli.load_grid(None, {"knob_count": "3,4", "emulation": False})
+    assert [c.run_id for c in runcli.sweep_configs(grid, tmp_path)] == ["knob_count3", "knob_count4"]
+
+
+def test_sweep_axes_and_run_names_come_from_the_spec(tmp_path):
+    grid = runcli.load_grid(None, {"workers": "1,2", "bw": "10mbit,20mbit", "method": "spar,topk", "seed": "1,2"})
+    cfgs = runcli.sweep_configs(grid, tmp_path)
+    assert [c.run_id for c in cfgs] == ["bw10mbit-w1", "bw10mbit-w2", "bw20mbit-w1", "bw20mbit-w2"]
+    assert all(c.seeds == (1, 2) and [v.method for v in c.variants] == ["spar", "topk", "full"] for c in cfgs)
+    path = tmp_path / "grid.yaml"
+    path.write_text("seeds: [3]\nlora_rank: [4, 16]\n")
+    cfgs = runcli.sweep_configs(runcli.load_grid(str(path), {}), tmp_path)
+    assert [(c.run_id, c.lora_rank, c.seeds) for c in cfgs] == [("lora_rank4", 4, (3,)), ("lora_rank16", 16, (3,))]
+
+
+def test_compressor_options_come_from_the_spec_and_reach_the_compressor():
+    cfg = config.build(method="spar,powersgd", spar_sketch="16", powersgd_rank="3", budget="0.78%", emulation=False)
+    by_method = {c.variant.method: spec.RunParams(**cfg.service_values(c.variant, c.seed))
+                 for c in launch.cells(cfg)}
+    spar = by_method["spar"].get_method().make_compressor()
+    assert spar.config["sketch"] == 16 and spar.config["budget"] == "0.78%"
+    assert by_method["powersgd"].get_method().make_compressor().config["rank"] == 3
+    assert by_method["full"].compressor_options() == {}
+
+
+def test_one_budget_syntax():
+    assert spec.parse_budget("1.6%") == pytest.approx(0.016)
+    for bad in ("0.016", 0.016, "0%", "101%", "1e-30%", "nan%", "%"):
+        with pytest.raises(spec.SpecError, match="--budget"):
+            spec.parse_budget(bad)
+
+
+def test_run_params_reject_unknown_and_out_of_range_values():
+    with pytest.raises(spec.SpecError, match="unknown run parameters"):
+        spec.RunParams(colour="red")
+    with pytest.raises(spec.SpecError, match="--pipeline"):
+        spec.RunParams(pipeline=2)
+    with pytest.raises(spec.SpecError, match="--method: unknown method"):
+        spec.RunParams(method="nope")
+    with pytest.raises(AttributeError):
+        spec.RunParams().workers = 3
+
+
+def test_torch_free_vocabularies_agree_with_their_registries():
+    from trainers import compress, methods, models, objectives
+    from trainers.compress.base import BudgetedCompressor, Compressor
+
+    assert sorted(models.available_models()) == sorted(spec.MODEL_NAMES)
+    assert tuple(sorted(objectives.available())) == tuple(sorted(spec.OBJECTIVES))
+    assert tuple(sorted(methods.FULL_DTYPES)) == tuple(sorted(spec.FULL_METHODS))
+    assert sorted(compress.available()) == sorted(spec.COMPRESSOR_OPTIONS)
+    assert Compressor.common_options == spec.COMMON_OPTIONS
+    assert BudgetedCompressor.budget_options == spec.BUDGET_OPTIONS
+    for name in compress.available():
+        comp = compress.get_compressor(name)
+        assert type(comp).options == spec.COMPRESSOR_OPTIONS[name]
+        assert isinstance(comp, BudgetedCompressor) == (name in spec.BUDGETED)
+    assert sorted(methods.available()) == sorted(spec.method_names())
+
+
+def test_backend_names_agree_with_the_shaper():
+    from harness import backend
+
+    assert tuple(spec.BACKENDS) == tuple(backend.BACKENDS)

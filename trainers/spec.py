@@ -1,0 +1,397 @@
+"""The run spec: every parameter of a run, once (AlgoPerf's `spec.py` is the model).
+
+Each :class:`Param` has its name, type, unit, default, allowed range and help text. Every
+surface is derived from this table, so a new parameter is one line here:
+
+- `harness run` / `harness sweep` flags (`harness/cli.py` builds them from `PARAMS`);
+- `RunConfig` and `config.json` (`harness/config.py`);
+- the learner's argv and the worker's optional checks (`add_run_args`, `to_argv`);
+- :class:`RunParams`, which the learner sends to every worker in WELCOME;
+- the columns of the results tables (`harness/results.py` reads them from config.json);
+- the keys of a sweep grid.
+
+`where` says who owns a parameter: "service" parameters are what every replica must agree on
+(they reach the learner's argv and WELCOME); "link" parameters shape the emulated network;
+"harness" parameters only steer the controller. `many` parameters take a comma list on the
+harness command line, and every value becomes its own cell (method x budget x seed).
+
+Compressor options are parameters too, named `<compressor>_<option>` (`--spar-sketch 16`,
+`--powersgd-rank 2`); the options every compressor or every budgeted compressor takes have
+no prefix (`--error-feedback`, `--budget`). Compressor classes read their option defaults from
+`COMPRESSOR_OPTIONS` below, so the defaults exist once.
+
+This module imports no torch: `harness profiles`, `harness run --dry-run`, `report`, `plot`
+and `clean` validate a run without paying for it.
+"""
+from __future__ import annotations
+
+import math
+import re
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+# ---- vocabularies that the controller must know without importing torch -------------------
+# (each has a test against the registry that owns it: tests/trainers/test_spec.py)
+
+MODEL_NAMES = ("micro", "tiny", "small")             # trainers/models.py TINY_CONFIGS
+OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry
+FULL_METHODS = ("full", "full-bf16")                  # trainers/methods.py FULL_DTYPES
+RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/dtypes.py)
+BACKENDS = ("netem", "fallback")
+NO_BASELINE = "none"
+
+# Options of each compressor (name -> default). The compressor classes take their defaults
+# from here; the run spec turns each into a flag.
+COMMON_OPTIONS: dict[str, Any] = {"error_feedback": True, "max_decoded_elements": 1 << 28}  # ~1 GiB of fp32
+BUDGET_OPTIONS: dict[str, Any] = {"budget": "1.6%", "budget_bytes": None, "reference_dtype": "bf16"}
+COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "identity": {"dtype": "fp32"},
+    "int8": {"block_size": 256},
+    "powersgd": {"rank": 1, "dtype": "fp16", "warm_start": True, "seed": 0},
+    "spar": {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8, "warm_start": True, "seed": 0},
+    "topk": {"dtype": "fp16"},
+}
+BUDGETED = ("spar", "topk")                           # BudgetedCompressor subclasses
+
+
+class SpecError(ValueError):
+    """A usage error; the message is one line that names the flag and the value."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str                       # python / config.json / results name; the flag is --name-with-dashes
+    type: type                      # int | float | str | bool
+    default: Any                    # for `many` parameters: a tuple, one cell per element
+    help: str
+    unit: str = ""                  # shown in the help; values are parsed in this unit
+    lo: float | None = None         # inclusive bounds for numbers
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    where: str = "service"          # service | link | harness (see the module docstring)
+    many: bool = False
+    flag_name: str | None = None    # the CLI flag where it differs from the name (seed -> --seeds)
+    optional: bool = False          # None is a valid value ("not set": profile, budget_bytes)
+    group: str = ""                 # the help panel: "" (by `where`) or "compressor"
+
+    @property
+    def flag(self) -> str:
+        return "--" + (self.flag_name or self.name).replace("_", "-")
+
+    @property
+    def service_default(self) -> Any:
+        return self.default[0] if self.many else self.default
+
+    def parse(self, raw: Any) -> Any:
+        """One value (from a flag, argv, YAML or JSON) -> the typed, range-checked value."""
+        if raw is None or (self.optional and isinstance(raw, str) and raw.strip().lower() in ("", "none")):
+            if self.optional:
+                return None
+            raise SpecError(f"{self.flag}: a value is required")
+        value = self._typed(raw)
+        if self.choices is not None and value not in self.choices:
+            raise SpecError(f"{self.flag}: {raw!r} is not one of {', '.join(self.choices)}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if self.lo is not None and value < self.lo or self.hi is not None and value > self.hi:
+                raise SpecError(f"{self.flag}: {raw!r} is outside [{_num(self.lo)}, {_num(self.hi)}]{self._unit()}")
+        return value
+
+    def parse_many(self, raw: Any) -> tuple:
+        """A comma list (or a YAML list) -> distinct parsed values, order kept."""
+        items = list(raw) if isinstance(raw, (list, tuple)) else [x for x in str(raw).split(",") if x.strip()]
+        if not items:
+            raise SpecError(f"{self.flag}: no value given")
+        values = tuple(self.parse(x.strip() if isinstance(x, str) else x) for x in items)
+        if len(set(values)) != len(values):
+            raise SpecError(f"{self.flag}: {raw!r} repeats a value")
+        return values
+
+    def _typed(self, raw: Any) -> Any:
+        kind = self.type.__name__
+        if self.type is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise SpecError(f"{self.flag}: {raw!r} is not true or false")
+        if self.type is int:
+            if isinstance(raw, bool) or isinstance(raw, float) and not raw.is_integer():
+                raise SpecError(f"{self.flag}: {raw!r} is not an integer")
+            try:
+                return int(raw) if not isinstance(raw, str) else int(raw.strip(), 10)
+            except (TypeError, ValueError):
+                raise SpecError(f"{self.flag}: {raw!r} is not an integer") from None
+        if self.type is float:
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise SpecError(f"{self.flag}: {raw!r} is not a number") from None
+            if not math.isfinite(value):
+                raise SpecError(f"{self.flag}: {raw!r} is not a finite number")
+            return value
+        if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+            raise SpecError(f"{self.flag}: {raw!r} is not a {kind}")
+        return str(raw).strip()
+
+    def _unit(self) -> str:
+        return f" {self.unit}" if self.unit else ""
+
+    def help_text(self) -> str:
+        bits = [self.help]
+        if self.unit:
+            bits.append(f"[unit: {self.unit}]")
+        if self.lo is not None or self.hi is not None:
+            bits.append(f"[range: {_num(self.lo)}..{_num(self.hi)}]")
+        return " ".join(bits)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+# ---- budgets: one parser, one syntax ---------------------------------------------------------
+
+MIN_BUDGET = 1e-5       # 0.001 %: below this a budget cannot hold one value of any real adapter
+
+
+def parse_budget(text: Any) -> float:
+    """'1.6%' -> 0.016. The only accepted syntax is a percentage with its sign, in (0.001 %, 100 %]."""
+    s = str(text).strip()
+    if not isinstance(text, str) or not s.endswith("%"):
+        raise SpecError(f"--budget: {text!r} is not a percentage like 1.6%")
+    try:
+        frac = float(s[:-1]) / 100
+    except ValueError:
+        raise SpecError(f"--budget: {text!r} is not a percentage like 1.6%") from None
+    if not math.isfinite(frac) or not MIN_BUDGET <= frac <= 1:
+        raise SpecError(f"--budget: {text!r} is outside [0.001%, 100%]")
+    return frac
+
+
+def _budget(raw: Any) -> str:
+    parse_budget(raw)
+    return str(raw).strip()
+
+
+# ---- the parameters --------------------------------------------------------------------------
+
+def _compressor_params() -> list[Param]:
+    out = [Param("error_feedback", bool, COMMON_OPTIONS["error_feedback"],
+                 "compressors: carry what a payload could not send into the next update (error feedback)"),
+           Param("max_decoded_elements", int, COMMON_OPTIONS["max_decoded_elements"],
+                 "compressors: largest tensor a payload may decode to (refuses decompression bombs)",
+                 unit="elements", lo=1, hi=1 << 34),
+           Param("budget_bytes", int, None, "budgeted compressors: absolute payload cap; wins over --budget",
+                 unit="bytes", lo=64, hi=1 << 40, optional=True),
+           Param("reference_dtype", str, BUDGET_OPTIONS["reference_dtype"],
+                 "budgeted compressors: the dtype of the full adapter that a budget is a fraction of",
+                 choices=FLOAT_DTYPES)]
+    kinds = {"dtype": dict(type=str, choices=FLOAT_DTYPES, help="payload value dtype"),
+             "rank": dict(type=int, lo=1, hi=4096, help="rank of the low-rank approximation"),
+             "warm_start": dict(type=bool, help="start each power iteration from the previous update's subspace"),
+             "seed": dict(type=int, lo=0, hi=2**31 - 1, help="seed of the random projections"),
+             "sketch": dict(type=int, lo=1, hi=4096, help="directions estimated per factor by the range finder"),
+             "select": dict(type=str, choices=("energy", "energy_per_byte"), help="how triplets are ranked for the budget"),
+             "svd": dict(type=str, choices=("sketch", "gram"), help="sketched or exact (Gram) spectra"),
+             "block_size": dict(type=int, lo=1, hi=1 << 20, help="values per absmax scale", unit="values")}
+    for comp, options in sorted(COMPRESSOR_OPTIONS.items()):
+        for opt, default in options.items():
+            kind = dict(kinds[opt])
+            text = kind.pop("help")
+            out.append(Param(f"{comp}_{opt}", default=default, help=f"{comp}: {text}", **kind))
+    return [dataclasses.replace(p, group="compressor") for p in out]
+
+
+PARAMS: list[Param] = [
+    # what is compared
+    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, rank-R, or a compressor "
+          "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + ")", many=True),
+    Param("budget", str, (BUDGET_OPTIONS["budget"],), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
+          + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
+    Param("seed", int, (1, 2), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
+          flag_name="seeds"),
+    Param("baseline", str, "full", "the method every other one is compared against, run under the same link "
+          f"(`{NO_BASELINE}`: do not run one)", where="harness"),
+    # the training run every replica agrees on
+    Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=250),
+    Param("updates", int, 20, "updates per method and seed", lo=1, hi=1_000_000),
+    Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1),
+    Param("model", str, "tiny", "micro | tiny | small (built on the CPU, no download) or a local model folder "
+          "holding config.json"),
+    Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
+    Param("lr", float, 1e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
+    Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
+    Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo",
+          choices=OBJECTIVES),
+    Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (cached on disk)",
+          lo=1, hi=1_000_000),
+    Param("problems_per_worker", int, 2, "problems per worker per update", lo=1, hi=4096),
+    Param("group_size", int, 2, "samples per problem (the GRPO group)", lo=1, hi=1024),
+    Param("max_new_tokens", int, 8, "tokens sampled per rollout", unit="tokens", lo=1, hi=4096),
+    Param("temperature", float, 1.0, "sampling temperature", lo=1e-3, hi=100.0),
+    Param("hash_every", int, 1, "compare replica hashes every K versions (and always at the end)",
+          unit="versions", lo=1, hi=1_000_000),
+    Param("snapshot_every", int, 10, "the learner snapshots adapter + optimizer every S versions (catch-up)",
+          unit="versions", lo=1, hi=1_000_000),
+    *_compressor_params(),
+    # the emulated network
+    Param("profile", str, "paper-62.5mbit", "WAN profile: a name in netem_profiles/ or a YAML path; the link "
+          "flags below override its worker defaults", where="link"),
+    Param("bw", str, None, "worker link rate, tc units (e.g. 62.5mbit); overrides the profile", unit="bit/s",
+          where="link", optional=True),
+    Param("delay", str, None, "one-way delay per direction of each worker link, e.g. 20ms", unit="s",
+          where="link", optional=True),
+    Param("jitter", str, None, "jitter, e.g. 2ms", unit="s", where="link", optional=True),
+    Param("loss", str, None, "random loss per direction, e.g. 0.1%", unit="%", where="link", optional=True),
+    Param("emulation", bool, True, "shape links in network namespaces (root); --no-emulation: localhost, "
+          "unshaped", where="link"),
+    Param("backend", str, None, "force the shaping backend: netem | fallback (default: the kernel's)",
+          choices=BACKENDS, where="link", optional=True),
+]
+
+
+def params(where: str | None = None) -> list[Param]:
+    return [p for p in PARAMS if where is None or p.where == where]
+
+
+def get(name: str) -> Param:
+    for p in PARAMS:
+        if p.name == name:
+            return p
+    raise KeyError(name)
+
+
+def defaults(where: str | None = None) -> dict[str, Any]:
+    return {p.name: p.default for p in params(where)}
+
+
+def parse_value(name: str, raw: Any) -> Any:
+    """Parse one parameter; `budget` values keep their text ('1.6%') after validation."""
+    p = get(name)
+    if p.name == "budget":
+        return tuple(_budget(b) for b in p.parse_many(raw))
+    return p.parse_many(raw) if p.many else p.parse(raw)
+
+
+# ---- methods (names only; trainers/methods.py builds them) -----------------------------------
+
+def method_names() -> list[str]:
+    return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS)
+
+
+def check_method(name: str) -> str:
+    if name in FULL_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS:
+        return name
+    raise SpecError(f"--method: unknown method {name!r}; valid methods: {', '.join(method_names())}")
+
+
+def takes_budget(method: str) -> bool:
+    return method in BUDGETED
+
+
+def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The options of `method`'s compressor from run parameter values (empty for full methods)."""
+    if method not in COMPRESSOR_OPTIONS:
+        return {}
+    out = {k: values[k] for k in COMMON_OPTIONS}
+    if method in BUDGETED:
+        out.update({k: values[k] for k in BUDGET_OPTIONS})
+    out.update({opt: values[f"{method}_{opt}"] for opt in COMPRESSOR_OPTIONS[method]})
+    return out
+
+
+# ---- RunParams: what every replica agrees on (learner argv, WELCOME, summary.json) ----------
+
+class RunParams:
+    """The service parameters of one cell (one method, one budget, one seed): an immutable
+    mapping with attribute access, validated against the spec as it is when built."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, **values: Any):
+        known = {p.name: p for p in params("service")}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise SpecError(f"unknown run parameters {unknown}")
+        out = {}
+        for name, p in known.items():
+            raw = values.get(name, p.service_default)
+            out[name] = _budget(raw) if name == "budget" else p.parse(raw)  # one cell: one value each
+        check_method(out["method"])
+        object.__setattr__(self, "_values", out)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("RunParams is immutable")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RunParams) and self._values == other._values
+
+    def __repr__(self) -> str:
+        return f"RunParams({self._values!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "RunParams":
+        if not isinstance(obj, dict):
+            raise SpecError("run parameters must be a JSON object")
+        return cls(**obj)
+
+    def replace(self, **changes: Any) -> "RunParams":
+        return RunParams(**{**self._values, **changes})
+
+    def compressor_options(self) -> dict[str, Any]:
+        return compressor_options(self.method, self._values)
+
+    def get_method(self):
+        from trainers import methods  # torch: only the services get here
+
+        return methods.get_method(self.method, **self.compressor_options())
+
+
+def to_argv(values: dict[str, Any]) -> list[str]:
+    """Service parameter values -> the learner's flags (every one, so the spec's default never
+    silently stands in for the harness's)."""
+    argv = []
+    for p in params("service"):
+        v = values[p.name]
+        if v is not None:
+            argv += [("--" + p.name.replace("_", "-")), str(v).lower() if isinstance(v, bool) else str(v)]
+    return argv
+
+
+def add_run_args(parser, required: bool) -> None:
+    """argparse flags for the service parameters (learner: defaults from the spec; worker: all
+    optional, each a check against the learner's value)."""
+    for p in params("service"):
+        parser.add_argument("--" + p.name.replace("_", "-"), dest=p.name, type=str,
+                            default=p.service_default if required else None, help=p.help_text())
+
+
+def run_params_from_args(args) -> RunParams:
+    return RunParams(**{p.name: getattr(args, p.name) for p in params("service")})
+
+
+def parse_expected(args) -> dict[str, Any]:
+    """The worker's optional flags, parsed: name -> value (None: not given)."""
+    out = {}
+    for p in params("service"):
+        raw = getattr(args, p.name)
+        out[p.name] = None if raw is None else _budget(raw) if p.name == "budget" else p.parse(raw)
+    return out
+
+
+def iter_flags(where: Iterable[str] = ("service", "link", "harness")) -> list[Param]:
+    return [p for p in PARAMS if p.where in where]
