@@ -46,5 +46,5 @@ def test_plan_module_needs_neither_torch_nor_pyroute2():
     code = ("import sys, harness.plan, harness.backend; "
             "print(sorted(m for m in ('torch', 'pyroute2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout
+                         cwd=Path(__file__).resolve().parents[3]).stdout
     assert out.strip() == "[]"

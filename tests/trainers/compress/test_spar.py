@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.compress.common import warm_gradients
+from tests.trainers.compress.common import warm_gradients
 from trainers.compress import get_compressor
 from trainers.compress.bench import rel_error
 from trainers.compress.base import full_adapter_bytes, unpack

@@ -25,7 +25,7 @@ import trainers.events
 from harness import compare, launch, plots, report, results
 from harness.cli import app
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 RUN, SWEEP, PARTIAL = FIXTURES / "run-spar-20mbit", FIXTURES / "sweep-bw", FIXTURES / "run-interrupted"
 REQUIRED = ["method", "seed", "update", "seconds_per_update", "train_s", "encode_s", "send_update_s",
             "decode_replay_s", "worker_rollout_s", "payload_bytes_down", "wire_bytes_down", "payload_bytes_up",
@@ -165,7 +165,7 @@ def test_style_is_the_same_in_every_process():
     """Figures drawn by separate `harness plot` calls must agree: no per-process hash()."""
     code = f"from harness import plots; print([plots.style(m) for m in {NEW_METHODS!r}])"
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           cwd=Path(__file__).resolve().parents[2],
+                           cwd=Path(__file__).resolve().parents[3],
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert outs == {repr([plots.style(m) for m in NEW_METHODS]) + "\n"}
 
@@ -203,7 +203,7 @@ def test_results_side_imports_no_torch_and_of_trainers_only_the_torch_free_modul
     code = ("import sys, harness.results, harness.compare, harness.report, harness.plots; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainers') "
             "and m not in ('trainers', 'trainers.events', 'trainers.spec')]; assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
 
 
 def test_the_comparison_names_import_without_pandas():
@@ -211,7 +211,7 @@ def test_the_comparison_names_import_without_pandas():
     code = ("import sys; from harness.compare import BASELINE, label, slug; "
             "assert slug(label('spar', '1.6%')) == 'spar-1.6pct' and BASELINE == 'full'; "
             "assert 'pandas' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
 
 
 def test_finalize_reads_each_file_of_the_run_once(run_copy, monkeypatch):

@@ -2,7 +2,7 @@
 on localhost (tiny model), and the harness's own overhead (framing, hashing, logging) as a
 fraction of the update time.
 
-    .venv/bin/python -m pytest tests/services/test_benchmark.py -m benchmark -s
+    .venv/bin/python -m pytest tests/benchmarks/test_services_bench.py -m benchmark -s
 
 Prints figures; asserts nothing about wall-clock time. The harness overhead is reported two
 ways: "in run" is the learner's own `harness_s` per update (framing and checksums on every
@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from tests.services.cluster import TOKEN, Cluster
+from tests.trainers.services.cluster import TOKEN, Cluster
 from trainers import wire
 from trainers.events import EventLog
 from trainers.rollout import Rollouts

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.compress.common import gradient, new_replica
+from tests.trainers.compress.common import gradient, new_replica
 from trainers.replay import OptimConfig, Replica, clip_by_global_norm
 
 

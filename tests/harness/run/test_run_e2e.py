@@ -16,7 +16,7 @@ import pytest
 
 from harness import clean, results
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RATE = 20e6
 pytestmark = pytest.mark.root
 

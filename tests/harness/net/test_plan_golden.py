@@ -1,6 +1,6 @@
 """Golden plans: harness.plan's operations for fixed profiles, both backends (pure, no kernel).
 
-Regenerate after an intended change with ``UPDATE_GOLDEN=1 pytest tests/net/test_plan_golden.py``
+Regenerate after an intended change with ``UPDATE_GOLDEN=1 pytest tests/harness/net/test_plan_golden.py``
 and review the diff of tests/golden/.
 """
 import hashlib
@@ -14,7 +14,7 @@ from harness import delayline, plan as plans, profiles
 from harness.backend import BACKENDS
 from harness.topology import Topology
 
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 HERE = Path(__file__).resolve().parent
 CASES = [("paper-62.5mbit", 2, 0.0), ("transatlantic", 1, 0.0), ("home-broadband", 1, 0.0),
          ("heterogeneous-edge", 3, 0.0), ("heterogeneous-edge", 3, 30.0), (str(HERE / "ge-burst.yaml"), 1, 0.0)]

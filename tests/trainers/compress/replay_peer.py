@@ -1,6 +1,6 @@
 """A second replica in its own process: decode payloads with a fresh compressor, print a hash.
 
-Usage: python -m tests.compress.replay_peer DIR [THREADS]
+Usage: python -m tests.trainers.compress.replay_peer DIR [THREADS]
 DIR holds `<compressor>.json` ({"options": ..., "count": n, "replay": true|false}) and
 `<compressor>.<t>.bin` payloads. replay (the default): step a fresh micro replica with every
 decoded payload and hash its state; replay false: hash the decoded gradients themselves (any
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from tests.compress.common import new_replica
+from tests.trainers.compress.common import new_replica
 from trainers.compress import get_compressor
 
 

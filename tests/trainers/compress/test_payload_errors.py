@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.compress.common import options, warm_gradients
+from tests.trainers.compress.common import options, warm_gradients
 from trainers import dtypes
 from trainers.compress import PayloadError, available, get_compressor
 from trainers.compress.base import MAGIC, Segment, pack, unpack

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from tests.services.cluster import TOKEN, Cluster
+from tests.trainers.services.cluster import TOKEN, Cluster
 from trainers import wire
 from trainers.wire import MessageType
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from tests.compress.common import gradient, new_replica, options, warm_gradients
-from tests.compress.replay_peer import decoded_hash
+from tests.trainers.compress.common import gradient, new_replica, options, warm_gradients
+from tests.trainers.compress.replay_peer import decoded_hash
 from trainers.compress import OptionError, available, get_compressor
 from trainers.compress.bench import rel_error
 
@@ -119,10 +119,10 @@ def test_decode_bits_do_not_depend_on_the_thread_count(tmp_path):
 
 
 def replay_peer(folder, threads: int) -> dict[str, str]:
-    """Run tests/compress/replay_peer.py on `folder` in a fresh process with `threads` torch threads."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """Run tests/trainers/compress/replay_peer.py on `folder` in a fresh process with `threads` torch threads."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, "-m", "tests.compress.replay_peer", str(folder), str(threads)],
+    proc = subprocess.run([sys.executable, "-m", "tests.trainers.compress.replay_peer", str(folder), str(threads)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -132,7 +132,7 @@ def test_identity_replay_equals_exact_gradient_training():
     """Replaying identity(fp32) payloads gives the adapter of a plain torch training loop, bit for bit."""
     model_ref, _ = new_replica()
     params = [p for p in model_ref.parameters() if p.requires_grad]
-    from tests.compress.common import OPTIM, batch
+    from tests.trainers.compress.common import OPTIM, batch
     opt = torch.optim.AdamW(params, lr=OPTIM.lr, betas=(OPTIM.beta1, OPTIM.beta2), eps=OPTIM.eps,
                             weight_decay=OPTIM.weight_decay, foreach=False)
     model, replica = new_replica()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FLAGS = ["--workers", "1,2", "--method", "int8", "--updates", "2", "--seeds", "1", "--no-emulation"]
 
 

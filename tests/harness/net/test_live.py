@@ -20,7 +20,7 @@ from harness.topology import Topology
 
 pytestmark = pytest.mark.root
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = HERE.parents[2]
 HARNESS = [sys.executable, "-m", "harness.cli"]
 
 

@@ -1,5 +1,5 @@
 """Calibration sweeps against the issue's accuracy targets (slow: ~8 minutes; run by hand with
-``pytest -m slow tests/net/test_calibration_sweep.py -s``). Each case prints its measured row.
+``pytest -m slow tests/harness/net/test_calibration_sweep.py -s``). Each case prints its measured row.
 
 Targets (fallback backend on this machine): goodput 90-100 % of the rate from 1 to 1000 Mbit/s;
 RTT within 2 ms (or 5 %) of the requested delay from 1 to 300 ms at rates up to 100 Mbit/s;

@@ -1,6 +1,6 @@
 """Test helper: build a topology, apply a profile, print the run id, then wait to be killed.
 
-``python tests/net/hold_shaping.py PROFILE WORKERS [emulate]``: with ``emulate`` it uses the
+``python tests/harness/net/hold_shaping.py PROFILE WORKERS [emulate]``: with ``emulate`` it uses the
 guarded context manager (teardown on SIGTERM); without, it applies and never cleans up, like a
 controller that gets SIGKILLed.
 """
