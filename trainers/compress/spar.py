@@ -23,6 +23,7 @@ from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Seg
 
 _SIGMA_BYTES = 4
 _SELECTIONS = ("energy", "energy_per_byte")
+_FULL_RANK = 1e-6   # a warm start is kept while its smallest sigma^2 exceeds this fraction of the largest
 
 
 class SparCompressor(BudgetedCompressor):
@@ -136,10 +137,15 @@ class SparCompressor(BudgetedCompressor):
             evals, evecs = torch.linalg.eigh(torch.stack([g for _, _, _, g in group]))
             for (name, q, bmat, _), w2, z in zip(group, evals.flip(-1).clamp_min(0), evecs.flip(-1)):
                 out[name] = _SketchSpectrum(q, bmat, w2, z)
-                if self.config["warm_start"]:
+                if self.config["warm_start"] and w2[-1] > _FULL_RANK * w2[0]:
                     # B's rows span the right singular subspace found: next update's sketch
                     # starts there (no need to orthonormalise: the QR of M W does that).
                     self.omega[name] = bmat.T
+                else:
+                    # A zero or rank-deficient B (a factor whose gradient was zero, e.g. every
+                    # lora_A at step 0) would start the next sketch in a degenerate subspace and
+                    # under-select that factor: draw a fresh random start instead.
+                    self.omega.pop(name, None)
         return out
 
     def _reconstruct(self, p: Unpacked):

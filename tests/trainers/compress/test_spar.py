@@ -107,3 +107,25 @@ def test_bad_svd_options():
         get_compressor("spar", svd="qr")
     with pytest.raises(ValueError, match="sketch must be"):
         get_compressor("spar", sketch=0)
+
+
+def test_a_zero_gradient_step_does_not_leave_a_degenerate_warm_start():
+    """lora_A's gradient is zero at step 0 (B starts at zero). The sketch saved from a zero
+    factor spans nothing; warm-starting the next update from it would under-select that factor.
+    After a zero step the factor must be captured as well as by a fresh compressor."""
+    gen = torch.Generator().manual_seed(3)
+
+    def low_rank(a, b, r=3):
+        return torch.randn(a, r, generator=gen) @ torch.randn(r, b, generator=gen)
+
+    later = {"A": low_rank(256, 16), "B": low_rank(256, 16) * 0.5}
+    opts = dict(budget="4%", svd="sketch", sketch=4, error_feedback=False, reference_dtype="fp32")
+    warmed = get_compressor("spar", **opts)
+    warmed.encode({"A": torch.zeros(256, 16), "B": low_rank(256, 16)})   # step 0: A's gradient is zero
+    fresh = get_compressor("spar", **opts)
+
+    def error(c):
+        out = c.decode(c.encode(later))["A"]
+        return float((out - later["A"]).norm() / later["A"].norm())
+
+    assert error(warmed) <= error(fresh) + 0.02
