@@ -18,15 +18,17 @@ main thread owns all state and acts on what arrived in `pump`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
 import time
+import traceback
 
-from trainers import wire
+from trainers import messages, wire
 from trainers.consistency import Consistency
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
-from trainers.membership import Membership, Peer, ReplayLog
+from trainers.membership import MAX_PENDING_CONNECTIONS, Membership, Peer, ReplayLog
 from trainers.models import lora_gradients
 from trainers.rollout import Rollouts, concat
 from trainers.service import build_replica, build_task, log, parse_addr, run_token, set_threads
@@ -36,14 +38,17 @@ from trainers.wire import MessageType, WireError
 PROCESS = "learner"
 
 
-class Interrupted(Exception):
-    """SIGTERM/SIGINT: stop, write an incomplete summary, let the workers go."""
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT: stop, write an incomplete summary, let the workers go. A BaseException (like
+    KeyboardInterrupt), so that the `except Exception` that keeps one bad peer from stopping the
+    learner never swallows it."""
 
 
 class Learner:
     def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
                  worker_timeout_s: float = 120.0, join_timeout_s: float = 300.0,
-                 handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20):
+                 handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
+                 max_pending_connections: int = MAX_PENDING_CONNECTIONS):
         self.params, self.run_dir = params, run_dir
         self.worker_timeout_s, self.join_timeout_s = worker_timeout_s, join_timeout_s
         self.method = params.get_method()
@@ -56,7 +61,8 @@ class Learner:
         self.replay_log = ReplayLog(self.replica.snapshot())
         self.consistency = Consistency(self.replica, self.method, self.events)
         self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
-                                  self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes)
+                                  self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
+                                  max_pending_connections, send_timeout_s=worker_timeout_s)
         self.address = self.members.address
         self.rows: list[dict] = []  # the update rows written so far
         self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
@@ -178,35 +184,60 @@ class Learner:
     # ------------------------------------------------------------------ what the workers send
 
     def pump(self, timeout: float) -> None:
-        """Act on what arrived within `timeout` s: joins and departures, rollouts, hash reports."""
+        """Act on what arrived within `timeout` s: joins and departures, rollouts, hash reports.
+        Whatever a member's frame makes go wrong drops that member; the learner goes on."""
         for peer, frame in self.members.pump(timeout):
             try:
                 self.on_frame(peer, frame)
-            except (WireError, ValueError) as e:
+            except (WireError, ValueError) as e:  # a frame that breaks the protocol
                 self.members.drop(peer.worker, f"bad {frame.type.name} frame: {e}")
+            except Exception as e:  # nobody foresaw it: log it in full, drop the peer, keep running
+                log(PROCESS, f"{type(e).__name__} while handling {frame.type.name} from {peer.name}: {e}\n"
+                             f"{traceback.format_exc()}")
+                self.members.drop(peer.worker, f"{type(e).__name__} while handling its {frame.type.name} frame: {e}")
 
     def on_frame(self, peer: Peer, frame: wire.Frame) -> None:
-        """A member's frame: rollouts for a coming batch (validated before they are kept), or a hash report."""
+        """A member's frame: rollouts for a coming batch (validated before they are kept), or a hash report.
+        Every JSON part passes its schema (`trainers.messages`) before it is used."""
         if frame.type == MessageType.HASH:
-            return self.consistency.check(peer.name, wire.unpack_json(frame.body))
+            return self.consistency.check(peer.name, messages.decode(MessageType.HASH, frame.body))
         if frame.type != MessageType.ROLLOUTS:
             raise WireError(f"unexpected {frame.type.name} from a worker")
         t0 = time.perf_counter()
         tensors, meta = wire.unpack_tensors(frame.body)
-        batch, version = meta.get("batch"), self.replica.version
-        if type(batch) is not int or not 0 <= batch < self.params.updates:
-            raise WireError(f"rollouts for batch {batch!r:.20} outside 0..{self.params.updates - 1}")
+        meta = messages.check_meta(MessageType.ROLLOUTS, meta)
+        batch, version = meta["batch"], self.replica.version
+        if meta.get("worker", peer.worker) != peer.worker:
+            raise WireError(f"rollouts from {peer.name} say they are from worker {meta['worker']}")
+        if not 0 <= batch < self.params.updates:
+            raise WireError(f"rollouts for batch {batch} outside 0..{self.params.updates - 1}")
         if batch < version:
             self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version)
             return
         if batch > version + self.params.pipeline + 1 or batch in peer.rollouts:
             raise WireError(f"rollouts for batch {batch} while at version {version}")
         rollouts = Rollouts.from_tensors(tensors)
+        self.check_rollouts(rollouts)
+        peer.rollouts[batch] = (rollouts, time.monotonic())
+        self.parse_seconds += time.perf_counter() - t0
+
+    def check_rollouts(self, rollouts: Rollouts) -> None:
+        """What the training step relies on, checked against the run's parameters: token ids in
+        the vocabulary, no more rows or completion tokens than the run samples, the run's
+        temperature (concat refuses mixed ones), a policy version the learner has produced."""
+        p = self.params
         ids = [t for row in rollouts.prompt_ids + rollouts.completion_ids for t in row]
         if ids and not 0 <= min(ids) <= max(ids) < self.vocab:
             raise WireError(f"rollouts hold token ids outside the vocabulary 0..{self.vocab - 1}")
-        peer.rollouts[batch] = (rollouts, time.monotonic())
-        self.parse_seconds += time.perf_counter() - t0
+        if not 0 < len(rollouts) <= p.problems_per_worker * p.group_size:
+            raise WireError(f"{len(rollouts)} rollout rows, expected 1..{p.problems_per_worker * p.group_size}")
+        if max(len(c) for c in rollouts.completion_ids) > p.max_new_tokens:
+            raise WireError(f"a completion longer than max_new_tokens={p.max_new_tokens}")
+        if rollouts.temperature != p.temperature:
+            raise WireError(f"rollouts sampled at temperature {rollouts.temperature}, the run's is {p.temperature}")
+        if not 0 <= rollouts.policy_version <= self.replica.version:
+            raise WireError(f"rollouts from policy version {rollouts.policy_version}, "
+                            f"the learner is at {self.replica.version}")
 
     # ------------------------------------------------------------------ metrics
 
@@ -270,10 +301,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainers.learner", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
-    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a silent worker is dropped")
+    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a silent worker is dropped (no rollouts; or a send it takes no byte of)")
     p.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for workers to join")
     p.add_argument("--handshake-timeout", type=float, default=10.0,
-                   help="seconds a new connection has to send a valid HELLO")
+                   help="seconds a new connection has to send its whole HELLO (a total deadline)")
+    p.add_argument("--max-pending-connections", type=int, default=MAX_PENDING_CONNECTIONS,
+                   help="connections allowed in their handshake at once; one more is closed at once")
     p.add_argument("--max-frame-bytes", type=int, default=64 * 2**20, help="largest frame body accepted from a worker")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     add_run_args(p, required=True)
@@ -287,12 +320,16 @@ def main(argv=None) -> int:
             raise ValueError(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
         token = run_token()
         listen = parse_addr(args.listen)
+        if not args.handshake_timeout > 0 or not math.isfinite(args.handshake_timeout):
+            raise ValueError(f"--handshake-timeout must be a positive number of seconds, got {args.handshake_timeout}")
+        if args.max_pending_connections < 1:
+            raise ValueError(f"--max-pending-connections must be >= 1, got {args.max_pending_connections}")
     except ValueError as e:
         p.error(str(e))
     set_threads(args.threads)
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
-                      max_frame_bytes=args.max_frame_bytes)
+                      max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections)
     # The address file lets a caller that asked for port 0 find the learner.
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{learner.address[0]}:{learner.address[1]}\n")
 
@@ -310,6 +347,12 @@ def main(argv=None) -> int:
         learner.events.write("interrupted", reason=str(e))
         learner.members.stop_all(f"learner stopped: {e}")
         learner.write_summary(complete=False, status=f"interrupted: {e}")
+        return 1
+    except Exception as e:  # a bug: say so in summary.json too, never leave it "running"
+        log(PROCESS, f"failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+        learner.events.write("failed", reason=f"{type(e).__name__}: {e}")
+        learner.members.stop_all(f"learner failed: {type(e).__name__}")
+        learner.write_summary(complete=False, status=f"failed: {type(e).__name__}: {e}")
         return 1
     finally:
         learner.close()

@@ -28,16 +28,24 @@ Received bytes are never unpickled and never passed to `torch.load`: a tensor is
 `torch.frombuffer` over a private copy, after its dtype (whitelist), shape and byte count
 have been checked against the bytes actually present.
 
+JSON from a peer is parsed by `unpack_json` only: its size is capped and its nesting depth is
+measured on the raw bytes (`check_json_depth`, no recursion) before `json.loads` sees it, and
+NaN/Infinity, non-finite floats, integers of more than 40 digits and duplicate keys are refused.
+What each message must hold is checked next, by its schema in `trainers.messages`.
+
 Every malformed, forged, oversized or out-of-sequence frame raises `WireError` with a
-one-line reason; the caller logs it and closes that connection only.
+one-line reason; the caller logs it and closes that connection only. `Connection.recv` takes
+an optional total deadline (the handshake's): a peer that trickles bytes is cut when it passes.
 """
 from __future__ import annotations
 
 import enum
 import hashlib
 import hmac
+import itertools
 import json
 import math
+import re
 import socket
 import struct
 import threading
@@ -59,7 +67,9 @@ DEFAULT_MAX_BODY_BYTES = 256 * 2**20  # 256 MiB: a rank-64 adapter of a 7B model
 MAX_TABLE_BYTES = 4 * 2**20  # the JSON table of a tensor body
 MAX_TENSORS = 65536
 MAX_DIMS = 8
-MAX_JSON_BYTES = 1 * 2**20  # a JSON-bodied control message
+MAX_JSON_BYTES = 1 * 2**20  # a JSON-bodied control message (each type has a smaller cap: trainers/messages.py)
+MAX_JSON_DEPTH = 16  # nesting of any JSON we parse; checked on the raw bytes, so json.loads never recurses deeper
+MAX_JSON_INT_DIGITS = 40  # an integer literal longer than this is refused before int() parses it
 
 
 class MessageType(enum.IntEnum):
@@ -87,6 +97,10 @@ class WireError(Exception):
 
 class PeerClosed(WireError):
     """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+class DeadlineExceeded(WireError):
+    """A whole frame did not arrive before the receiver's deadline (`Connection.recv(deadline=...)`)."""
 
 
 def token_check(token: str | bytes) -> bytes:
@@ -161,12 +175,68 @@ def pack_json(obj: dict) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
-def unpack_json(body: bytes) -> dict:
-    if len(body) > MAX_JSON_BYTES:
-        raise WireError(f"JSON body of {len(body)} bytes exceeds {MAX_JSON_BYTES}")
+_JSON_ESCAPE = re.compile(rb"\\.", re.S)  # a backslash and the byte after it
+_JSON_STRING = re.compile(rb'"[^"]*"')  # once escapes are gone; linear: no backtracking
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [0] * 256
+_DEPTH_STEP[ord("[")] = _DEPTH_STEP[ord("{")] = 1
+_DEPTH_STEP[ord("]")] = _DEPTH_STEP[ord("}")] = -1
+
+
+def check_json_depth(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than `max_depth`, measured on the raw bytes without recursing.
+
+    Escapes are removed first, then strings, so that brackets inside strings do not count; what
+    is left is scanned as +1/-1 steps. Exact for valid JSON; invalid JSON is refused by the parser
+    anyway. Linear in the body (regular expressions without backtracking, C-level scans).
+    """
+    brackets = _JSON_STRING.sub(b"", _JSON_ESCAPE.sub(b"", body)).translate(None, _NOT_BRACKET)
+    if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
+        return  # cannot nest deeper than it opens
+    depth = max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)))
+    if depth > max_depth:
+        raise WireError(f"JSON nested {depth} deep, more than {max_depth}")
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_object(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate key in an object")
+    return obj
+
+
+def unpack_json(body: bytes, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> dict:
+    """A JSON object from untrusted bytes: size and depth checked before parsing; strict JSON
+    (no NaN/Infinity, finite floats, integers of at most 40 digits, no duplicate keys).
+    Raises WireError only. What the object must hold is `trainers.messages`' business."""
+    if len(body) > max_bytes:
+        raise WireError(f"JSON body of {len(body)} bytes exceeds {max_bytes}")
     try:
-        obj = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WireError(f"body is not valid JSON: {e}") from None
+    check_json_depth(bytes(body), max_depth)
+    try:
+        obj = json.loads(text, parse_float=_json_float, parse_int=_json_int, parse_constant=_json_constant,
+                         object_pairs_hook=_json_object)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError; RecursionError: never, by the depth check
         raise WireError(f"body is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise WireError(f"JSON body must be an object, got {type(obj).__name__}")
@@ -208,7 +278,7 @@ def unpack_tensors(body: bytes) -> tuple[dict[str, torch.Tensor], dict]:
     (table_len,) = struct.unpack_from("!I", body)
     if table_len > MAX_TABLE_BYTES or 4 + table_len > len(body):
         raise WireError(f"tensor table length {table_len} does not fit the body of {len(body)} bytes")
-    table = unpack_json(body[4:4 + table_len])
+    table = unpack_json(body[4:4 + table_len], max_bytes=MAX_TABLE_BYTES)
     if set(table) != {"meta", "tensors"} or not isinstance(table["meta"], dict) \
             or not isinstance(table["tensors"], list):
         raise WireError("tensor table must be {'meta': {...}, 'tensors': [...]}")
@@ -322,10 +392,20 @@ class Connection:
         self.counter.add(self.peer, "sent", msg_type, len(frame), len(body))
         return len(frame)
 
-    def _read_exact(self, n: int, what: str) -> bytes:
+    def _read_exact(self, n: int, what: str, deadline: float | None = None) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            if deadline is not None:  # a total deadline: a byte per second does not keep it alive
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceeded(f"deadline passed with {len(buf)} of {n} {what} bytes received")
+                self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            except socket.timeout:
+                if deadline is None:
+                    raise
+                raise DeadlineExceeded(f"deadline passed with {len(buf)} of {n} {what} bytes received") from None
             if not chunk:
                 if not buf and what == "header":
                     raise PeerClosed("connection closed by peer")
@@ -333,15 +413,18 @@ class Connection:
             buf += chunk
         return bytes(buf)
 
-    def recv(self) -> Frame:
-        """Read and validate one frame; raises WireError (PeerClosed on EOF)."""
-        header = self._read_exact(HEADER_BYTES, "header")
+    def recv(self, deadline: float | None = None) -> Frame:
+        """Read and validate one frame; raises WireError (PeerClosed on EOF).
+
+        `deadline` (time.monotonic() seconds): the whole frame must have arrived by then, or
+        DeadlineExceeded; it leaves a socket timeout set, which the caller resets."""
+        header = self._read_exact(HEADER_BYTES, "header", deadline)
         t_header = time.monotonic()
         t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
             header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
         dt = time.perf_counter() - t0
-        body = self._read_exact(body_len, "body") if body_len else b""
+        body = self._read_exact(body_len, "body", deadline) if body_len else b""
         t0 = time.perf_counter()
         verify_checksum(header, body, crc)
         self.counter.add_seconds(dt + time.perf_counter() - t0)

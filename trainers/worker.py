@@ -25,13 +25,13 @@ import sys
 import threading
 import time
 
-from trainers import spec, wire
+from trainers import messages, spec, wire
 from trainers.events import EventLog, PhaseTimer
 from trainers.rollout import generate_rollouts
 from trainers.service import (build_replica, build_task, build_tokenizer_for, connect, log, parse_addr,
                               rollout_seed, run_token, set_threads)
 from trainers.spec import RunParams, add_run_args
-from trainers.wire import Connection, MessageType, WireError
+from trainers.wire import Connection, MessageType, PeerClosed, WireError
 
 
 class WorkerError(Exception):
@@ -50,6 +50,14 @@ class Stopped(Exception):
     """The learner said STOP."""
 
 
+def global_problem_ids(p, worker: int, batch: int) -> list[int]:
+    """Problem ids unique over every worker's rows of one batch: the learner concatenates the
+    workers' rollouts, and rows sharing an id form one GRPO group (worker-local ids 0..P-1
+    would merge unrelated problems into one group and normalise their advantages together)."""
+    first = (batch * p.workers + (worker - 1)) * p.problems_per_worker
+    return list(range(first, first + p.problems_per_worker))
+
+
 class Worker:
     def __init__(self, worker_id: int, learner: tuple[str, int], token: str, run_dir: str,
                  expect: dict, connect_timeout_s: float = 60.0, update_timeout_s: float = 600.0):
@@ -64,16 +72,32 @@ class Worker:
     # ------------------------------------------------------------------ setup
 
     def join(self) -> dict:
-        """Connect, say HELLO, read WELCOME; build the replica the learner describes."""
-        sock = connect(self.learner, self.connect_timeout_s)
-        self.conn = Connection(sock, token=self.token, sender=self.id, peer="learner", counter=self.counter)
-        self.conn.send(MessageType.HELLO, wire.pack_json({"worker": self.id}))
-        sock.settimeout(self.connect_timeout_s)
-        frame = self.conn.recv()
+        """Connect, say HELLO, read WELCOME; build the replica the learner describes.
+
+        A learner that closes the connection before its WELCOME (its cap of connections in their
+        handshake was full) is tried again, with back-off, until the connect timeout has passed."""
+        end, delay = time.monotonic() + self.connect_timeout_s, 0.2
+        while True:
+            sock = connect(self.learner, max(0.0, end - time.monotonic()))
+            self.conn = Connection(sock, token=self.token, sender=self.id, peer="learner", counter=self.counter)
+            try:
+                self.conn.send(MessageType.HELLO, wire.pack_json({"worker": self.id}))
+                sock.settimeout(self.connect_timeout_s)
+                frame = self.conn.recv()
+                break
+            except (PeerClosed, ConnectionError) as e:
+                self.conn.close()
+                if time.monotonic() + delay > end:
+                    raise
+                log(self.name, f"the learner closed the connection before its WELCOME ({e}); trying again")
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
         sock.settimeout(None)
         if frame.type != MessageType.WELCOME:
             raise WorkerError(f"expected WELCOME from the learner, got {frame.type.name}")
-        welcome = wire.unpack_json(frame.body)
+        welcome = messages.decode(MessageType.WELCOME, frame.body)
+        if welcome["snapshot_version"] > welcome["version"]:
+            raise WorkerError(f"WELCOME at version {welcome['version']} names a later snapshot {welcome['snapshot_version']}")
         self.params = RunParams.from_json(welcome["params"])
         for key, value in self.expect.items():
             if value is not None and getattr(self.params, key) != value:
@@ -103,7 +127,7 @@ class Worker:
         if isinstance(item, Exception):
             raise ConnectionLost(f"learner connection: {item}")
         if item.type == MessageType.STOP:
-            raise Stopped(wire.unpack_json(item.body).get("reason", ""))
+            raise Stopped(messages.decode(MessageType.STOP, item.body)["reason"])
         return item
 
     def apply_next(self) -> None:
@@ -141,7 +165,9 @@ class Worker:
         if self.method.replay:
             self.replica.step(self.decoder.decode(frame.body))
         else:
-            tensors, _ = wire.unpack_tensors(frame.body)
+            tensors, meta = wire.unpack_tensors(frame.body)
+            if messages.check_meta(MessageType.UPDATE, meta)["version"] != frame.version:
+                raise WorkerError(f"update frame {frame.version} carries the adapter of version {meta['version']}")
             self.replica.load_adapter(tensors, frame.version)
 
     def send(self, msg_type: MessageType, body: bytes) -> int:
@@ -156,7 +182,7 @@ class Worker:
                 except queue.Empty:
                     raise ConnectionLost(f"sending {msg_type.name}: {e}") from None
                 if isinstance(item, wire.Frame) and item.type == MessageType.STOP:
-                    raise Stopped(wire.unpack_json(item.body).get("reason", "")) from None
+                    raise Stopped(messages.decode(MessageType.STOP, item.body)["reason"]) from None
 
     def report_hash(self) -> dict:
         report = {"version": self.replica.version, "policy_hash": self.replica.policy_hash(),
@@ -174,7 +200,8 @@ class Worker:
             problems = self.task.generate(p.problems_per_worker, seed=seed)
             r = generate_rollouts(self.model, self.tokenizer, self.task, problems, p.group_size,
                                   p.max_new_tokens, p.temperature, seed=seed,
-                                  policy_version=self.replica.version)
+                                  policy_version=self.replica.version,
+                                  problem_ids=global_problem_ids(p, self.id, batch))
         with timer.phase("send_rollouts"):
             body = wire.pack_tensors(r.to_tensors(), meta={"batch": batch, "worker": self.id})
             written = self.send(MessageType.ROLLOUTS, body)

@@ -140,3 +140,22 @@ def test_generation_rejects_bad_arguments(model, tok):
         generate_rollouts(model, tok, task, task.generate(1, 0), group_size=0, max_new_tokens=4)
     with pytest.raises(ValueError, match="temperature"):
         generate_rollouts(model, tok, task, task.generate(1, 0), group_size=1, max_new_tokens=4, temperature=0)
+
+
+def test_workers_rows_of_one_batch_form_one_group_per_problem():
+    """The learner concatenates every worker's rollouts for a batch; GRPO groups by problem id,
+    so ids must be unique across workers (worker-local 0..P-1 would merge unrelated problems)."""
+    from trainers.spec import RunParams
+    from trainers.worker import global_problem_ids
+
+    p = RunParams(workers=3, problems_per_worker=2, group_size=2, model="micro", objective="grpo")
+    parts = []
+    for w in (1, 2, 3):
+        ids = global_problem_ids(p, w, batch=5)
+        rows = [i for i in ids for _ in range(p.group_size)]
+        parts.append(Rollouts(problem_index=rows, prompt_ids=[[1]] * len(rows), completion_ids=[[2]] * len(rows),
+                              logprobs=[[-1.0]] * len(rows), rewards=[0.0] * len(rows)))
+    groups = concat(parts).groups()
+    assert len(groups) == p.workers * p.problems_per_worker
+    assert all(len(rows) == p.group_size for rows in groups.values())
+    assert set(global_problem_ids(p, 1, 5)).isdisjoint(global_problem_ids(p, 1, 6))

@@ -281,3 +281,103 @@ def test_concurrent_senders_keep_frames_whole_and_counted():
     assert [f.seq for f in got] == list(range(80))
     assert ca.counter.total(direction="sent") == cb.counter.total(direction="received") == 80 * got[0].nbytes
     ca.close(), cb.close()
+
+
+# ----------------------------------------------------------------------------- JSON bodies from peers
+
+
+def _nesting(value) -> int:
+    if isinstance(value, list):
+        return 1 + max((_nesting(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_nesting(v) for v in value.values()), default=0)
+    return 0
+
+
+TRICKY_TEXT = st.text(alphabet=st.sampled_from(list('[]{}"\\ab\n\u00e9')), max_size=12)
+NESTED = st.recursive(st.none() | st.integers() | TRICKY_TEXT,
+                      lambda c: st.lists(c, max_size=4) | st.dictionaries(TRICKY_TEXT, c, max_size=4), max_leaves=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(NESTED, st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_the_depth_scan_on_raw_bytes_is_exact_for_valid_json(value, separators):
+    # Brackets, quotes and backslashes inside strings must not count.
+    import json
+
+    body = json.dumps(value, separators=separators, ensure_ascii=False).encode()
+    depth = _nesting(value)
+    wire.check_json_depth(body, depth)
+    if depth:
+        with pytest.raises(WireError, match=f"nested {depth} deep"):
+            wire.check_json_depth(body, depth - 1)
+
+
+@pytest.mark.parametrize("body, reason", [
+    (b"[" * 1_000_000, "nested 1000000 deep"),  # was RecursionError in json.loads
+    (b'{"a":' + b"[" * 17 + b"]" * 17 + b"}", "nested 18 deep"),
+    (b'{"a":NaN}', "NaN is not JSON"),
+    (b'{"a":-Infinity}', "-Infinity is not JSON"),
+    (b'{"a":1e999}', "out of range"),
+    (b'{"a":' + b"7" * 41 + b"}", "integer of 41 digits"),
+    (b'{"a":1,"a":2}', "duplicate key"),
+    (b"\xff{}", "not valid JSON"),
+    (b"[1]", "must be an object"),
+])
+def test_unpack_json_refuses_what_a_peer_must_not_send(body, reason):
+    with pytest.raises(WireError, match=re.escape(reason)):
+        wire.unpack_json(body, max_bytes=len(body))
+
+
+def test_unpack_json_caps_the_size_before_parsing():
+    body = wire.pack_json({"a": "x" * 100})
+    assert wire.unpack_json(body, max_bytes=len(body)) == {"a": "x" * 100}
+    with pytest.raises(WireError, match=f"JSON body of {len(body)} bytes exceeds {len(body) - 1}"):
+        wire.unpack_json(body, max_bytes=len(body) - 1)
+
+
+def test_tensor_tables_up_to_their_own_cap_parse():
+    # The table has its own cap (MAX_TABLE_BYTES), above the cap of a JSON control message.
+    tensors = {f"layer.{i:06d}.lora_A.weight.some.long.name": torch.zeros(0) for i in range(25_000)}
+    body = wire.pack_tensors(tensors)
+    assert wire.MAX_JSON_BYTES < len(body) < wire.MAX_TABLE_BYTES
+    out, _ = wire.unpack_tensors(body)
+    assert len(out) == len(tensors)
+
+
+def test_a_total_deadline_cuts_a_frame_that_trickles_in():
+    # One byte every 50 ms keeps every single recv() busy; only a total deadline ends it.
+    a, b = socket.socketpair()
+    cb = Connection(b, token=TOKEN, sender=0, peer="x")
+    data = raw_frame(body=b'{"worker":1}')
+    sent, stop = [0], threading.Event()
+
+    def trickle():
+        for byte in data:
+            if stop.wait(0.05):
+                return
+            try:
+                a.sendall(bytes([byte]))
+            except OSError:
+                return
+            sent[0] += 1
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    import time
+
+    with pytest.raises(wire.DeadlineExceeded, match="deadline passed with"):
+        cb.recv(deadline=time.monotonic() + 0.5)
+    stop.set()
+    t.join()
+    assert sent[0] < len(data)
+    a.close(), cb.close()
+
+
+def test_a_frame_within_its_deadline_is_received():
+    import time
+
+    ca, cb = pair()
+    ca.send(MessageType.HELLO, wire.pack_json({"worker": 1}))
+    assert cb.recv(deadline=time.monotonic() + 60).body == b'{"worker":1}'
+    ca.close(), cb.close()
