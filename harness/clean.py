@@ -1,11 +1,18 @@
-"""`harness clean`: remove whatever any harness run left behind. Safe to run twice.
+"""`harness clean`: remove what crashed harness runs left behind. Safe to run twice.
 
 What is the harness's: network namespaces named ``wh<hex run id>-<rt|probe|learner|wN>``
 (:data:`harness.topology.NS_PATTERN`) and everything inside them (veths, qdiscs, netfilter
 rules die with the namespace), the processes running inside them (delay lines, probes,
-learner/worker services), and delay-line processes (``python -m harness.delayline``) whose
-namespace is already gone. Nothing else is looked at: the host namespace's links, qdiscs and
-rules are never modified.
+learner/worker services), delay-line processes (``python -m harness.delayline``) whose
+namespace is already gone, and the runs' state files (``/run/wan-harness/<run id>.json``).
+Nothing else is looked at: the host namespace's links, qdiscs and rules are never modified.
+
+Whose: every topology records its owner process (pid + start time) in its state file when it
+is created (:mod:`harness.topology`). ``clean()`` with no run id removes only runs whose owner
+is dead; a run with a live owner is kept, and so is one without a state file (made before owners
+were recorded, or a backend probe namespace): nothing says it is dead. ``run_id=`` removes that
+run whoever owns it; ``everything=True`` (`harness clean --all`) removes every run, live ones
+included.
 """
 from __future__ import annotations
 
@@ -24,12 +31,12 @@ from harness import topology
 class Removed:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)        # one line per run left alone, and why
 
     def lines(self) -> list[str]:
-        if not self.namespaces and not self.processes:
-            return ["nothing to clean"]
-        return ([f"removed namespace {n}" for n in self.namespaces]
+        done = ([f"removed namespace {n}" for n in self.namespaces]
                 + [f"killed process {p}" for p in self.processes])
+        return (done or ["nothing to clean"]) + self.kept
 
 
 def leftovers(run_id: str | None = None) -> list[str]:
@@ -42,9 +49,27 @@ def leftovers(run_id: str | None = None) -> list[str]:
     return sorted(found)
 
 
-def orphan_delaylines(run_id: str | None = None) -> list[int]:
-    """Delay-line processes (of one run, or of every run) left in a namespace nobody can name."""
-    pids = []
+def runs(run_id: str | None = None) -> dict[str, list[str]]:
+    """Run id -> its namespaces present now (of one run, or of every run)."""
+    out: dict[str, list[str]] = {}
+    for name in leftovers(run_id):
+        out.setdefault(topology.NS_PATTERN.match(name).group(1), []).append(name)
+    return out
+
+
+def owner_status(run_id: str) -> tuple[str, bool | None]:
+    """('owner pid N, alive' | '... dead' | 'owner unknown', alive?) of a run, from its state file."""
+    state = topology.read_state(run_id)
+    owner = state.get("owner") if state else None
+    if not isinstance(owner, dict):
+        return "owner unknown (no state file)", None
+    alive = topology.owner_alive(owner)
+    return f"owner pid {owner.get('pid')}, {'alive' if alive else 'dead'}", alive
+
+
+def delaylines() -> dict[int, str | None]:
+    """Pid -> run id of every delay-line process on the machine."""
+    found: dict[int, str | None] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -54,23 +79,52 @@ def orphan_delaylines(run_id: str | None = None) -> list[int]:
         except OSError:
             continue
         if b"-m" in argv and b"harness.delayline" in argv:
-            config = argv[argv.index(b"harness.delayline") + 1] if len(argv) > argv.index(b"harness.delayline") + 1 else b"{}"
-            with contextlib.suppress(ValueError):
-                if run_id is None or json.loads(config).get("run_id") == run_id:
-                    pids.append(int(entry))
-    return pids
+            at = argv.index(b"harness.delayline")
+            config = argv[at + 1] if len(argv) > at + 1 else b"{}"
+            with contextlib.suppress(ValueError, AttributeError):
+                found[int(entry)] = json.loads(config).get("run_id")
+    return found
 
 
-def clean(run_id: str | None = None) -> Removed:
-    removed = Removed()
-    for name in leftovers(run_id):
+def orphan_delaylines(run_id: str | None = None) -> list[int]:
+    """Delay-line processes (of one run, or of every run) left in a namespace nobody can name."""
+    return sorted(pid for pid, rid in delaylines().items() if run_id is None or rid == run_id)
+
+
+def _remove_run(names: list[str], removed: Removed) -> None:
+    for name in names:
         removed.processes += topology.ns_pids(name)
         topology.kill_ns_processes(name)
         with contextlib.suppress(FileNotFoundError):
             netns.remove(name)
         removed.namespaces.append(name)
-    for pid in orphan_delaylines(run_id):
+
+
+def clean(run_id: str | None = None, everything: bool = False) -> Removed:
+    """Remove leftovers: of ``run_id`` (whoever owns it), of every run (``everything``), or by
+    default of every run whose owner process is dead. Returns what was removed and kept."""
+    removed = Removed()
+    dead_only = run_id is None and not everything
+    live: set[str] = set()
+    for rid, names in runs(run_id).items():
+        if dead_only:
+            status, alive = owner_status(rid)
+            if alive is not False:
+                live.add(rid)
+                hint = "" if alive else f"; `harness clean --run-id {rid}` or --all removes it"
+                removed.kept.append(f"kept run {rid} ({len(names)} namespaces): {status}{hint}")
+                continue
+        _remove_run(names, removed)
+        topology.remove_state(rid)
+    for pid, rid in sorted(delaylines().items()):
+        if run_id is not None and rid != run_id:
+            continue
+        if dead_only and (rid in live or owner_status(str(rid))[1]):
+            continue                 # a delay line of a run that is kept, or whose owner is alive
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.processes.append(pid)
+    for rid in topology.state_run_ids():   # state files whose namespaces are gone
+        if (run_id is None or rid == run_id) and not leftovers(rid) and (not dead_only or owner_status(rid)[1] is False):
+            topology.remove_state(rid)
     return removed

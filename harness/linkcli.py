@@ -3,6 +3,7 @@ cli.py so that file stays a thin list of commands. Raises ValueError (ProfileErr
 ShaperError, UnitError) for usage errors; cli.py turns them into one line and exit code 2."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from harness import backend as backends, plan as plans, profiles, shaper, topology, units
@@ -39,7 +40,8 @@ def _fmt_rate(v):
 
 def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: str | None,
                   out: str, dry_run: bool) -> int:
-    """Run the calibration and print a table; exit code 0 if every check passed, else 1."""
+    """Run the calibration and print a table; exit code 0 if every check passed, else 1; 2 (one
+    line per missing piece, nothing built) when `harness doctor`'s checks fail."""
     from rich.console import Console
     from rich.table import Table
 
@@ -49,6 +51,12 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
         chosen = backends.decide(backend, create=False).name   # a dry run creates nothing to probe
         print(plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())
         return 0
+    from harness import doctor
+
+    missing = doctor.problems(backend, profile=prof, workers=workers, out_dir=out)  # before anything is built
+    if missing:
+        print("\n".join(missing), file=sys.stderr)
+        return 2
     rows = calibrate.calibrate(prof, workers, secs=secs, backend=backend, out_dir=Path(out))
     table = Table(title=f"calibration: {prof.name} ({workers} worker(s)) -> {out}/calibration.json")
     for col in ("link", "rate", "goodput", "ratio", "RTT want", "RTT got", "loss want", "lost/sent (99% int)", "ok"):

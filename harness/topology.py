@@ -22,11 +22,19 @@ API (used by `harness run`, calibration and tests)::
     # or topo = Topology.create(...); ...; topo.destroy()   (idempotent)
 
 Namespaces are opened with ``flags=0``: a missing namespace is an error, never silently created.
+
+Ownership: before creating its namespaces, a topology writes ``/run/wan-harness/<RID>.json``
+(:data:`STATE_DIR`; tmpfs, like ``/run/netns``) naming its owner, the creating process, by pid and
+start time (``/proc/<pid>/stat`` field 22, so a recycled pid is not mistaken for it); ``destroy``
+removes it after the namespaces. `harness clean` finds a run's owner from the namespace name
+alone and, without ``--all`` or ``--run-id``, removes only runs whose owner is dead.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime as dt
+import json
 import os
 import re
 import secrets
@@ -41,6 +49,7 @@ from pyroute2.ethtool import Ethtool
 
 PREFIX = "wh"
 NETNS_DIR = "/run/netns"
+STATE_DIR = "/run/wan-harness"   # <run id>.json per topology: its owner (harness clean reads it)
 NS_PATTERN = re.compile(rf"^{PREFIX}([0-9a-f]{{4,8}})-(rt|probe|learner|w[0-9]+)$")
 SUBNET = "10.88"
 MAX_WORKERS = 250           # one /24 per node in 10.88.0.0/16
@@ -59,6 +68,71 @@ def new_run_id() -> str:
 
 def ns_name(run_id: str, node: str) -> str:
     return f"{PREFIX}{run_id}-{node}"
+
+
+# ---- ownership: who created a run's namespaces ------------------------------------------------
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks after boot); None if there
+    is no such process. With the pid it names one process: a recycled pid has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def owner_record(pid: int | None = None) -> dict:
+    """{"pid", "start_time"} of ``pid`` (default: this process), as meta.json and state files hold it."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "start_time": process_start_time(pid)}
+
+
+def owner_alive(owner: object) -> bool:
+    """Whether the process an owner record names still runs (same pid, same start time, not a zombie)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or isinstance(owner.get("pid"), bool):
+        return False
+    start = process_start_time(owner["pid"])
+    return start is not None and start == owner.get("start_time") and _alive(owner["pid"])
+
+
+def state_path(run_id: str) -> str:
+    return os.path.join(STATE_DIR, f"{run_id}.json")
+
+
+def write_state(run_id: str, namespaces: Sequence[str]) -> None:
+    """Record this process as the owner of run ``run_id``'s namespaces (atomic replace)."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    doc = {"run_id": run_id, "owner": owner_record(), "namespaces": list(namespaces),
+           "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    tmp = f"{state_path(run_id)}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, state_path(run_id))
+
+
+def read_state(run_id: str) -> dict | None:
+    """A run's state file, or None if it has none (or it is unreadable)."""
+    try:
+        with open(state_path(run_id)) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def state_run_ids() -> list[str]:
+    """Run ids that have a state file."""
+    try:
+        names = os.listdir(STATE_DIR)
+    except OSError:
+        return []
+    return sorted(n[:-5] for n in names if n.endswith(".json") and re.fullmatch(r"[0-9a-f]{4,8}", n[:-5]))
+
+
+def remove_state(run_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(state_path(run_id))
 
 
 @dataclass(frozen=True)
@@ -160,7 +234,8 @@ class Topology:
         return topo
 
     def _build(self) -> None:
-        for ns in [self.router_ns] + [n.netns for n in self.nodes.values()]:
+        write_state(self.run_id, self.namespaces())   # the owner first: clean can attribute any partial build
+        for ns in self.namespaces():
             netns.create(ns)
         write_sysctl(self.router_ns, {"net/ipv4/ip_forward": "1"})
         with IPRoute(netns=self.router_ns, flags=0) as rt:
@@ -206,6 +281,7 @@ class Topology:
                 with contextlib.suppress(FileNotFoundError):
                     netns.remove(ns)
                 removed.append(ns)
+        remove_state(self.run_id)
         self._destroyed = True
         return removed
 

@@ -24,6 +24,11 @@ RATE_UNITS = {
     "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
     "kibps": 8 * 1024, "mibps": 8 * 1024**2, "gibps": 8 * 1024**3, "tibps": 8 * 1024**4,
 }
+RATE_MIN_BIT_S = 1e3          # 1 kbit/s
+RATE_MAX_BIT_S = 100e9        # 100 Gbit/s
+DELAY_MAX_S = 10.0            # more than 10 s one way is not a WAN
+LIMIT_MAX_PKTS = 2**31 - 1    # u32 in the kernel; pyroute2 0.9 packs pfifo's limit as a signed int
+
 # multiplier to seconds
 TIME_UNITS = {
     "": 1e-6, "s": 1.0, "sec": 1.0, "secs": 1.0,
@@ -38,29 +43,31 @@ class UnitError(ValueError):
 
 def _split(value: object, kind: str) -> tuple[float, str]:
     if isinstance(value, bool):
-        raise UnitError(f"{value!r} is not a {kind}")
+        raise UnitError(f"{quote(value)} is not a {kind}")
     if isinstance(value, (int, float)):
         number, unit = float(value), ""
     elif isinstance(value, str):
         match = _SPLIT.match(value)
         if not match:
-            raise UnitError(f"{value!r} is not a {kind}")
+            raise UnitError(f"{quote(value)} is not a {kind}")
         number, unit = float(match.group(1)), match.group(2).lower()
     else:
-        raise UnitError(f"{value!r} is not a {kind}")
+        raise UnitError(f"{quote(value)} is not a {kind}")
     if not math.isfinite(number):
-        raise UnitError(f"{value!r} is not a finite {kind}")
+        raise UnitError(f"{quote(value)} is not a finite {kind}")
     return number, unit
 
 
 def parse_rate(value: object) -> float:
-    """``"62.5mbit"`` -> 62.5e6 (bit/s). Must be > 0."""
+    """``"62.5mbit"`` -> 62.5e6 (bit/s). Must be > 0, and within 1 kbit/s and 100 Gbit/s."""
     number, unit = _split(value, "rate")
     if unit not in RATE_UNITS:
-        raise UnitError(f"{value!r} has unknown rate unit {unit!r} (use bit, kbit, mbit, gbit, bps, ...)")
+        raise UnitError(f"{quote(value)} has unknown rate unit {quote(unit)} (use bit, kbit, mbit, gbit, bps, ...)")
     rate = number * RATE_UNITS[unit]
     if rate <= 0:
-        raise UnitError(f"{value!r}: rate must be > 0")
+        raise UnitError(f"{quote(value)}: rate must be > 0")
+    if not RATE_MIN_BIT_S <= rate <= RATE_MAX_BIT_S:
+        raise UnitError(f"{quote(value)}: rate must be within {format_rate(RATE_MIN_BIT_S)} and {format_rate(RATE_MAX_BIT_S)}")
     return rate
 
 
@@ -68,10 +75,18 @@ def parse_time(value: object) -> float:
     """``"20ms"`` -> 0.02 (seconds). Must be >= 0."""
     number, unit = _split(value, "time")
     if unit not in TIME_UNITS:
-        raise UnitError(f"{value!r} has unknown time unit {unit!r} (use s, ms, us)")
+        raise UnitError(f"{quote(value)} has unknown time unit {quote(unit)} (use s, ms, us)")
     seconds = number * TIME_UNITS[unit]
     if seconds < 0:
-        raise UnitError(f"{value!r}: time must be >= 0")
+        raise UnitError(f"{quote(value)}: time must be >= 0")
+    return seconds
+
+
+def parse_delay(value: object) -> float:
+    """A one-way delay or jitter: a time within 0 and 10 s."""
+    seconds = parse_time(value)
+    if seconds > DELAY_MAX_S:
+        raise UnitError(f"{quote(value)}: must be within 0 and {format_time(DELAY_MAX_S)} (more is not a WAN)")
     return seconds
 
 
@@ -79,19 +94,35 @@ def parse_percent(value: object) -> float:
     """``"0.1%"`` -> 0.001 (fraction in [0, 1])."""
     number, unit = _split(value, "percentage")
     if unit != "%" and not (unit == "" and number == 0):
-        raise UnitError(f"{value!r} needs a '%' suffix (e.g. '0.1%')")
+        raise UnitError(f"{quote(value)} needs a '%' suffix (e.g. '0.1%')")
     if not 0 <= number <= 100:
-        raise UnitError(f"{value!r}: percentage must be within 0% and 100%")
+        raise UnitError(f"{quote(value)}: percentage must be within 0% and 100%")
     return number / 100.0
 
 
-def parse_count(value: object, minimum: int = 1) -> int:
-    """A whole number of packets (queue limits), >= ``minimum``."""
+def parse_loss(value: object) -> float:
+    """Random loss: a percentage in [0 %, 100 %) (100 % is a link that is down, not lossy)."""
+    frac = parse_percent(value)
+    if frac >= 1.0:
+        raise UnitError(f"{quote(value)}: loss must be below 100% (a link that drops everything is down)")
+    return frac
+
+
+def parse_count(value: object, minimum: int = 1, maximum: int = LIMIT_MAX_PKTS) -> int:
+    """A whole number of packets (queue limits), within ``minimum`` and ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UnitError(f"{value!r} is not a whole number of packets")
+        raise UnitError(f"{quote(value)} is not a whole number of packets")
     if value < minimum:
-        raise UnitError(f"{value!r}: must be >= {minimum}")
+        raise UnitError(f"{quote(value)}: must be >= {minimum}")
+    if value > maximum:
+        raise UnitError(f"{quote(value)}: must be <= {maximum} packets")
     return value
+
+
+def quote(value: object) -> str:
+    """A value as a message quotes it: repr, cut to 40 characters (messages stay one line)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_rate(bit_s: float) -> str:

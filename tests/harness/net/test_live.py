@@ -283,6 +283,9 @@ BAD_FLAGS = [
     (["--profile", "lan", "--bw", "-5mbit"], "rate: '-5mbit'"),
     (["--profile", "lan", "--bw", "0"], "rate: '0'"),
     (["--profile", "lan", "--loss", "150%"], "loss: '150%'"),
+    (["--profile", "lan", "--loss", "100%"], "loss: '100%': loss must be below 100%"),
+    (["--profile", "lan", "--bw", "1e30tbit"], "rate: '1e30tbit': rate must be within 1kbit and 100gbit"),
+    (["--profile", "lan", "--bw", "0.001bit"], "rate: '0.001bit'"),
     (["--profile", "lan", "--delay", "20parsecs"], "delay: '20parsecs'"),
     (["--profile", "lan", "--delay", "1ms", "--jitter", "5ms"], "jitter: '5ms'"),
     (["--profile", "lan", "--backend", "tbf"], "backend: 'tbf'"),
@@ -313,6 +316,18 @@ def test_sandbox_sees_a_change():
     """The before/after comparison above can fail: a command that does touch the kernel is caught."""
     res = _run_sandboxed(["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"])
     assert res["rc"] == 0 and not res["unchanged"]
+
+
+# ---- the ends of every validated range apply (issue 11: values past them crashed in the apply) ------
+
+@pytest.mark.parametrize("link", [{"rate": "1kbit"}, {"rate": "100gbit"}, {"rate": "1mbit", "limit": 2**31 - 1},
+                                  {"delay": "10s", "jitter": "10s", "loss": "99.99%"}], ids=str)
+def test_the_ends_of_every_range_apply(link):
+    prof = profiles.from_doc({"defaults": link}, "ends")
+    with shaper.emulate(prof, 1, backend="fallback") as (topo, _):
+        live = profiles.from_doc(shaper.show(topo.run_id), "live-" + topo.run_id)
+        assert live.link("w1") == prof.link("w1")
+    assert clean.leftovers(topo.run_id) == []
 
 
 # ---- scale -----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from harness.profiles import ProfileError
 
 @pytest.mark.parametrize("text,bit_s", [
     ("62.5mbit", 62.5e6), ("1gbit", 1e9), ("100kbit", 1e5), ("10mibit", 10 * 1024**2),
-    ("1mbps", 8e6), ("500", 500.0), (1000, 1000.0), ("1.5Gbit", 1.5e9),
+    ("1mbps", 8e6), ("5000", 5000.0), (1000, 1000.0), ("1.5Gbit", 1.5e9),
+    ("1kbit", 1e3), ("100gbit", 100e9),      # the physical range's ends are valid
 ])
 def test_parse_rate(text, bit_s):
     assert units.parse_rate(text) == pytest.approx(bit_s)
@@ -32,11 +33,30 @@ def test_parse_percent(text, frac):
     (units.parse_time, "-1ms", ">= 0"), (units.parse_time, "20parsecs", "unknown time unit"),
     (units.parse_percent, "101%", "within 0% and 100%"), (units.parse_percent, "0.05", "'%' suffix"),
     (units.parse_rate, True, "not a rate"), (units.parse_rate, "nan", "not a rate"),
+    # physical ranges: these passed validation once and crashed in the kernel apply (issue 11)
+    (units.parse_rate, "1e30tbit", "within 1kbit and 100gbit"), (units.parse_rate, "0.001bit", "within 1kbit and 100gbit"),
+    (units.parse_rate, "999bit", "within 1kbit"), (units.parse_rate, "100.1gbit", "100gbit"),
+    (units.parse_delay, "10.001s", "within 0 and 10s"), (units.parse_delay, "-1ms", ">= 0"),
+    (units.parse_loss, "100%", "below 100%"), (units.parse_loss, "101%", "within 0% and 100%"),
+    (units.parse_count, 0, ">= 1"), (units.parse_count, 99999999999999, "<= 2147483647"),
+    (units.parse_count, 2**31, "<= 2147483647"), (units.parse_count, 1.5, "not a whole number"),
 ])
 def test_bad_units_name_the_value(parser, value, needle):
     with pytest.raises(units.UnitError) as err:
         parser(value)
     assert repr(value) in str(err.value) and needle in str(err.value)
+
+
+def test_range_ends_are_accepted():
+    assert units.parse_delay("10s") == 10.0 and units.parse_delay(0) == 0.0
+    assert units.parse_loss("99.99%") == pytest.approx(0.9999) and units.parse_loss("0%") == 0.0
+    assert units.parse_count(1) == 1 and units.parse_count(2**31 - 1) == 2**31 - 1
+
+
+def test_a_long_bad_value_is_cut_to_one_short_line():
+    with pytest.raises(units.UnitError) as err:
+        units.parse_rate("9" * 500 + "furlongs")
+    assert len(str(err.value)) < 200 and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("bit_s", [1e3, 62.5e6, 1e9, 2.5e9])
@@ -111,6 +131,16 @@ BAD_DOCS = [
     ({"schedule": [{"at": "3s", "target": "everyone"}]}, "x.schedule[0].target", "'everyone'"),
     ({"defaults": {"burst_loss": {"p": "1%"}}}, "x.defaults.up.burst_loss", "'r'"),
     ({"name": "y"}, "x.name", "'y'"),
+    # physical ranges (issue 11): each of these once reached the kernel and crashed there
+    ({"defaults": {"limit": 99999999999999}}, "x.defaults.up.limit", "99999999999999"),
+    ({"defaults": {"limit": 2**31}}, "x.defaults.up.limit", "<= 2147483647"),
+    ({"defaults": {"loss": "100%"}}, "x.defaults.up.loss", "below 100%"),
+    ({"defaults": {"rate": "1e30tbit"}}, "x.defaults.up.rate", "'1e30tbit'"),
+    ({"defaults": {"down": {"rate": "0.001bit"}}}, "x.defaults.down.rate", "'0.001bit'"),
+    ({"defaults": {"delay": "11s"}}, "x.defaults.up.delay", "within 0 and 10s"),
+    ({"learner": {"jitter": "20s", "delay": "20s"}}, "x.learner.up.delay", "'20s'"),
+    ({"workers": {"w2": {"up": {"loss": "100%"}}}}, "x.workers.w2.up.loss", "'100%'"),
+    ({"schedule": [{"at": "5s", "rate": "1e30tbit"}]}, "x.schedule[0].up.rate", "'1e30tbit'"),
     ("just a string", "x", "not a mapping"),
 ]
 
