@@ -4,7 +4,8 @@ Owns the names the comparison keys on (the baseline, the coordinate columns, a v
 and its folder slug) and the numbers: per (coordinates, variant) seconds per update (median,
 IQR over every update of every seed), speedup (full's median / the method's), payload and wire
 bytes per update, payload as a fraction of `full`'s, link bytes per update, quality (the
-objective's metric over a seed's last updates, mean ± sd over seeds), consistency, completeness.
+objective's metric over a seed's last updates, mean ± sd over seeds), policy lag (median, max;
+the pipelining depth is a coordinate), consistency, completeness, degraded cells (a worker lost).
 
     results (parse run folders) -> compare (this) -> report (markdown/html), plots (figures)
 
@@ -69,8 +70,10 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "link_bytes_up_per_update": _per_update(cells, "link_bytes_up", done),
             "quality_metric": g["quality_metric"].iloc[0], "quality_mean": q.mean(),
             "quality_std": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
+            "lag_max": g["lag"].max(),
             "consistent": bool(len(cells) and cells["consistent"].all()),
-            "complete": bool(len(cells) and cells["complete"].all())}
+            "complete": bool(len(cells) and cells["complete"].all()),
+            "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any())}
 
 
 def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
@@ -116,13 +119,29 @@ def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, invers
     return full / float(row[col]) if inverse else float(row[col]) / full
 
 
+CELL_FIELDS = ("cell", "variant", "seed", "status", "complete", "degraded", "consistent", "updates_done",
+               "updates_planned", "workers_min", "drops", "restarts", "note")
+
+
+def _plain(v):
+    """numpy scalars -> Python, NaN -> None (for JSON)."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict)):
+        v = v.item()
+    return None if isinstance(v, float) and v != v else v
+
+
 def run_summary(tables: RunTables) -> dict:
-    """summary.json of one run: its status and the comparison, one record per variant."""
+    """summary.json of one run: its status, the comparison (one record per variant) and the cells
+    (status, updates, lost workers and restarts); `degraded` lists cells that lost a worker."""
     run = tables.runs[0]
     comp = comparison(tables.updates, tables.cells)
+    cells = [{k: _plain(c.get(k)) for k in CELL_FIELDS} for c in tables.cells.to_dict(orient="records")]
+    for c in cells:
+        c["degraded_note"] = c.get("note") if c.get("degraded") else None
     return {"run_id": run.dir.name, "status": run.meta.get("status"), "complete": bool(run.meta.get("complete")),
             "profile": run.meta.get("profile"), "backend": run.meta.get("backend"),
-            "emulation": run.meta.get("emulation"),
+            "emulation": run.meta.get("emulation"), "errors": run.meta.get("errors") or [],
+            "degraded": [c["cell"] for c in cells if c.get("degraded")], "cells": cells,
             "methods": comp.astype(object).where(comp.notna(), None).to_dict(orient="records")}
 
 

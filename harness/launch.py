@@ -43,8 +43,8 @@ CELL_TIMEOUT_S = 1800.0     # a cell that has not finished in 30 min is stopped 
 JOIN_TIMEOUT_S = 180.0      # seconds the learner waits for its workers (model building on 2 cores)
 
 
-class NeedsRoot(RuntimeError):
-    """Network namespaces need root (CAP_NET_ADMIN + CAP_SYS_ADMIN)."""
+class PreflightFailed(RuntimeError):
+    """The emulated network cannot be built here: not root, or a kernel feature or binary is missing (harness doctor)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ def _version(pkg: str) -> str | None:
 
 
 def meta(cfg: RunConfig, backend: str) -> dict:
+    from harness.topology import owner_record
+
     uname = platform.uname()
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"run_id": cfg.run_id, "status": "running", "complete": False,
@@ -87,7 +89,11 @@ def meta(cfg: RunConfig, backend: str) -> dict:
             "packages": {p: _version(p) for p in PACKAGES}, "python": platform.python_version(),
             "kernel": uname.release, "host": uname.node, "machine": uname.machine, "cpus": os.cpu_count(),
             "emulation": cfg.emulation, "backend": backend, "profile": cfg.profile_name,
-            "cells": [c.name for c in cells(cfg)], "cells_complete": []}
+            "cells": [c.name for c in cells(cfg)], "cells_complete": [],
+            # who runs it (pid + /proc start time: a recycled pid is not the owner); `harness clean`
+            # reads the same record from /run/wan-harness/<netns run id>.json (harness/topology.py)
+            "owner": owner_record(),
+            "errors": []}  # one line per failure that did not stop the run (e.g. a link counter)
 
 
 # ---- processes -------------------------------------------------------------------------------
@@ -110,13 +116,21 @@ class Processes:
     def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None):
         self.spawn = spawn or _local_spawn  # None: plain processes on this host (no namespaces)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.launches: dict[str, tuple] = {}  # name -> (node, argv, cell_dir, env): what `restart` repeats
 
     def start(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> subprocess.Popen:
         """Start `argv` as process `name` on `node`, its output appended to `cell_dir/<name>.log`."""
+        self.launches[name] = (node, argv, cell_dir, env)
         with open(cell_dir / f"{name}.log", "ab") as log:
             self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)  # Ctrl-C reaches us; we stop them in order
         return self.procs[name]
+
+    def restart(self, name: str) -> subprocess.Popen:
+        """Start process `name`, which has exited, again: same node, argv and environment."""
+        if self.procs[name].poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        return self.start(name, *self.launches[name])
 
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]
@@ -151,16 +165,98 @@ def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0
     return path.read_text().strip()
 
 
+MAX_RESTARTS = 3            # --on-drop restart: restarts per worker and cell; after that the worker stays lost
+
+
+class CellFailed(RuntimeError):
+    """--on-drop fail: a worker was lost, so the cell was stopped; the run stops there (exit 1)."""
+
+
+def describe_exit(code: int) -> str:
+    """A process's return code in words: `killed by SIGKILL`, `exit code 1`."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class DropWatch:
+    """What `run_cell` does about lost workers (`--on-drop`), recorded in the cell's
+    `events-harness.jsonl` (written only when there is something to say):
+    - `worker_exit`: a worker process ended with an error or a signal while the learner ran;
+    - `restart` (restart): it was started again with the same argv; it says HELLO with the same
+      worker id, and the learner replaces the lost member and catches it up (snapshot + log);
+    - `cell_failed` (fail): a worker process ended, or the learner dropped one: the cell is stopped;
+    - `learner_exit`: the learner ended with an error before the harness stopped it;
+    - `cell_timeout`: the cell ran past CELL_TIMEOUT_S and was stopped.
+    `version` in each row is the learner's newest update when the harness noticed."""
+
+    def __init__(self, policy: str, cell_dir: Path):
+        self.policy, self.cell_dir = policy, cell_dir
+        self.offset, self.version = 0, 0
+        self.restarts: dict[str, int] = {}
+        self.seen: set[int] = set()  # pids whose exit is recorded
+        self.log = None
+
+    def write(self, kind: str, **fields) -> None:
+        from trainers.events import EventLog
+
+        if self.log is None:
+            self.log = EventLog(self.cell_dir, "harness")
+        self.log.write(kind, **fields)
+
+    def check(self, procs: Processes) -> str | None:
+        """Called while the learner runs: restart what --on-drop restart restarts; returns why
+        the cell fails under --on-drop fail, else None."""
+        from trainers.events import tail_events
+
+        rows, self.offset = tail_events(self.cell_dir / "events-learner.jsonl", self.offset)
+        failure = None
+        for r in rows:
+            if r.get("kind") == "update" and isinstance(r.get("version"), int):
+                self.version = r["version"]
+            elif r.get("kind") == "dropped" and failure is None:
+                failure = f"the learner dropped worker w{r.get('worker')} at version {r.get('version')} ({r.get('reason')})"
+        for name, proc in list(procs.procs.items()):
+            code = proc.poll()
+            if name == "learner" or code in (None, 0) or proc.pid in self.seen:
+                continue
+            self.seen.add(proc.pid)
+            worker = int(name[1:])
+            self.write("worker_exit", worker=worker, returncode=code, how=describe_exit(code), version=self.version)
+            if self.policy == "fail":
+                failure = failure or f"worker {name} {describe_exit(code)} at version {self.version}"
+            elif self.policy == "restart" and self.restarts.get(name, 0) < MAX_RESTARTS:
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                procs.restart(name)
+                self.write("restart", worker=worker, attempt=self.restarts[name], version=self.version,
+                           after=describe_exit(code))
+        if failure is not None and self.policy == "fail":
+            self.write("cell_failed", reason=failure, version=self.version)
+            return failure
+        return None
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
 def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, token: str,
              progress: Callable[[Cell, Path], None]) -> dict:
-    """Start the learner and the workers, wait for all of them; returns the learner's summary."""
+    """Start the learner and the workers, wait for all of them (acting on lost workers as
+    `--on-drop` says, see DropWatch); returns the learner's summary. Raises CellFailed under
+    `--on-drop fail` once a worker is lost (the cell's processes are stopped first)."""
     cell_dir.mkdir(parents=True, exist_ok=True)
     env = service_env(token, Path(cfg.out_dir).resolve() / ".cache")
     procs = Processes(spawn)
+    watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
     try:
         procs.start("learner", "learner", [py, "-m", "trainers.learner", "--run-dir", str(cell_dir), "--listen", listen,
-                                           "--join-timeout", str(JOIN_TIMEOUT_S), *run_flags(cfg, cell)], cell_dir, env)
+                                           "--join-timeout", str(JOIN_TIMEOUT_S), "--worker-timeout",
+                                           str(cfg.worker_timeout), *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         for w in range(1, cfg.workers + 1):
             procs.start(f"w{w}", f"w{w}", [py, "-m", "trainers.worker", "--learner", address, "--worker-id", str(w),
@@ -170,10 +266,18 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
             progress(cell, cell_dir)
             if procs.procs["learner"].poll() is not None:  # the learner is done: workers get a short grace
                 end = min(end, time.monotonic() + 15)
+            elif (failure := watch.check(procs)) is not None:
+                raise CellFailed(f"cell {cell.name}: {failure} (--on-drop fail)")
             time.sleep(0.25)
+        if procs.procs["learner"].poll() is None:
+            watch.write("cell_timeout", seconds=CELL_TIMEOUT_S, version=watch.version)
         progress(cell, cell_dir)
     finally:
+        code = procs.procs["learner"].poll() if "learner" in procs.procs else None
+        if code not in (None, 0):  # it ended on its own (the harness has not signalled it yet)
+            watch.write("learner_exit", returncode=code, how=describe_exit(code))
         procs.stop()
+        watch.close()
     summary_path = cell_dir / "summary.json"
     return json.loads(summary_path.read_text()) if summary_path.exists() else {"complete": False, "status": "no summary"}
 
@@ -193,9 +297,18 @@ def network(cfg: RunConfig) -> Iterator[tuple[object, str]]:
 
 
 def check_privileges(cfg: RunConfig) -> None:
+    """The preflight (before anything is built): root, then `harness doctor`'s checks for this
+    run's backend and plan; PreflightFailed with one line per missing piece (exit 2)."""
     if cfg.emulation and os.geteuid() != 0:
-        raise NeedsRoot("harness run: building the emulated network needs root (network namespaces); "
+        raise PreflightFailed("harness run: building the emulated network needs root (network namespaces); "
                         "run as root, or add --no-emulation to run the same on localhost, unshaped")
+    if cfg.emulation:
+        from harness import doctor
+
+        missing = doctor.problems(cfg.backend, profile=cfg.load_profile(), workers=cfg.workers,
+                                  out_dir=cfg.out_dir, root=True)
+        if missing:
+            raise PreflightFailed("\n".join(missing))
 
 
 def new_run_id(cfg: RunConfig) -> str:
@@ -221,11 +334,14 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
             atomic_write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):
-                summary = _run_one(cfg, cell, run_dir, topo, token, progress)
+                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"])
                 if summary.get("complete"):
                     doc["cells_complete"].append(cell.name)
                 atomic_write_json(run_dir / "meta.json", doc)
         status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "incomplete"
+    except CellFailed:  # --on-drop fail: the run stops at the first lost worker
+        status = "failed"
+        raise
     finally:
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
@@ -234,7 +350,10 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     return run_dir
 
 
-def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progress) -> dict:
+def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progress,
+             errors: list[str] | None = None) -> dict:
+    """One cell; on the emulated network with the link counters sampled. A counter that could not
+    be read is appended to ``errors`` (meta.json "errors") as '<cell>: <line>'."""
     cell_dir = run_dir / "cells" / cell.name
     cell_dir.mkdir(parents=True, exist_ok=True)
     if topo is None:
@@ -242,8 +361,13 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
     from harness.linkstats import LinkSampler
 
     listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
-    with LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5):
-        return run_cell(cfg, cell, cell_dir, topo.run_in, listen, token, progress)
+    sampler = LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5)  # failures also go to stderr
+    try:
+        with sampler:
+            return run_cell(cfg, cell, cell_dir, topo.run_in, listen, token, progress)
+    finally:
+        if errors is not None:
+            errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
 def finalize(run_dir: Path) -> None:

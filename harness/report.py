@@ -5,9 +5,11 @@
 
 Per (link coordinates, method): seconds per update (median [IQR]), speedup vs `full`, payload
 and wire bytes per update, % of full, link bytes per update, quality (mean ± sd over seeds),
-consistency (every replica's final hash equal to the learner's), completeness; then one line
-per run (status, git, kernel, versions) and one per cell. Numbers come from compare.py; this
-module only formats them.
+pipelining depth and policy lag (median / max), consistency (every replica's final hash equal to
+the learner's), completeness; then one line per run (status, git, kernel, versions, the errors
+its samplers recorded), one per cell (status, updates, fewest workers, what happened to its
+workers), and one per degraded cell (which worker was lost at which version, how many remained).
+Numbers come from compare.py; this module only formats them.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pandas as pd
 
 from harness import compare, results
 from harness.compare import BASELINE, QUALITY_LAST
+from trainers import spec
 
 
 # ---- formatting ------------------------------------------------------------------------------
@@ -40,7 +43,7 @@ def _fmt(v, kind: str = "") -> str:
 
 
 def _count(v) -> str:
-    return "-" if v is None or pd.isna(v) else str(int(v))
+    return "-" if v is None or pd.isna(v) else format(v, "g") if isinstance(v, float) and not v.is_integer() else str(int(v))
 
 
 def _rate(bit_s: float) -> str:
@@ -53,7 +56,8 @@ def _rate(bit_s: float) -> str:
 def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     head = ["link", "workers", "method", "seeds x updates", "s/update median [IQR]", "speedup vs full",
             "payload B/update down (1 worker)", "wire B/update down (all)", "wire B/update up (all)",
-            "link B/update down", "% of full", "quality (mean ± sd over seeds)", "consistent", "complete"]
+            "link B/update down", "% of full", "quality (mean ± sd over seeds)", "pipeline",
+            "lag median / max", "consistent", "complete"]
     rows = []
     for _, r in comp.iterrows():
         link = "localhost (unshaped)" if not r.get("emulated", True) else (
@@ -66,7 +70,9 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
                      _fmt(r["fraction_of_full"], "%"),
                      f"{r['quality_metric']} {r['quality_mean']:.4g} ± {r['quality_std']:.2g}",
-                     "yes" if r["consistent"] else "NO", "yes" if r["complete"] else "INCOMPLETE"])
+                     _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
+                     "yes" if r["consistent"] else "NO",
+                     ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])
     return head, rows
 
 
@@ -80,11 +86,28 @@ def _run_header(run: results.Run) -> list[str]:
     meta = run.meta
     status = meta.get("status", "unknown")
     flag = "" if meta.get("complete") else f" — **INCOMPLETE ({status})**: partial results"
-    pk = meta.get("packages") or {}
-    return [f"- `{run.dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
-            f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
-            f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
-            f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
+    if meta.get("status_note"):
+        flag += f" ({meta['status_note']})"
+    pk = meta.get("packages") if isinstance(meta.get("packages"), dict) else {}
+    lines = [f"- `{run.dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
+             f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
+             f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
+             f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
+    errors = meta.get("errors") or []
+    for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
+        lines.append(f"  - **error**: {' '.join(str(err).split())}")
+    return lines
+
+
+def _degraded(cells: pd.DataFrame) -> list[str]:
+    """One line per cell that lost a worker: who, at which version, how many remained."""
+    if cells.empty or "degraded" not in cells:
+        return []
+    rows = cells[cells["degraded"].fillna(False).astype(bool)]
+    lines = [f"- `{c['run_id']}` `{c['cell']}` ({c['status']}): {c['note']}"
+             f"{'; fewest workers in an update: ' + _count(c['workers_min']) if pd.notna(c.get('workers_min')) else ''}"
+             for _, c in rows.iterrows()]
+    return ["## Degraded cells (a worker was lost)", "", *lines, ""] if lines else []
 
 
 def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
@@ -93,7 +116,8 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
     comp = compare.comparison(tables.updates, cells)
     head, rows = table_rows(comp)
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
-    base = ", ".join(f"`{b}`" for b in sorted(set(comp["baseline"]))) if "baseline" in comp else f"`{BASELINE}`"
+    names = sorted(set(comp["baseline"]) - {spec.NO_BASELINE}) if "baseline" in comp else [BASELINE]
+    base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
     md = [f"# Comparison against {base}: {title}", "", "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
@@ -102,10 +126,11 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", "## Cells", ""]
-    ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent"]
+    ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
-             str(c["hash_checks"]), "yes" if c["consistent"] else "NO"] for _, c in cells.iterrows()]
-    md += [markdown_table(ch, crow), ""]
+             str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),
+             c.get("note") or ""] for _, c in cells.iterrows()]
+    md += [markdown_table(ch, crow), "", *_degraded(cells)]
     return "\n".join(md), comp
 
 

@@ -21,11 +21,25 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     worker_<phase>_s (median over workers) for rollout, send_rollouts, receive, decode_replay,
     payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
     payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
-    lag (policy versions), loss, reward_mean, quality, quality_metric.
+    lag (policy versions), loss, reward_mean, quality, quality_metric,
+    contributors (workers whose rollouts the update trained on).
+
+Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
+running | the learner's own words), complete, degraded (a worker was lost and never came back:
+the learner dropped it, or it never joined), consistent, updates_done (the learner's update
+events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
+contributors of an update), drops / restarts (lists of dicts, see `membership`), note (one line
+saying what happened to the cell's workers), link byte totals.
+
+Malformed files (a document that is not a JSON object, an event row without its time, ...)
+raise ResultsError, whose one line names the file: `harness report`/`plot` exit 2 with it.
+A run whose meta.json still says "running" while its owner process (meta.json "owner": pid and
+/proc start time) is gone is read as "interrupted".
 """
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +74,100 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     return runs
 
 
+class ResultsError(ValueError):
+    """A results file that cannot be used; the message is one line naming the file."""
+
+
 def read_json(path: Path, default=None):
+    """A JSON file (`default` when it does not exist); ResultsError when it is not JSON."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
         return default
+    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ResultsError(f"{path}: not readable as JSON ({why})") from None
+
+
+def read_doc(path: Path) -> dict:
+    """A JSON object document (config.json, meta.json, summary.json); {} when absent."""
+    doc = read_json(path, {})
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found a {type(doc).__name__}")
+    return doc
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_rows(path: Path, rows: list) -> list[dict]:
+    """Event rows as the tables use them: objects with a numeric time `t`; update rows with an
+    integer version (learner: and seconds_per_update); the mappings they carry are mappings."""
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise ResultsError(f"{path}: row {i} is not a JSON object")
+        kind = r.get("kind")
+        if not _number(r.get("t")):
+            raise ResultsError(f"{path}: row {i} ({kind}) has no numeric time 't'")
+        if kind == "update":
+            if type(r.get("version")) is not int:
+                raise ResultsError(f"{path}: update row {i} has no integer 'version'")
+            if r.get("process") == "learner" and not _number(r.get("seconds_per_update")):
+                raise ResultsError(f"{path}: update row {i} has no numeric 'seconds_per_update'")
+        for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival"):
+            if r.get(key) is not None and not isinstance(r[key], dict):
+                raise ResultsError(f"{path}: row {i} ({kind}): {key!r} is not a JSON object")
+    return rows
+
+
+LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
+
+
+def read_links(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as err:  # pandas' EmptyDataError / ParserError are ValueErrors
+        raise ResultsError(f"{path}: not readable as CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in LINK_COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultsError(f"{path}: no column {missing[0]!r}")
+    return df
+
+
+# ---- is the run still going? ------------------------------------------------------------------
+
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time, clock ticks after boot); None if no such process
+    or a zombie (it has ended; its parent has not reaped it). The network side's twin is
+    topology.process_start_time; the results side does not import the network side."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def owner_alive(meta: dict) -> bool | None:
+    """Is the `harness run` that owns this run folder alive? meta.json "owner": {"pid", "start_time"
+    (/proc/<pid>/stat field 22)}: a pid that is gone, or that now belongs to a process started at
+    another time, is dead. None when it cannot be told (no owner recorded, another host)."""
+    owner = meta.get("owner")
+    if not isinstance(owner, dict) or type(owner.get("pid")) is not int or owner["pid"] <= 0:
+        return None
+    if meta.get("host") not in (None, platform.node()):
+        return None
+    started = process_start_time(owner["pid"])
+    return started is not None and owner.get("start_time") in (None, started)
+
+
+def effective_meta(meta: dict) -> dict:
+    """meta.json as it stands now: "running" whose owner is dead reads as "interrupted"."""
+    if meta.get("status") == "running" and owner_alive(meta) is False:
+        pid = meta["owner"]["pid"]
+        return {**meta, "status": "interrupted", "complete": False,
+                "status_note": f"its harness process (pid {pid}) ended without finishing the run"}
+    return meta
 
 
 # ---- one cell: every file read once ------------------------------------------------------------
@@ -77,6 +180,7 @@ class CellFiles:
     workers: dict[str, list[dict]]   # worker name -> events-w<i>.jsonl rows
     summary: dict                    # the learner's summary.json ({} if absent)
     links: pd.DataFrame | None       # links.csv (link counters), None off the emulated network
+    harness: list[dict] = ()         # events-harness.jsonl: what the harness did (lost workers, restarts)
 
     @property
     def t0(self) -> float:
@@ -84,12 +188,16 @@ class CellFiles:
         return self.learner[0]["t"] if self.learner else 0.0
 
 
+def _events(path: Path) -> list[dict]:
+    return check_rows(path, events.read_events(path)) if path.exists() else []
+
+
 def read_cell(cell: Path) -> CellFiles:
     learner, links = cell / "events-learner.jsonl", cell / "links.csv"
-    workers = {p.stem[len("events-"):]: events.read_events(p) for p in sorted(cell.glob("events-w*.jsonl"))}
-    return CellFiles(dir=cell, learner=events.read_events(learner) if learner.exists() else [], workers=workers,
-                     summary=read_json(cell / "summary.json", {}) or {},
-                     links=pd.read_csv(links) if links.exists() else None)
+    workers = {p.stem[len("events-"):]: _events(p) for p in sorted(cell.glob("events-w*.jsonl"))}
+    return CellFiles(dir=cell, learner=_events(learner), workers=workers, summary=read_doc(cell / "summary.json"),
+                     links=read_links(links) if links.exists() else None,
+                     harness=_events(cell / "events-harness.jsonl"))
 
 
 # ---- one run ---------------------------------------------------------------------------------
@@ -165,6 +273,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
         applies = [w for w in worker_rows if w.get("kind") == "update" and w.get("version") == v]
         row = {**info, "update": v, "complete": bool(cell.summary.get("complete")),
+               "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
                "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
                "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
         row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
@@ -209,12 +318,105 @@ def link_rows(cell: CellFiles, info: dict) -> list[dict]:
     return out
 
 
-def cell_row(cell: CellFiles, info: dict) -> dict:
-    """The learner's summary (consistency, completeness) and the link byte totals of one cell."""
+def membership(cell: CellFiles) -> dict:
+    """Who took part, from the learner's events (and the harness's, for restarts):
+    drops: [{worker, version, disconnected_version, reason, remaining (members left), rejoined_version}],
+    restarts: [{worker, version, after (how it ended), rejoined_version}], lost: workers dropped
+    (or never joined) and not back, workers_min: fewest contributors of an update."""
+    members: set = set()
+    drops: list[dict] = []
+    lost: dict = {}
+    disconnected: dict = {}
+    for r in cell.learner:
+        kind, w = r.get("kind"), r.get("worker")
+        if kind == "joined":
+            members.add(w)
+            for d in drops:
+                if d["worker"] == w and d.get("rejoined_version") is None:
+                    d["rejoined_version"] = r.get("version")
+            lost.pop(w, None)
+        elif kind == "disconnected":
+            disconnected.setdefault(w, r.get("version"))
+        elif kind == "dropped":
+            members.discard(w)
+            drops.append({"worker": w, "version": r.get("version"), "disconnected_version": disconnected.pop(w, None),
+                          "reason": r.get("reason"), "remaining": len(members), "rejoined_version": None})
+            lost[w] = drops[-1]
+        elif kind == "join_timeout":
+            for m in r.get("missing") or []:
+                drops.append({"worker": m, "version": 0, "disconnected_version": None, "reason": "never joined",
+                              "remaining": len(members), "rejoined_version": None})
+                lost[m] = drops[-1]
+    if not any(r.get("kind") == "dropped" for r in cell.learner):  # no event file: the summary's list
+        for d in cell.summary.get("dropped") or []:
+            if isinstance(d, dict) and d.get("worker") not in lost:
+                drops.append({"worker": d.get("worker"), "version": d.get("version"), "disconnected_version": None,
+                              "reason": d.get("reason"), "remaining": None, "rejoined_version": None})
+                lost[d.get("worker")] = drops[-1]
+    restarts = []
+    for h in cell.harness:
+        if h.get("kind") == "restart":
+            back = next((r.get("version") for r in cell.learner if r.get("kind") == "joined"
+                         and r.get("worker") == h.get("worker") and r.get("t", 0) > h["t"]), None)
+            restarts.append({"worker": h.get("worker"), "version": h.get("version"), "after": h.get("after"),
+                             "rejoined_version": back})
+    counts = [len(r["rollout_arrival"]) for r in cell.learner if r.get("kind") == "update" and r.get("rollout_arrival")]
+    return {"drops": drops, "restarts": restarts, "lost": sorted(lost, key=str), "workers_min": min(counts, default=None)}
+
+
+def cell_note(m: dict, workers: int | None, failure: str | None, learner_exit: str | None) -> str:
+    """One line on what happened to a cell's processes ("" when nothing did)."""
+    bits = []
+    for d in m["drops"]:
+        where = "never joined" if d["reason"] == "never joined" else (
+            f"dropped at version {d['version']}"
+            + (f" (lost at version {d['disconnected_version']})"
+               if d.get("disconnected_version") not in (None, d["version"]) else "")
+            + (f": {d['reason']}" if d.get("reason") else ""))
+        left = (f"; {d['remaining']} of {workers} workers remained"
+                + (f" from update {d['version'] + 1}" if isinstance(d.get("version"), int) else "")
+                if d.get("remaining") is not None and workers else "")
+        back = f"; rejoined at version {d['rejoined_version']}" if d.get("rejoined_version") is not None else ""
+        bits.append(f"w{d['worker']} {where}{left}{back}")
+    for r in m["restarts"]:
+        back = (f", rejoined at version {r['rejoined_version']}" if r.get("rejoined_version") is not None
+                else ", did not rejoin")
+        bits.append(f"w{r['worker']} restarted at version {r['version']} ({r.get('after')}){back}")
+    if learner_exit:
+        bits.append(f"learner {learner_exit}")
+    if failure:
+        bits.append(f"cell stopped (--on-drop fail): {failure}")
+    return "; ".join(bits)
+
+
+def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
+    """The learner's summary (consistency, completeness), what happened to the workers, and the
+    link byte totals of one cell. `run_live`: the run is still going (a "running" summary is news)."""
     s, link_bytes = cell.summary, _link_totals(cell.links)
-    return {**info, "complete": bool(s.get("complete")), "status": s.get("status", "no summary"),
-            "consistent": bool(s.get("consistent")), "updates_done": s.get("updates", 0),
-            "updates_planned": s.get("updates_planned"), "hash_checks": s.get("hash_checks", 0),
+    m = membership(cell)
+    failure = next((h.get("reason") for h in cell.harness if h.get("kind") == "cell_failed"), None)
+    learner_exit = next((h.get("how") for h in cell.harness if h.get("kind") == "learner_exit"), None)
+    logged = max((r["version"] for r in cell.learner if r.get("kind") == "update"), default=0)
+    done = max(logged, s.get("updates") if type(s.get("updates")) is int else 0)
+    planned = s.get("updates_planned")
+    if planned is None:
+        start = next((r for r in cell.learner if r.get("kind") == "start"), {})
+        planned = (start.get("params") or {}).get("updates") if isinstance(start.get("params"), dict) else None
+    status = str(s.get("status", "no summary"))
+    complete = bool(s.get("complete"))
+    degraded = bool(m["lost"])
+    if failure:
+        status, complete = "failed", False
+    elif complete and degraded:
+        status = "degraded"
+    elif status in ("running", "no summary") and not run_live:  # the learner never wrote its last summary
+        status = f"learner {learner_exit}" if learner_exit else "interrupted"
+    workers = info.get("workers") or (s.get("workers") if type(s.get("workers")) is int else None)
+    return {**info, "complete": complete, "status": status, "degraded": degraded,
+            "consistent": bool(s.get("consistent")), "updates_done": done,
+            "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
+            "workers_min": m["workers_min"], "drops": m["drops"], "restarts": m["restarts"],
+            "note": cell_note(m, workers, failure, learner_exit),
             "link_bytes_down": link_bytes.get("down"), "link_bytes_up": link_bytes.get("up")}
 
 
@@ -252,16 +454,26 @@ class RunTables:
 def read_run(run_dir: str | Path) -> RunTables:
     """The tables of one run folder, every file of it read once."""
     run_dir = Path(run_dir)
-    run = Run(run_dir, read_json(run_dir / "config.json", {}) or {}, read_json(run_dir / "meta.json", {}) or {})
-    coords, planned = run_coords(run_dir, run.config, run.meta), planned_cells(run.config, run.meta)
+    run = Run(run_dir, read_doc(run_dir / "config.json"), effective_meta(read_doc(run_dir / "meta.json")))
+    try:
+        coords = run_coords(run_dir, run.config, run.meta)
+        planned = planned_cells(run.config, run.meta)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # config.json's profile, seeds, variants
+        raise ResultsError(f"{run_dir / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
+    live = run.meta.get("status") == "running"
     updates, phases, links, cells = [], [], [], []
     for cell_dir in cell_dirs(run_dir, planned):
         cell = read_cell(cell_dir)
-        info = {**coords, **cell_info(cell, run.config, planned), "cell": cell_dir.name}
-        updates += update_rows(cell, info)
-        phases += phase_rows(cell, info)
-        links += link_rows(cell, info)
-        cells.append(cell_row(cell, info))
+        try:
+            info = {**coords, **cell_info(cell, run.config, planned), "cell": cell_dir.name}
+            updates += update_rows(cell, info)
+            phases += phase_rows(cell, info)
+            links += link_rows(cell, info)
+            cells.append(cell_row(cell, info, run_live=live))
+        except ResultsError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as err:  # a shape check_rows lets through
+            raise ResultsError(f"{cell_dir}: malformed results ({type(err).__name__}: {err})") from None
     frame = pd.DataFrame
     return RunTables([run], frame(updates), frame(phases), frame(links), frame(cells))
 

@@ -14,7 +14,7 @@ from typing import Any
 from harness import config, launch
 from harness.config import ConfigError, RunConfig
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # interrupted: 128 + the signal (SIGTERM 143)
 
 
 # ---- live progress ---------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
         return EXIT_OK
     try:
         launch.check_privileges(cfg)
-    except launch.NeedsRoot as err:
+    except launch.PreflightFailed as err:
         print(str(err), file=sys.stderr)
         return EXIT_USAGE
     if cfg.run_id is None:
@@ -105,9 +105,11 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
     try:
         with Live(cfg, enabled=not quiet and not as_json) as live:
             run_dir = launch.execute(cfg, progress=live)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
+        from harness.signals import exit_code
+
         print(f"interrupted: network torn down; partial results (marked incomplete) in {cfg.run_dir}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_code(err)
     except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
         print(f"harness run failed: {err}; network torn down, partial results in {cfg.run_dir}", file=sys.stderr)
         return EXIT_FAILED
@@ -117,6 +119,10 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     ok = bool(summary.get("complete")) and all(m.get("consistent") for m in summary.get("methods", []))
+    degraded = [c for c in summary.get("cells", []) if c.get("degraded")]
+    if degraded:  # --on-drop continue: the run completes, but says so
+        print(f"warning: {len(degraded)} degraded cell(s), a worker was lost: "
+              + "; ".join(f"{c['cell']}: {c.get('degraded_note')}" for c in degraded) + " (see report.md)", file=sys.stderr)
     if as_json:
         print(json.dumps({"run_dir": str(run_dir), **summary}, default=str))
     elif quiet:
@@ -193,7 +199,11 @@ def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
 def is_complete(run_dir: Path) -> bool:
     from harness import results
 
-    return bool((results.read_json(run_dir / "meta.json", {}) or {}).get("complete"))
+    try:
+        meta = results.read_json(run_dir / "meta.json", {})
+    except results.ResultsError:  # unreadable: run the grid point again
+        return False
+    return isinstance(meta, dict) and bool(meta.get("complete"))
 
 
 def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
@@ -210,14 +220,18 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
             shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt: run the grid point again from scratch
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False)  # --json: stdout holds one document
-        if code == EXIT_INTERRUPTED:
+        if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
     from harness import plots, report, results
 
-    tables = results.read([out])  # parsed once, for the report and the figures
-    report.write(out, tables=tables)
-    plots.write(out, tables=tables)
+    try:
+        tables = results.read([out])  # parsed once, for the report and the figures
+        report.write(out, tables=tables)
+        plots.write(out, tables=tables)
+    except (FileNotFoundError, results.ResultsError) as err:  # no run got far enough, or a malformed file
+        print(f"harness sweep: no combined report: {err}", file=sys.stderr)
+        return EXIT_FAILED
     if as_json:
         print(json.dumps({"sweep_dir": str(out), "runs": [str(c.run_dir) for c in cfgs], "failed": failed}))
     elif not quiet:
@@ -232,9 +246,9 @@ def report_cmd(paths: list[str], quiet: bool) -> int:
 
     try:
         results.find_runs(paths)
-    except FileNotFoundError as err:
+        target = report.write(paths[0], extra=paths[1:])
+    except (FileNotFoundError, results.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
-    target = report.write(paths[0], extra=paths[1:])
     if not quiet:
         print(target.read_text())
     return EXIT_OK
@@ -246,7 +260,7 @@ def plot_cmd(paths: list[str], quiet: bool) -> int:
     try:
         results.find_runs(paths)
         files = plots.write(paths[0], extra=paths[1:])
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # results.ResultsError (a malformed file) is a ValueError
         raise ConfigError(str(err)) from None
     if not quiet:
         print("\n".join(map(str, files)))

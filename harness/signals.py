@@ -1,4 +1,8 @@
-"""SIGTERM/SIGHUP -> SystemExit, so `finally` blocks and context managers run their teardown."""
+"""SIGTERM/SIGHUP -> SystemExit, so `finally` blocks and context managers run their teardown.
+
+The exception carries the signal (`Signalled.signum`) and its exit code is the shell's
+128 + signal number: `harness run` exits 143 on SIGTERM and 129 on SIGHUP (130 on SIGINT,
+which Python raises as KeyboardInterrupt)."""
 from __future__ import annotations
 
 import os
@@ -7,10 +11,27 @@ import threading
 from dataclasses import dataclass, field
 
 
+class Signalled(SystemExit):
+    """A terminating signal as an exception; `code` is 128 + `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code an interrupted command returns: 128 + the signal (130 for Ctrl-C)."""
+    if isinstance(exc, Signalled):
+        return 128 + exc.signum
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
+        return exc.code
+    return 128 + signal.SIGINT
+
+
 @dataclass
 class signals_raise:
-    """Context manager: SIGTERM (and SIGHUP) raise SystemExit so `finally` blocks and context
-    managers run their teardown; SIGINT already raises KeyboardInterrupt."""
+    """Context manager: SIGTERM (and SIGHUP) raise Signalled (a SystemExit) so `finally` blocks
+    and context managers run their teardown; SIGINT already raises KeyboardInterrupt."""
     signums: tuple = (signal.SIGTERM, signal.SIGHUP)
     _old: dict = field(default_factory=dict)
 
@@ -22,7 +43,7 @@ class signals_raise:
                 # a forked child (pyroute2 opens netns sockets from short-lived forks) must not
                 # unwind the parent's stack and run its teardown: just die as the default would
                 os._exit(128 + signum)
-            raise SystemExit(128 + signum)
+            raise Signalled(signum)
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:
                 self._old[s] = signal.signal(s, handler)

@@ -29,12 +29,14 @@ import math
 import re
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
 # ---- vocabularies that the controller must know without importing torch -------------------
 # (each has a test against the registry that owns it: tests/trainers/test_spec.py)
 
-MODEL_NAMES = ("micro", "tiny", "small")             # trainers/models.py TINY_CONFIGS
+MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/models.py TINY_CONFIGS + real shapes:
+    f.name[:-5] for f in (Path(__file__).parent / "model_configs").glob("*.json")))  # one JSON file each
 OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry
 FULL_METHODS = ("full", "full-bf16")                  # trainers/methods.py FULL_DTYPES
 RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
@@ -92,10 +94,10 @@ class Param:
             raise SpecError(f"{self.flag}: a value is required")
         value = self._typed(raw)
         if self.choices is not None and value not in self.choices:
-            raise SpecError(f"{self.flag}: {raw!r} is not one of {', '.join(self.choices)}")
+            raise SpecError(f"{self.flag}: {quote(raw)} is not one of {', '.join(self.choices)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.lo is not None and value < self.lo or self.hi is not None and value > self.hi:
-                raise SpecError(f"{self.flag}: {raw!r} is outside [{_num(self.lo)}, {_num(self.hi)}]{self._unit()}")
+                raise SpecError(f"{self.flag}: {quote(raw)} is outside [{_num(self.lo)}, {_num(self.hi)}]{self._unit()}")
         return value
 
     def parse_many(self, raw: Any) -> tuple:
@@ -105,7 +107,7 @@ class Param:
             raise SpecError(f"{self.flag}: no value given")
         values = tuple(self.parse(x.strip() if isinstance(x, str) else x) for x in items)
         if len(set(values)) != len(values):
-            raise SpecError(f"{self.flag}: {raw!r} repeats a value")
+            raise SpecError(f"{self.flag}: {quote(raw)} repeats a value")
         return values
 
     def _typed(self, raw: Any) -> Any:
@@ -118,24 +120,24 @@ class Param:
                 return True
             if text in ("0", "false", "no", "off"):
                 return False
-            raise SpecError(f"{self.flag}: {raw!r} is not true or false")
+            raise SpecError(f"{self.flag}: {quote(raw)} is not true or false")
         if self.type is int:
             if isinstance(raw, bool) or isinstance(raw, float) and not raw.is_integer():
-                raise SpecError(f"{self.flag}: {raw!r} is not an integer")
+                raise SpecError(f"{self.flag}: {quote(raw)} is not an integer")
             try:
                 return int(raw) if not isinstance(raw, str) else int(raw.strip(), 10)
             except (TypeError, ValueError):
-                raise SpecError(f"{self.flag}: {raw!r} is not an integer") from None
+                raise SpecError(f"{self.flag}: {quote(raw)} is not an integer") from None
         if self.type is float:
             try:
                 value = float(raw)
             except (TypeError, ValueError):
-                raise SpecError(f"{self.flag}: {raw!r} is not a number") from None
+                raise SpecError(f"{self.flag}: {quote(raw)} is not a number") from None
             if not math.isfinite(value):
-                raise SpecError(f"{self.flag}: {raw!r} is not a finite number")
+                raise SpecError(f"{self.flag}: {quote(raw)} is not a finite number")
             return value
         if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
-            raise SpecError(f"{self.flag}: {raw!r} is not a {kind}")
+            raise SpecError(f"{self.flag}: {quote(raw)} is not a {kind}")
         return str(raw).strip()
 
     def _unit(self) -> str:
@@ -148,6 +150,12 @@ class Param:
         if self.lo is not None or self.hi is not None:
             bits.append(f"[range: {_num(self.lo)}..{_num(self.hi)}]")
         return " ".join(bits)
+
+
+def quote(raw: Any) -> str:
+    """A value as an error message quotes it: repr, cut to 40 characters (messages stay one line)."""
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _num(v: float | None) -> str:
@@ -163,13 +171,13 @@ def parse_budget(text: Any) -> float:
     """'1.6%' -> 0.016. The only accepted syntax is a percentage with its sign, in (0.001 %, 100 %]."""
     s = str(text).strip()
     if not isinstance(text, str) or not s.endswith("%"):
-        raise SpecError(f"--budget: {text!r} is not a percentage like 1.6%")
+        raise SpecError(f"--budget: {quote(text)} is not a percentage like 1.6%")
     try:
         frac = float(s[:-1]) / 100
     except ValueError:
-        raise SpecError(f"--budget: {text!r} is not a percentage like 1.6%") from None
+        raise SpecError(f"--budget: {quote(text)} is not a percentage like 1.6%") from None
     if not math.isfinite(frac) or not MIN_BUDGET <= frac <= 1:
-        raise SpecError(f"--budget: {text!r} is outside [0.001%, 100%]")
+        raise SpecError(f"--budget: {quote(text)} is outside [0.001%, 100%]")
     return frac
 
 
@@ -217,12 +225,18 @@ PARAMS: list[Param] = [
           flag_name="seeds"),
     Param("baseline", str, "full", "the method every other one is compared against, run under the same link "
           f"(`{NO_BASELINE}`: do not run one)", where="harness"),
+    Param("on_drop", str, "continue", "a worker lost mid-cell: continue (the cell is marked degraded), fail (stop "
+          "the run, exit 1), restart (start it again; it rejoins and catches up)", choices=("fail", "continue", "restart"),
+          where="harness"),
+    Param("worker_timeout", float, 120.0, "seconds of silence after which the learner drops a worker (the learner's "
+          "--worker-timeout)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
     Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=250),
     Param("updates", int, 20, "updates per method and seed", lo=1, hi=1_000_000),
     Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1),
-    Param("model", str, "tiny", "micro | tiny | small (built on the CPU, no download) or a local model folder "
-          "holding config.json"),
+    Param("model", str, "tiny", "micro | tiny | small (tiny, built on the CPU), a real model's shape built from its "
+          "config with random weights (" + ", ".join(MODEL_NAMES[3:]) + ": sizes and times real, quality "
+          "meaningless), or a local folder holding config.json (with weights: loaded; without: random init)"),
     Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
     Param("lr", float, 1e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
     Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
@@ -287,7 +301,7 @@ def method_names() -> list[str]:
 def check_method(name: str) -> str:
     if name in FULL_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS:
         return name
-    raise SpecError(f"--method: unknown method {name!r}; valid methods: {', '.join(method_names())}")
+    raise SpecError(f"--method: unknown method {quote(name)}; valid methods: {', '.join(method_names())}")
 
 
 def takes_budget(method: str) -> bool:
