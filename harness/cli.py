@@ -56,26 +56,63 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
 
 
 @app.command()
-def clean(run_id: str = typer.Option(None, help="only this run's leftovers"),
-          list_only: bool = typer.Option(False, "--list", help="list leftovers, remove nothing")):
-    """Remove every namespace, link, qdisc, netfilter rule and delay line a harness run left behind."""
+def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoever owns it "
+                                     "(the namespace run id: meta.json netns_run_id)"),
+          all_runs: bool = typer.Option(False, "--all", help="every harness run's, live ones included "
+                                        "(kills their processes)"),
+          list_only: bool = typer.Option(False, "--list", help="list leftovers and their owners, remove nothing")):
+    """Remove the namespaces (with their links, qdiscs and netfilter rules) and delay lines of
+    harness runs whose owner process is dead; --run-id for one run, --all for every run."""
     from harness import clean as cleaner
+    if run_id is not None and all_runs:
+        raise _usage_error(ValueError("--all and --run-id: give one of them"))
     if list_only:
-        typer.echo("\n".join(cleaner.leftovers(run_id)) or "nothing to clean")
+        runs = cleaner.runs(run_id)
+        typer.echo("\n".join(f"{name}\t{cleaner.owner_status(rid)[0]}" for rid, names in runs.items()
+                             for name in names) or "nothing to clean")
         return
-    typer.echo("\n".join(cleaner.clean(run_id).lines()))
+    typer.echo("\n".join(cleaner.clean(run_id, everything=all_runs).lines()))
+
+
+@app.command()
+def doctor(backend: str = typer.Option(None, help="check for netem | fallback (default: the one a run would get)")):
+    """Check what an emulated run needs here (root, kernel features, binaries, disk); print one
+    line per missing piece saying what to install, and exit 2 if anything is missing."""
+    from harness import doctor as doc
+    from harness.backend import validate
+    try:
+        validate(backend, flag="--backend")
+    except ValueError as err:
+        raise _usage_error(err) from None
+    report = doc.check(backend)
+    for line in report.ok:
+        typer.echo(f"ok: {line}")
+    if report.problems:
+        typer.echo("\n".join(report.problems), err=True)
+        raise typer.Exit(2)
 
 
 # ---- compression benchmark (trainers/compress/bench.py): the main job until `harness run` lands
 
+def _check_model_name(model: str) -> None:
+    """`--model` of bench-compress / project: the run spec's check (a name or a config folder)."""
+    from harness.config import _check_model
+    _check_model(model)
+
+
 @app.command("bench-compress")
 def bench_compress(
-        gradients: str = typer.Option("synthetic,real", help="comma list of: synthetic (Qwen2.5-0.5B-shaped "
-                                      "rank-64 adapter, power-law spectra), real (tiny model's LoRA gradient)"),
+        gradients: str = typer.Option("synthetic,real", help="comma list of: synthetic (a rank-64 adapter shaped "
+                                      "like --model's, power-law spectra), real (tiny model's LoRA gradient)"),
         budgets: str = typer.Option("0.78%,1.6%,6.25%", help="comma list of budgets, % of the bf16 full adapter"),
         repeats: int = typer.Option(5, min=1, help="timed runs per cell; the median is reported"),
         threads: int = typer.Option(2, min=1, help="torch threads"),
-        shape: str = typer.Option("qwen0.5b", help="synthetic adapter shape: qwen0.5b | small (a quick check)"),
+        shape: str = typer.Option(None, help="preset: qwen0.5b (= --model qwen2.5-0.5b) | small (micro at rank 16, "
+                                  "a quick check)"),
+        model: str = typer.Option(None, "--model", help="synthetic gradients shaped like this model's adapter: a name "
+                                  "(qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b, ...) or a folder with config.json "
+                                  "[default: qwen2.5-0.5b]"),
+        rank: int = typer.Option(None, "--rank", min=1, help="LoRA rank of the synthetic adapter [default: 64]"),
         json_out: str = typer.Option(None, "--json", help="also write the rows to this JSON file")):
     """Relative error, payload bytes and encode + decode time of every compressor at each budget."""
     import json
@@ -87,15 +124,17 @@ def bench_compress(
     from trainers.spec import parse_budget
     from trainers.compress import bench
 
-    shapes = {"qwen0.5b": bench.QWEN05B, "small": dict(hidden=128, layers=2, mlp=256, kv_dim=32, rank=16)}
     try:
         kinds = [k for k in gradients.split(",") if k]
         bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
         if bad:
             raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
         fracs = [parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
-        if shape not in shapes:
-            raise ValueError(f"--shape: {shape!r} is not one of {sorted(shapes)}")
+        if shape is not None and shape not in bench.SHAPES:
+            raise ValueError(f"--shape: {shape!r} is not one of {sorted(bench.SHAPES)}")
+        preset_model, preset_rank = bench.SHAPES[shape or "qwen0.5b"]
+        model, rank = model or preset_model, rank or preset_rank
+        _check_model_name(model)
     except ValueError as err:
         raise _usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
@@ -103,7 +142,8 @@ def bench_compress(
     for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
                 "encode s", "decode s", "total s"):
         table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
-    rows = bench.run(kinds, fracs, repeats, threads, shape=shapes[shape], real_model="tiny" if shape != "small" else "micro",
+    rows = bench.run(kinds, fracs, repeats, threads, model=model, rank=rank,
+                     real_model="micro" if shape == "small" else "tiny",
                      progress=lambda r: console.log(f"{r.gradients} {r.compressor} {r.budget}: "
                                                     f"{r.payload_bytes} B, err {r.rel_error:.3f}, {r.total_s:.3f} s"))
     for r in rows:
@@ -113,6 +153,72 @@ def bench_compress(
     if json_out:
         with open(json_out, "w") as fh:
             json.dump(bench.as_dicts(rows), fh, indent=1)
+
+
+# ---- cost model (harness/costmodel.py): what a method would do at a scale this box cannot run
+
+@app.command()
+def project(
+        model: str = typer.Option("qwen2.5-1.5b", help="a named model (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, "
+                                  "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
+        lora_rank: int = typer.Option(64, "--lora-rank", help="LoRA rank, all seven projections"),
+        workers: int = typer.Option(8, help="workers"),
+        bw: str = typer.Option(None, help="worker link rate each way, tc units (e.g. 62.5mbit); default: the "
+                               "profile's, else unshaped"),
+        delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
+        loss: str = typer.Option(None, help="random loss per direction, e.g. 0.1%"),
+        profile: str = typer.Option(None, help="a WAN profile (name or YAML): worker and learner links; "
+                                    "--bw/--delay/--loss override its worker defaults"),
+        learner_bw: str = typer.Option(None, "--learner-bw", help="the learner's own link rate: every copy "
+                                       "shares it (default: unshaped, each worker link is the bottleneck)"),
+        relay_fanout: int = typer.Option(None, "--relay-fanout", help="relay tree of this fan-out instead of a star"),
+        method: str = typer.Option("spar", help="method(s), comma list (as on harness run)"),
+        budget: str = typer.Option("1.6%", help="budget(s) of spar/topk, comma list, % of the bf16 adapter"),
+        baseline: str = typer.Option("full", help="the method speedups are against (the paper: full-bf16)"),
+        pipeline: str = typer.Option("0,1", help="pipelining depth(s): 0, 1 or 0,1"),
+        compute_s: float = typer.Option(None, "--compute-s", help="compute per update, seconds (rollout + train)"),
+        rollout_s: float = typer.Option(None, "--rollout-s", help="a worker's rollout time (overrides the split)"),
+        train_s: float = typer.Option(None, "--train-s", help="the learner's training time (overrides the split)"),
+        rollout_share: float = typer.Option(8 / 14, "--rollout-share", help="share of --compute-s that is "
+                                            "rollout (default 8/14, the HiLo paper's)"),
+        encode_s: float = typer.Option(0.0, "--encode-s", help="compressed methods: the learner's encode, seconds"),
+        replay_s: float = typer.Option(0.0, "--replay-s", help="compressed methods: decode + optimizer step on "
+                                       "each replica, seconds"),
+        send: str = typer.Option("blocking", help="blocking (this harness: the learner waits for its sends) | "
+                                 "background (the learner trains while updates drain)"),
+        cc: str = typer.Option("cubic", help="TCP congestion control: cubic | reno | bbr (the loss ceiling)"),
+        mtu: int = typer.Option(1500, help="link MTU, bytes"),
+        rollout_bytes: int = typer.Option(None, "--rollout-bytes", help="one worker's rollout message, bytes "
+                                          "(default: measured with --from, else 0)"),
+        from_run: str = typer.Option(None, "--from", help="fit the compute terms on this measured run folder"),
+        shared_cores: str = typer.Option(None, "--shared-cores", help="learner and workers share this many cores "
+                                         "(an emulated run on one box; --from: the run's own), or none"),
+        opt: list[str] = typer.Option(None, "--opt", help="compressor option as NAME=VALUE, e.g. powersgd_rank=4 "
+                                      "(repeatable)"),
+        validate: list[str] = typer.Option(None, "--validate", help="with --from: predict these measured runs "
+                                           "(or sweeps) and print predicted vs measured (repeatable)"),
+        json_out: bool = typer.Option(False, "--json", help="print {\"methods\": [...]} as JSON"),
+        figures_dir: str = typer.Option(None, "--figures", help="also write the figures (PDF + PNG) here")):
+    """Project seconds per update, bytes and speedup of each method from the cost model (no run)."""
+    from harness import projectcli
+    if validate:
+        if not from_run:
+            raise _usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
+        try:
+            raise typer.Exit(projectcli.validate_cmd(from_run, validate, figures_dir, json_out))
+        except (ValueError, FileNotFoundError) as err:
+            raise _usage_error(err) from None
+    try:
+        code = projectcli.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
+                               delay=delay, loss=loss, profile=profile, learner_bw=learner_bw,
+                               relay_fanout=relay_fanout, method=method, budget=budget, baseline=baseline,
+                               pipeline=pipeline, compute_s=compute_s, rollout_s=rollout_s, train_s=train_s,
+                               rollout_share=rollout_share, encode_s=encode_s, replay_s=replay_s, send=send, cc=cc,
+                               mtu=mtu, rollout_bytes=rollout_bytes, from_run=from_run, shared_cores=shared_cores,
+                               opt=opt or [])
+    except (ValueError, FileNotFoundError) as err:
+        raise _usage_error(err) from None
+    raise typer.Exit(code)
 
 
 # ---- run / sweep / report / plot: flags from the run spec (trainers/spec.py); bodies in runcli.py

@@ -90,15 +90,15 @@ def parse_values(given: dict[str, Any]) -> dict[str, Any]:
     names = {p.name for p in spec.PARAMS}
     unknown = sorted(set(given) - names)
     if unknown:
-        raise ConfigError(f"unknown parameter {unknown[0]!r} (valid: {', '.join(sorted(names))})")
+        raise ConfigError(f"unknown parameter {spec.quote(unknown[0])} (valid: {', '.join(sorted(names))})")
     out = {}
     for p in spec.PARAMS:
         raw = given.get(p.name)
         if raw is None:
             out[p.name] = p.default
-        elif p.name == "method":  # names are checked below, against the method list
-            out[p.name] = tuple(dict.fromkeys(m.strip() for m in str(raw).split(",") if m.strip())) \
-                if not isinstance(raw, (list, tuple)) else tuple(raw)
+        elif p.name == "method":  # names are checked below, against the method list; repeats collapse
+            items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+            out[p.name] = tuple(dict.fromkeys(p.parse(m) for m in items if not (isinstance(m, str) and not m.strip())))
             if not out[p.name]:
                 raise ConfigError("--method: no method given")
         else:
@@ -107,18 +107,29 @@ def parse_values(given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_model(model: str) -> None:
+    """A named model (tiny or a real shape), or a folder holding a config.json with a model_type
+    (weights optional: without them the services build it with random weights)."""
     if model in spec.MODEL_NAMES:
         return
-    if not (Path(model) / "config.json").is_file():
+    config = Path(model) / "config.json"
+    if not config.is_file():
         raise ConfigError(f"--model: {model!r} is neither a built-in model ({', '.join(spec.MODEL_NAMES)}) "
                           "nor a folder holding config.json")
+    try:
+        import json
+
+        doc = json.loads(config.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--model: {config} is not readable JSON ({err})") from None
+    if not isinstance(doc, dict) or not doc.get("model_type"):
+        raise ConfigError(f"--model: {config} has no model_type (not a Hugging Face config)")
 
 
 def _check_task(task: str) -> None:
     from trainers import tasks  # torch-free: the task registry is plain Python
 
     if task not in tasks.available():
-        raise ConfigError(f"--task: unknown task {task!r}; valid tasks: {', '.join(tasks.available())}")
+        raise ConfigError(f"--task: unknown task {spec.quote(task)}; valid tasks: {', '.join(tasks.available())}")
 
 
 def _variants(values: dict[str, Any]) -> list[Variant]:
@@ -174,7 +185,7 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     _check_model(values["model"])
     _check_task(values["task"])
     if run_id is not None and not _RUN_ID.match(run_id):
-        raise ConfigError(f"--run-id: {run_id!r} must be letters, digits, '.', '_' or '-'")
+        raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
     variants = _variants(values)
     link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"]}
     prof, overrides = _resolve_profile(values["profile"], link)

@@ -2,9 +2,10 @@
 
 Gradients come in two kinds:
 - `synthetic`: LoRA-factor gradients shaped like a rank-64 adapter on all seven projections of a
-  Qwen2.5-0.5B-sized model (hidden 896, 24 layers, MLP 4864, 2 KV heads of 64: ~35 M adapter
-  parameters), each factor with a power-law spectrum (sigma_j ~ j^-alpha) and per-factor scales
-  spread over a decade, as measured LoRA gradients look;
+  named model (default Qwen2.5-0.5B: ~35.2 M adapter parameters; any `--model` name or config
+  folder: the factor shapes are read from the model instantiated on the meta device), each factor
+  with a power-law spectrum (sigma_j ~ j^-alpha) and per-factor scales spread over a decade, as
+  measured LoRA gradients look;
 - `real`: gradients of a LoRA adapter on a tiny model built from its config, from a short run
   of next-token training on random bytes.
 
@@ -25,7 +26,10 @@ import torch
 from trainers.compress import get_compressor
 from trainers.compress.base import full_adapter_bytes
 
-QWEN05B = dict(hidden=896, layers=24, mlp=4864, kv_dim=128, rank=64)
+DEFAULT_MODEL = "qwen2.5-0.5b"   # synthetic gradients' shapes: a named model (trainers/model_configs/)
+DEFAULT_RANK = 64
+# `--shape` presets of `harness bench-compress`: (model, rank). `small` is a quick check.
+SHAPES = {"qwen0.5b": (DEFAULT_MODEL, DEFAULT_RANK), "small": ("micro", 16)}
 DEFAULT_BUDGETS = (0.0078, 0.016, 0.0625)
 
 
@@ -45,17 +49,12 @@ class Row:
         return self.encode_s + self.decode_s
 
 
-def qwen_like_shapes(hidden: int, layers: int, mlp: int, kv_dim: int, rank: int) -> dict[str, tuple[int, int]]:
-    """(name -> shape) of the LoRA factors: A is (r, d_in), B is (d_out, r), per projection and layer."""
-    proj = {"q_proj": (hidden, hidden), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim),
-            "o_proj": (hidden, hidden), "gate_proj": (hidden, mlp), "up_proj": (hidden, mlp),
-            "down_proj": (mlp, hidden)}
-    shapes = {}
-    for layer in range(layers):
-        for p, (d_in, d_out) in proj.items():
-            shapes[f"layers.{layer}.{p}.lora_A"] = (rank, d_in)
-            shapes[f"layers.{layer}.{p}.lora_B"] = (d_out, rank)
-    return shapes
+def model_shapes(model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK) -> dict[str, tuple[int, int]]:
+    """(name -> shape) of the LoRA factors of `model` at `rank` on all seven projections: A is
+    (r, d_in), B is (d_out, r), read from the instantiated module (meta device), never a formula."""
+    from trainers.models import lora_shapes
+
+    return dict(lora_shapes(model, rank))
 
 
 def synthetic_gradients(shapes: dict[str, tuple[int, int]], alpha: float = 1.0, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -122,7 +121,7 @@ def powersgd_rank_for(grads, budget_frac: float) -> int:
 
 
 def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, threads: int = 2,
-        shape: dict | None = None, real_model: str = "tiny", progress=None) -> list[Row]:
+        model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK, real_model: str = "tiny", progress=None) -> list[Row]:
     torch.set_num_threads(threads)
     rows = []
 
@@ -133,7 +132,7 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
         return row
 
     for kind in kinds:
-        grads = (synthetic_gradients(qwen_like_shapes(**(shape or QWEN05B))) if kind == "synthetic"
+        grads = (synthetic_gradients(model_shapes(model, rank)) if kind == "synthetic"
                  else real_gradients(real_model))
         cell = lambda name, label, shown_as=None, **opts: add(  # noqa: E731
             measure(kind, grads, name, label, repeats, shown_as, **opts))
