@@ -301,7 +301,7 @@ def check_privileges(cfg: RunConfig) -> None:
     run's backend and plan; PreflightFailed with one line per missing piece (exit 2)."""
     if cfg.emulation and os.geteuid() != 0:
         raise PreflightFailed("harness run: building the emulated network needs root (network namespaces); "
-                        "run as root, or add --no-emulation to run the same on localhost, unshaped")
+                              "run as root, or add --no-emulation to run the same on localhost, unshaped")
     if cfg.emulation:
         from harness import doctor
 
