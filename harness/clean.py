@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pyroute2 import netns
 
 from harness import topology
+from harness.owner import owner_alive
 
 
 @dataclass
@@ -63,7 +64,7 @@ def owner_status(run_id: str) -> tuple[str, bool | None]:
     owner = state.get("owner") if state else None
     if not isinstance(owner, dict):
         return "owner unknown (no state file)", None
-    alive = topology.owner_alive(owner)
+    alive = owner_alive(owner)
     return f"owner pid {owner.get('pid')}, {'alive' if alive else 'dead'}", alive
 
 

@@ -79,7 +79,7 @@ def _version(pkg: str) -> str | None:
 
 
 def meta(cfg: RunConfig, backend: str) -> dict:
-    from harness.topology import owner_record
+    from harness.owner import owner_record
 
     uname = platform.uname()
     status = _git("status", "--porcelain", "--untracked-files=no")

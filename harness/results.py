@@ -48,6 +48,7 @@ from typing import Iterable
 import pandas as pd
 
 from harness import units  # pure parsing, no kernel
+from harness.owner import owner_alive as owner_record_alive, process_start_time  # stdlib only
 from trainers import events, spec  # the event files' own reader; the run spec (both torch-free)
 
 LEARNER_PHASES = ("idle", "train", "encode", "decode_replay", "hash", "send_update")
@@ -137,17 +138,6 @@ def read_links(path: Path) -> pd.DataFrame:
 
 # ---- is the run still going? ------------------------------------------------------------------
 
-def process_start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (start time, clock ticks after boot); None if no such process
-    or a zombie (it has ended; its parent has not reaped it). The network side's twin is
-    topology.process_start_time; the results side does not import the network side."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def owner_alive(meta: dict) -> bool | None:
     """Is the `harness run` that owns this run folder alive? meta.json "owner": {"pid", "start_time"
     (/proc/<pid>/stat field 22)}: a pid that is gone, or that now belongs to a process started at
@@ -157,8 +147,9 @@ def owner_alive(meta: dict) -> bool | None:
         return None
     if meta.get("host") not in (None, platform.node()):
         return None
-    started = process_start_time(owner["pid"])
-    return started is not None and owner.get("start_time") in (None, started)
+    if owner.get("start_time") is None:  # not recorded: the pid alone says
+        return process_start_time(owner["pid"]) is not None
+    return owner_record_alive(owner)
 
 
 def effective_meta(meta: dict) -> dict:

@@ -47,6 +47,8 @@ from typing import Iterator, Sequence
 from pyroute2 import IPRoute, netns
 from pyroute2.ethtool import Ethtool
 
+from harness.owner import owner_record, process_start_time
+
 PREFIX = "wh"
 NETNS_DIR = "/run/netns"
 STATE_DIR = "/run/wan-harness"   # <run id>.json per topology: its owner (harness clean reads it)
@@ -71,30 +73,6 @@ def ns_name(run_id: str, node: str) -> str:
 
 
 # ---- ownership: who created a run's namespaces ------------------------------------------------
-
-def process_start_time(pid: int) -> int | None:
-    """When ``pid`` started (``/proc/<pid>/stat`` field 22, clock ticks after boot); None if there
-    is no such process. With the pid it names one process: a recycled pid has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def owner_record(pid: int | None = None) -> dict:
-    """{"pid", "start_time"} of ``pid`` (default: this process), as meta.json and state files hold it."""
-    pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "start_time": process_start_time(pid)}
-
-
-def owner_alive(owner: object) -> bool:
-    """Whether the process an owner record names still runs (same pid, same start time, not a zombie)."""
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or isinstance(owner.get("pid"), bool):
-        return False
-    start = process_start_time(owner["pid"])
-    return start is not None and start == owner.get("start_time") and _alive(owner["pid"])
-
 
 def state_path(run_id: str) -> str:
     return os.path.join(STATE_DIR, f"{run_id}.json")
@@ -328,8 +306,4 @@ def kill_ns_processes(netns_name: str, grace_s: float = 2.0) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
+    return process_start_time(pid) is not None  # gone, or a zombie: it has ended

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import clean, topology
+from harness import clean, owner, topology
 from harness.cli import app
 
 HERE = Path(__file__).resolve().parent
@@ -21,16 +21,16 @@ HARNESS = [sys.executable, "-m", "harness.cli"]
 
 
 def test_an_owner_is_a_pid_and_its_start_time():
-    me = topology.owner_record()
-    assert me["pid"] == os.getpid() and me["start_time"] == topology.process_start_time(os.getpid()) > 0
-    assert topology.owner_alive(me)
-    assert not topology.owner_alive({**me, "start_time": me["start_time"] + 1})   # the pid, recycled
+    me = owner.owner_record()
+    assert me["pid"] == os.getpid() and me["start_time"] == owner.process_start_time(os.getpid()) > 0
+    assert owner.owner_alive(me)
+    assert not owner.owner_alive({**me, "start_time": me["start_time"] + 1})   # the pid, recycled
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    record = topology.owner_record(child.pid)
+    record = owner.owner_record(child.pid)
     child.wait()
-    assert not topology.owner_alive(record)
+    assert not owner.owner_alive(record)
     for bad in (None, {}, {"pid": "1"}, {"pid": True, "start_time": 0}, []):
-        assert not topology.owner_alive(bad)
+        assert not owner.owner_alive(bad)
 
 
 def test_all_and_run_id_together_is_a_usage_error():
@@ -84,7 +84,7 @@ def test_a_topology_records_its_owner_until_destroyed():
     topo = topology.Topology.create(topology.new_run_id(), 1)
     try:
         state = topology.read_state(topo.run_id)
-        assert state["owner"] == topology.owner_record() and sorted(state["namespaces"]) == sorted(topo.namespaces())
+        assert state["owner"] == owner.owner_record() and sorted(state["namespaces"]) == sorted(topo.namespaces())
         assert clean.owner_status(topo.run_id) == (f"owner pid {os.getpid()}, alive", True)
     finally:
         topo.destroy()

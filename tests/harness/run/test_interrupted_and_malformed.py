@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import report, results
+from harness import owner, report, results
 from harness.cli import app
 from trainers.events import read_events
 
@@ -190,14 +190,14 @@ def _with_meta(run: Path, **changes) -> None:
 def test_owner_liveness_uses_the_pid_and_its_start_time(run_copy):
     import platform
 
-    me = {"pid": os.getpid(), "start_time": results.process_start_time(os.getpid())}
+    me = {"pid": os.getpid(), "start_time": owner.process_start_time(os.getpid())}
     gone = subprocess.Popen(["true"])
     gone.wait()
     cases = {"running": me, "interrupted": {**me, "start_time": me["start_time"] - 1}}
     cases_dead = {"interrupted": {"pid": gone.pid, "start_time": 1}}
-    for want, owner in [*cases.items(), *cases_dead.items()]:
-        _with_meta(run_copy, status="running", complete=False, owner=owner, host=platform.node())
-        assert results.read(run_copy).runs[0].meta["status"] == want, owner
+    for want, record in [*cases.items(), *cases_dead.items()]:
+        _with_meta(run_copy, status="running", complete=False, owner=record, host=platform.node())
+        assert results.read(run_copy).runs[0].meta["status"] == want, record
     _with_meta(run_copy, status="running", owner=None)  # no owner recorded: cannot tell, left as it is
     assert results.read(run_copy).runs[0].meta["status"] == "running"
 
