@@ -37,3 +37,23 @@ def from_bytes(buf: bytes | memoryview, name: str) -> torch.Tensor:
     if len(buf) % dtype.itemsize:
         raise ValueError(f"{len(buf)} bytes are not a whole number of {name} elements")
     return torch.frombuffer(bytearray(buf), dtype=dtype) if len(buf) else torch.empty(0, dtype=dtype)
+
+
+def byte_view(t: torch.Tensor) -> memoryview:
+    """The raw bytes of `t` (C order) as a flat view over its storage: no copy for a contiguous
+    CPU tensor. The view keeps the storage alive; it is only as immutable as the tensor is."""
+    t = t.detach().cpu().contiguous().reshape(-1)
+    return memoryview(t.view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
+
+
+def over_bytes(buf: bytes | bytearray | memoryview, name: str) -> torch.Tensor:
+    """A 1-D tensor of dtype `name` over `buf` WITHOUT a copy when `buf` is writable and its
+    address is aligned for the dtype (a receive buffer); otherwise `from_bytes`' private copy
+    (read-only bytes; a misaligned offset, which torch kernels must never load from)."""
+    view = memoryview(buf)
+    dtype = DTYPES[name]
+    if view.readonly or not len(view) or len(view) % dtype.itemsize:
+        return from_bytes(view, name)
+    if torch.frombuffer(view, dtype=torch.uint8).data_ptr() % dtype.itemsize:
+        return from_bytes(view, name)
+    return torch.frombuffer(view, dtype=dtype)

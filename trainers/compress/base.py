@@ -10,6 +10,8 @@ A compressor turns the gradients of the LoRA factors into bytes and back.
   included, steps its optimizer from ``decode(encode(G))``.
 - The payload is exactly what goes on the wire as the body of an update message:
   ``len(payload)`` is the byte count the harness reports. Nothing is pickled.
+- From a writable payload (the wire's receive buffer) ``decode`` builds its segments as views
+  over it where aligned, and the gradients may alias it (no copy); from ``bytes`` it copies.
 
 Payload container (shared by every compressor, little-endian)::
 
@@ -41,7 +43,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from trainers.dtypes import DTYPES, from_bytes, itemsize, to_bytes
+from trainers.dtypes import DTYPES, byte_view, itemsize, over_bytes
 from trainers import spec
 from trainers.spec import FLOAT_DTYPES  # what a compressor may ship its values in (names of trainers.dtypes)
 
@@ -93,7 +95,7 @@ def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[S
     name_b = name.encode("ascii")
     parts = [_PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)), name_b,
              _U32.pack(len(table_bytes)), table_bytes]
-    parts += [to_bytes(s.array) for s in segments]
+    parts += [byte_view(s.array) for s in segments]  # views: the join below is the one copy
     return b"".join(parts)
 
 
@@ -190,7 +192,7 @@ def _read_segments(name: str, specs: Any, body: memoryview) -> dict[str, torch.T
         size = count * itemsize(dtype)
         if pos + size > len(body):
             raise PayloadError(f"{name}: segment {key!r} needs {size} bytes, only {len(body) - pos} left (truncated)")
-        array = from_bytes(body[pos:pos + size], dtype)
+        array = over_bytes(body[pos:pos + size], dtype)  # no copy from a receive buffer (writable, aligned)
         if array.is_floating_point() and not all_finite(array):
             raise PayloadError(f"{name}: segment {key!r} holds NaN or inf")
         segments[key] = array

@@ -4,8 +4,8 @@ import re
 import socket
 import struct
 import threading
-import zlib
 
+import crc32c
 import pytest
 import torch
 from hypothesis import given, settings
@@ -178,7 +178,7 @@ def frames(draw):
          "length": draw(st.one_of(st.just(len(body)), st.integers(0, len(body) + 8), st.integers(0, 2**32 - 1)))}
     prefix = wire.HEADER.pack(wire.MAGIC, wire.FORMAT_VERSION, f["type"], f["flags"], wire.token_check(TOKEN),
                               f["sender"], f["version"], f["seq"], f["length"], 0)[:-4]
-    right = zlib.crc32(body[:f["length"]], zlib.crc32(prefix))
+    right = crc32c.crc32c(body[:f["length"]], crc32c.crc32c(prefix))  # the format: CRC-32C
     f["crc"] = draw(st.one_of(st.just(right), st.integers(0, 2**32 - 1)))
     f["crc_ok"] = f["crc"] == right
     return prefix + struct.pack("!I", f["crc"]) + body, f, body
