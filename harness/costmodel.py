@@ -161,9 +161,28 @@ def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
     t, n = adapter.tensors, adapter.n_params
     if method == "identity":
         return container_bytes(method, t, [("values", opts["dtype"], n)])
-    if method == "int8":
-        bs = int(opts["block_size"])
-        return container_bytes(method, t, [("scales", "fp32", -(-n // bs)), ("q", "int8", n)], {"block_size": bs})
+    if method == "int8":   # trainers/compress/int8.py `plan`: dense if it fits, else the top blocks
+        bs, cap = int(opts["block_size"]), budget_bytes(adapter, opts)
+        dense = container_bytes(method, t, [("scales", "fp32", -(-n // bs)), ("q", "int8", n)], {"block_size": bs})
+        if dense <= cap:
+            return dense
+        while True:
+            nb = -(-n // bs)
+            head = container_header_bytes(method, t, [("blocks", "int32", nb), ("scales", "fp32", nb),
+                                                      ("q", "int8", nb * bs)], {"block_size": bs})
+            k = (cap - head) // (bs + 8)
+            if k >= 16 or bs == 1:
+                break
+            bs //= 2
+        sparse = lambda k: container_bytes(method, t, [("blocks", "int32", k), ("scales", "fp32", k),  # noqa: E731
+                                                       ("q", "int8", k * bs)], {"block_size": bs})
+        k = max(0, min(k, nb))
+        while k > 1 and sparse(k) > cap:   # zlib: the header bound can be a byte short
+            k -= 1
+        return sparse(k)
+    if method == "powersgd" and opts["rank"] is None:
+        # Per-factor ranks picked by energy to fit the budget (powersgd.py): the budget, to within one direction.
+        return budget_bytes(adapter, opts)
     if method == "powersgd":
         ranks = [min(int(opts["rank"]), *s) for _, s in t]
         p = sum(k * s[0] for k, (_, s) in zip(ranks, t))
@@ -173,6 +192,8 @@ def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
         cap, dtype = budget_bytes(adapter, opts), opts["dtype"]
         head = container_header_bytes(method, t, [("index", "int32", n), ("values", dtype, n)])
         k = min(n, max(0, (cap - head) // (DTYPE_BYTES[dtype] + TOPK_INDEX_BYTES)))
+        while k > 1 and container_bytes(method, t, [("index", "int32", k), ("values", dtype, k)]) > cap:
+            k -= 1                         # topk.py `_k`: zlib's header bound can be a byte short
         return container_bytes(method, t, [("index", "int32", k), ("values", dtype, k)])
     if method == "spar":
         cap, dtype = budget_bytes(adapter, opts), opts["dtype"]

@@ -129,7 +129,8 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
     methods = [spec.check_method(m.strip()) for m in method.split(",") if m.strip()]
     budgets = spec.parse_value("budget", budget)
     spec.check_method(baseline)
-    variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m) else None) for m in methods for b in budgets))
+    opts = parse_options(opt)   # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
+    variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m, opts) else None) for m in methods for b in budgets))
     try:
         pipelines = tuple(sorted({int(x) for x in pipeline.split(",") if x.strip()}))
     except ValueError:

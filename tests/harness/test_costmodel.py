@@ -70,8 +70,10 @@ def micro_grads():
 
 
 @pytest.mark.parametrize("method,budget,options", [
-    ("identity", None, {}), ("identity", None, {"identity_dtype": "bf16"}), ("int8", None, {}),
-    ("int8", None, {"int8_block_size": 100}), ("powersgd", None, {}), ("powersgd", None, {"powersgd_rank": 3}),
+    ("identity", None, {}), ("identity", None, {"identity_dtype": "bf16"}), ("int8", "100%", {}),
+    ("int8", "100%", {"int8_block_size": 100}), ("int8", "50%", {}), ("int8", "6.25%", {}),
+    ("powersgd", None, {"powersgd_rank": 1}),
+    ("powersgd", None, {"powersgd_rank": 3}),
     ("topk", "1.6%", {}), ("topk", "6.25%", {"topk_dtype": "fp32"}),
 ])
 def test_compressor_payload_bytes_are_exact(micro_grads, method, budget, options):
@@ -84,6 +86,16 @@ def test_compressor_payload_bytes_are_exact(micro_grads, method, budget, options
     payload = get_compressor(method, **spec.compressor_options(method, values)).encode(micro_grads)
     a = cm.Adapter.from_shapes([(n, t.shape) for n, t in micro_grads.items()], 4)
     assert cm.payload_bytes(method, a, budget, options) == len(payload)
+
+
+@pytest.mark.parametrize("budget", ["6.25%", "12.5%", "50%"])
+def test_budgeted_powersgd_payload_is_its_budget_to_within_one_direction(micro_grads, budget):
+    from trainers.compress import get_compressor
+
+    payload = get_compressor("powersgd", budget=budget).encode(micro_grads)
+    a = cm.Adapter.from_shapes([(n, t.shape) for n, t in micro_grads.items()], 4)
+    largest_direction = max((s[0] + s[1]) * 2 for _, s in a.tensors)
+    assert len(payload) <= cm.payload_bytes("powersgd", a, budget) <= len(payload) + largest_direction
 
 
 @pytest.mark.parametrize("budget", ["6.25%", "12.5%", "50%"])  # micro at rank 4: 1.6 % is below spar's table

@@ -10,8 +10,10 @@ Gradients come in two kinds:
   of next-token training on random bytes.
 
 Budgets are fractions of the full adapter's bytes in bf16 (what full sync ships in the paper).
-`powersgd` has no byte budget: it runs at the smallest rank whose payload reaches the budget,
-and `spar @powersgd-bytes` then gets exactly PowerSGD's byte count, for an equal-bytes comparison.
+Every budgeted compressor (spar, topk, powersgd: per-factor ranks, int8: its top blocks) runs at
+each budget; `int8` with `-` is its dense layout. `powersgd (rank R)` is PowerSGD at one rank for
+every factor (the smallest whose payload reaches the budget, as PyTorch's hook runs it), and
+`spar @powersgd-bytes` gets exactly its byte count, for an equal-bytes comparison.
 Times are medians over `repeats` runs, each a fresh compressor (first step, no error-feedback
 history), with torch limited to `threads` threads.
 """
@@ -114,7 +116,7 @@ def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, re
 
 
 def powersgd_rank_for(grads, budget_frac: float) -> int:
-    """Smallest PowerSGD rank whose payload is at least `budget_frac` of the bf16 adapter."""
+    """Smallest uniform PowerSGD rank whose payload is at least `budget_frac` of the bf16 adapter."""
     full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
     per_rank = sum((t.shape[0] + t.shape[1]) * 2 for t in grads.values())   # fp16 P and Q
     return max(1, round(budget_frac * full / per_rank))
@@ -138,13 +140,15 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
             measure(kind, grads, name, label, repeats, shown_as, **opts))
         cell("identity", "-")
         cell("identity", "-", "identity (bf16)", dtype="bf16")
-        cell("int8", "-")
+        cell("int8", "-", budget="100%")                                # 100 %: every block, dense
         for frac in budgets:
             label, budget = f"{frac:.2%}", f"{100 * frac:g}%"   # the one budget syntax (trainers/spec.py)
             cell("spar", label, budget=budget)
             cell("spar", label, "spar (gram)", budget=budget, svd="gram")
             cell("topk", label, budget=budget)
-            psgd = cell("powersgd", label, rank=powersgd_rank_for(grads, frac))
+            cell("int8", label, budget=budget)
+            cell("powersgd", label, budget=budget)
+            psgd = cell("powersgd", label, "powersgd (rank R)", rank=powersgd_rank_for(grads, frac))
             cell("spar", label, "spar @powersgd-bytes", budget_bytes=psgd.payload_bytes)
     return rows
 

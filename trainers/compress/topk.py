@@ -47,7 +47,12 @@ class TopKCompressor(BudgetedCompressor):
         if k < 1:
             raise ValueError(f"{self.name}: budget of {budget} bytes cannot hold one element after the "
                              f"{head}-byte header")
-        return min(int(k), numel)
+        k = min(int(k), numel)
+        # zlib's output is not monotone in the digits it compresses: the bound can be a byte short.
+        while k > 1 and header_bytes(self.name, layout, [("index", "int32", k), ("values", self.dtype, k)]) \
+                + k * per_element > budget:
+            k -= 1
+        return k
 
     def _reconstruct(self, p: Unpacked):
         total = sum(math.prod(s) for _, s in p.tensors)

@@ -7,8 +7,11 @@ from trainers.models import LoraSpec, build_model, lora_gradients, lora_paramete
 from trainers.replay import OptimConfig, Replica
 
 # Options that make every compressor meaningful on the micro adapter (~19 k elements, where a
-# 1.6 % budget would not even hold the tensor-name table). A new compressor runs with defaults.
-TEST_OPTIONS = {"spar": {"budget": "10%"}, "topk": {"budget": "10%"}, "powersgd": {"rank": 2}}
+# 1.6 % budget leaves little beyond the tensor-name table). A new compressor runs with defaults.
+# powersgd and int8 run budgeted here (their default in a run); test_contract.py also covers
+# powersgd at a fixed rank and int8's dense layout.
+TEST_OPTIONS = {"spar": {"budget": "10%"}, "topk": {"budget": "10%"}, "powersgd": {"budget": "10%"},
+                "int8": {"budget": "10%"}}
 LORA = LoraSpec(rank=8, seed=1)
 OPTIM = OptimConfig(lr=5e-3)
 MODEL = "micro"

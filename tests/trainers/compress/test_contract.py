@@ -11,7 +11,9 @@ import torch
 
 from tests.trainers.compress.common import gradient, new_replica, options, warm_gradients
 from tests.trainers.compress.replay_peer import decoded_hash
+from trainers import spec
 from trainers.compress import OptionError, available, get_compressor
+from trainers.compress.base import full_adapter_bytes
 from trainers.compress.bench import rel_error
 
 NAMES = available()
@@ -168,7 +170,7 @@ def test_unknown_option_lists_valid_options(name):
 
 
 @pytest.mark.parametrize("bad", ["0%", "150%", "-1%", "abc", 0, 1.5, "nan%", "0.016", 0.016])
-@pytest.mark.parametrize("name", ["spar", "topk"])
+@pytest.mark.parametrize("name", sorted(spec.BUDGETED))
 def test_bad_budget_is_rejected(name, bad):
     with pytest.raises(OptionError, match="budget"):
         get_compressor(name, budget=bad)
@@ -188,3 +190,93 @@ def test_non_finite_gradients_are_refused(name, grads):
     next(iter(g.values()))[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):
         get_compressor(name, **options(name)).encode(g)
+
+
+# ---- equal bytes: every budgeted compressor fills its budget (trainers/spec.py BUDGETED) ------------
+
+def _shapes(model: str, rank: int) -> dict:
+    from trainers.compress.bench import model_shapes
+
+    return model_shapes(model, rank)
+
+
+@pytest.mark.parametrize("shape", [("tiny", 8), ("tiny", 64)], ids=["tiny-r8", "tiny-r64"])
+@pytest.mark.parametrize("budget", ["0.78%", "1.6%", "6.25%"])
+@pytest.mark.parametrize("name", sorted(spec.BUDGETED))
+def test_budgeted_payload_is_within_10_percent_of_the_budget_never_over(name, budget, shape):
+    """The tiny run's adapter (rank 8) and the paper's rank 64, over 3 updates (error feedback moves
+    the selection): every payload in [0.9, 1] x the budget's bytes, the container header included."""
+    from trainers.compress.bench import synthetic_gradients
+
+    shapes = _shapes(*shape)
+    cap = int(spec.parse_budget(budget) * full_adapter_bytes(list(shapes.values()), "bf16"))
+    c = get_compressor(name, budget=budget)
+    for seed in range(3):
+        size = len(c.encode(synthetic_gradients(shapes, seed=seed)))
+        assert 0.9 * cap <= size <= cap, f"{name}@{budget}: {size} B for a {cap}-B budget"
+
+
+@pytest.mark.parametrize("cap", [900, 3000, 12000])
+@pytest.mark.parametrize("name", sorted(spec.BUDGETED))
+def test_budget_bytes_is_met_within_10_percent(name, cap, grads):
+    c = get_compressor(name, budget_bytes=cap)
+    for g in grads[:3]:
+        assert 0.9 * cap <= len(c.encode(g)) <= cap
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("int8", r"^int8: budget of 300 bytes cannot hold one block \(9 bytes\) after the \d+-byte header$"),
+    ("powersgd", r"^powersgd: budget of 300 bytes cannot hold one direction \(\d+ bytes\) after the \d+-byte header$")])
+def test_a_budget_that_cannot_be_met_is_refused_in_one_line(name, needle, grads):
+    with pytest.raises(ValueError, match=needle):
+        get_compressor(name, budget_bytes=300).encode(grads[0])
+
+
+def test_powersgd_rank_wins_over_the_budget_and_keeps_its_bytes(grads):
+    """A set rank is PyTorch's hook at equal rank: every factor at that rank, whatever the budget."""
+    from trainers.compress.base import unpack
+
+    a, b = get_compressor("powersgd", rank=2, budget="1.6%"), get_compressor("powersgd", rank=2, budget="50%")
+    for g in grads[:3]:
+        pa, pb = a.encode(g), b.encode(g)
+        assert pa == pb
+        assert unpack("powersgd", pa, 1 << 28).meta["ranks"] == [min(2, *t.shape) for t in g.values()]
+
+
+def test_powersgd_budget_spends_directions_where_the_energy_is(grads):
+    """A factor scaled up 100x gets at least as many directions as any other."""
+    from trainers.compress.base import unpack
+
+    g = {n: t.clone() for n, t in grads[0].items()}
+    loud = list(g)[3]
+    g[loud] *= 100
+    ranks = unpack("powersgd", get_compressor("powersgd", budget="10%").encode(g), 1 << 28).meta["ranks"]
+    assert ranks[3] == max(ranks) > 0 and 0 in ranks
+
+
+def test_int8_dense_layout_when_the_budget_holds_every_block(grads):
+    from trainers.compress.base import unpack
+
+    dense = unpack("int8", get_compressor("int8", budget="100%").encode(grads[0]), 1 << 28)
+    sparse = unpack("int8", get_compressor("int8", budget="10%").encode(grads[0]), 1 << 28)
+    assert "blocks" not in dense.segments and dense.segments["q"].numel() == sum(t.numel() for t in grads[0].values())
+    assert "blocks" in sparse.segments and sparse.meta["block_size"] <= 256
+
+
+@pytest.mark.parametrize("name,opts", [("powersgd", {"rank": 2}), ("int8", {"budget": "100%"}),
+                                       ("powersgd", {"budget": "3%", "warm_start": False})])
+def test_unbudgeted_layouts_keep_the_contract(name, opts, grads):
+    """Fixed-rank powersgd and dense int8: exact error feedback, fresh-instance decode, determinism."""
+    c, twin = get_compressor(name, **opts), get_compressor(name, **opts)
+    sent = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
+    given = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
+    for g in grads:
+        payload = c.encode(g)
+        assert payload == twin.encode(g)
+        out = get_compressor(name, **opts).decode(payload)
+        for n in g:
+            sent[n] += out[n].double()
+            given[n] += g[n].double()
+    scale = max(float(t.abs().max()) for t in given.values())
+    for n, r in c.residual().items():
+        assert float((sent[n] + r.double() - given[n]).abs().max()) <= 1e-5 * scale
