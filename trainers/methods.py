@@ -56,4 +56,6 @@ def get_method(name: str, **compressor_options) -> Method:
         method = Method(name, "replay", compressor=name, compressor_options=dict(compressor_options))
         method.make_compressor()  # bad options fail here, before any process starts
         return method
+    if spec.is_data_parallel(name):  # not a learner/worker protocol: trainers/aggregator.py + trainers/dpworker.py
+        raise ValueError(f"method {name!r} is data-parallel: it runs as python -m trainers.aggregator / trainers.dpworker")
     raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(available())}")

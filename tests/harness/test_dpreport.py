@@ -1,0 +1,54 @@
+"""The report's claimed-vs-measured table on a hand-made updates table (numbers checked by hand)."""
+import pandas as pd
+import pytest
+
+from harness import dpreport
+
+
+def rows(method, seed, syncs, claimed, payload, steps=4, workers=2, ppl=10.0):
+    """`steps` update rows; on sync steps each worker uploads and downloads `payload` bytes."""
+    out = []
+    for v in range(1, steps + 1):
+        s = v in syncs
+        out.append({"profile": "p", "rate_bit_s": 62.5e6, "delay_s": 0.0, "loss_frac": 0.0, "workers": workers,
+                    "method": method, "seed": seed, "update": v, "seconds_per_update": 0.5,
+                    "claimed_bytes_up": claimed if s else 0, "claimed_bytes_down": claimed if s else 0,
+                    "payload_bytes_up": workers * payload if s else 0, "wire_bytes_up": workers * (payload + 44) if s else 0,
+                    "payload_bytes_down": payload if s else 0, "wire_bytes_down": workers * (payload + 44) if s else 0,
+                    "heldout_ppl": ppl + seed if v == steps else None})
+    return out
+
+
+def test_per_step_bytes_and_ratios():
+    df = pd.DataFrame(rows("ddp", 1, {1, 2, 3, 4}, 1000, 1100) + rows("ddp", 2, {1, 2, 3, 4}, 1000, 1100)
+                      + rows("lowrank-ddp", 1, {1, 2, 3, 4}, 200, 250) + rows("lowrank-ddp", 2, {1, 2, 3, 4}, 200, 250)
+                      + rows("lordo-global", 1, {4}, 1600, 1700) + rows("lordo-global", 2, {4}, 1600, 1700))
+    t = dpreport.table(df).set_index("method")
+    lordo = t.loc["lordo-global"]
+    assert lordo["claimed_up"] == 400 and lordo["payload_up"] == 425 and lordo["wire_up"] == 436
+    assert lordo["vs_ddp"] == pytest.approx(850 / 2200) and lordo["vs_lowrank-ddp"] == pytest.approx(850 / 500)
+    assert lordo["ppl_mean"] == pytest.approx(11.5) and lordo["ppl_ci95"] == pytest.approx(12.706 * 0.5)
+    md = "\n".join(dpreport.section(df))
+    assert "| 2 | lordo-global | 2 x 4 | 400 | 425 | 436 |" in md
+
+
+def test_ratios_need_the_same_number_of_steps():
+    df = pd.DataFrame(rows("ddp", 1, {1, 2}, 1000, 1100, steps=2) + rows("lordo-global", 1, {4}, 1600, 1700))
+    assert pd.isna(dpreport.table(df).set_index("method").loc["lordo-global", "vs_ddp"])
+
+
+def test_no_data_parallel_cells_no_section():
+    assert dpreport.section(pd.DataFrame({"method": ["spar"], "update": [1]})) == []
+
+
+def test_falsifier_figure_from_csv(tmp_path):
+    from harness import dpplots
+
+    data = [{"variant": v, "seed": s, "kind": k, "index": i, "value": 1.0 if v.endswith("none") else 0.9 - 0.01 * s}
+            for v in ("lordo-global-none", "lordo-global-fullrank") for s in (1, 2, 3)
+            for k in ("overlap", "loss") for i in range(1, 5)]
+    pd.DataFrame(data).to_csv(tmp_path / "falsifier.csv", index=False)
+    b = dpplots.band(pd.DataFrame(data).query("kind == 'overlap' and variant == 'lordo-global-fullrank'"))
+    assert b["mean"].tolist() == pytest.approx([0.88] * 4) and (b["ci"] > 0).all()
+    paths = dpplots.figure(tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths) and paths[0].read_bytes()[:4] == b"%PDF"

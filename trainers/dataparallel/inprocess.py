@@ -1,0 +1,81 @@
+"""The data-parallel loop with every worker and the aggregator in one process: what the tests'
+equivalences and the stagnation falsifier run (the wire adds bytes, never arithmetic: the dp
+worker and the aggregator call the same step/combine/finish with the same tensors).
+
+    trace = simulate("lordo-global", DPConfig(steps=64, k=8), workers=2)
+    trace.losses[step - 1], trace.overlaps (one per sync), trace.heldout_ppl
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from trainers.corpus import Corpus, lm_loss, perplexity
+from trainers.dataparallel import get_method
+from trainers.dataparallel.base import DataParallelMethod, DPConfig
+from trainers.models import build_base_model
+
+CLIP_NORM = 1.0   # global gradient-norm clip of every local gradient (ALGORITHMS.md: G = clip(gradient))
+
+
+def trainable(model) -> dict[str, torch.nn.Parameter]:
+    """Full-parameter training: every parameter, in the model's order."""
+    model.requires_grad_(True)
+    return dict(model.named_parameters())
+
+
+def gradients(model, params: dict[str, torch.nn.Parameter], ids: torch.Tensor,
+              clip: float = CLIP_NORM) -> tuple[float, dict[str, torch.Tensor]]:
+    """(loss, clipped gradients) of the LM loss on `ids`."""
+    loss = lm_loss(model, ids)
+    grads = torch.autograd.grad(loss, list(params.values()))
+    norm = torch.sqrt(sum((g.float() * g.float()).sum() for g in grads))
+    scale = min(1.0, clip / (float(norm) + 1e-6)) if clip else 1.0
+    return float(loss.detach()), {n: g * scale if scale < 1.0 else g for n, g in zip(params, grads)}
+
+
+def tensor_bytes(table: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in table.values())
+
+
+@dataclass
+class Trace:
+    losses: list[float] = field(default_factory=list)       # mean over workers, one per step
+    overlaps: list[float] = field(default_factory=list)     # one per sync that refreshed Q
+    claimed: list[tuple[int, int]] = field(default_factory=list)     # (up, down) per step, per worker
+    data_bytes: list[tuple[int, int]] = field(default_factory=list)  # the tensors actually exchanged
+    methods: list[DataParallelMethod] = field(default_factory=list)
+    models: list = field(default_factory=list)
+    heldout_ppl: float | None = None
+
+
+def simulate(name: str, cfg: DPConfig, model: str = "micro", workers: int = 2, batch: int = 4,
+             seq_len: int = 32, same_data: bool = False, heldout: int = 0) -> Trace:
+    """Train `workers` replicas of `model` with method `name` for cfg.steps steps; see the module docstring."""
+    torch.set_num_threads(1)  # one thread: the same bits as the services, and 2 threads on this shared box ran 30x slower
+    trace = Trace()
+    trace.models = [build_base_model(model, seed=cfg.seed) for _ in range(workers)]
+    params = [trainable(m) for m in trace.models]
+    trace.methods = [get_method(name, p, cfg, w + 1) for w, p in enumerate(params)]
+    aggregator = get_method(name, trainable(build_base_model(model, seed=cfg.seed)), cfg).make_aggregator()
+    corpus = Corpus(cfg.seed, seq_len)
+    for step in range(1, cfg.steps + 1):
+        ups, losses = [], []
+        for w in range(workers):
+            loss, grads = gradients(trace.models[w], params[w], corpus.batch(0 if same_data else w + 1, step, batch))
+            losses.append(loss)
+            ups.append(trace.methods[w].step(step, grads))
+        trace.losses.append(sum(losses) / workers)
+        trace.claimed.append(trace.methods[0].claimed_bytes(step))
+        if ups[0] is None:
+            trace.data_bytes.append((0, 0))
+            continue
+        down = aggregator.combine(step, ups)
+        trace.data_bytes.append((tensor_bytes(ups[0]), tensor_bytes(down)))
+        metrics = [m.finish(step, down) for m in trace.methods]
+        if "overlap" in metrics[0]:
+            trace.overlaps.append(metrics[0]["overlap"])
+    if heldout:
+        trace.heldout_ppl = perplexity(trace.models[0], corpus.heldout(heldout))
+    return trace

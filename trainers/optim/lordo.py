@@ -1,0 +1,170 @@
+"""LoRDO's low-rank Adam for one matrix (arXiv 2602.04396; docs/ALGORITHMS.md "Data-parallel family").
+
+For a weight of shape p x q the projection Q (s x r, orthonormal columns) acts on the shorter
+side s = min(p, q); the gradient is oriented so that this side comes first (G is s x l), and the
+Adam moments u, v live in the projected space (r x l). One local step:
+
+    G' = G + E                 (error feedback on; E = 0 otherwise)
+    g  = Q^T G';   E = G' - Q g
+    u  = b1 u + (1 - b1) g;    v = b2 v + (1 - b2) g^2;    u_hat, v_hat bias-corrected
+    den = sqrt(v_hat) + eps
+    qhm none:      d = Q (u_hat / den)
+    qhm low-rank:  d = Q ((omega u_hat + (1 - omega) g) / den)          (QHAdam inside the projection)
+    qhm full-rank: d = omega Q (u_hat / den) + (1 - omega) G' / (mu + eps),  mu = mean(den)
+    theta -= lr * d
+
+Full rank (r >= s) means Q = I: a full-rank projection carries no information, and Adam is not
+rotation-invariant (its per-coordinate normalisation changes under any other orthogonal Q), so the
+identity is the only full-rank Q for which the method reduces to Adam. With omega = 1, error
+feedback off and Q = I the step is torch's Adam (tests/trainers/dataparallel/test_equivalence.py).
+
+Refresh (`set_projection`): with rotation on, C = Q_new^T Q_old; u <- C u; with var =
+max(v_hat - u_hat^2, 0): v_hat <- |(C o C) var + (C u_hat)^2|; rotation off keeps u, v as they are.
+`overlap(Q_new, Q_old)` = mean(sigma^2(Q_new^T Q_old)) = ||Q_new^T Q_old||_F^2 / r: 1 when the
+subspace did not move, r'/r when r' directions are new.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+QHM_MODES = ("none", "low-rank", "full-rank")
+
+
+@dataclass(frozen=True)
+class AdamConfig:
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    rank: int | None = None          # None: full rank (plain Adam, Q = I)
+    qhm: str = "none"
+    omega: float = 1.0               # weight of the low-rank momentum term (qhm none: ignored, 1)
+    error_feedback: bool = False
+    rotation: bool = True
+
+    def __post_init__(self):
+        if self.qhm not in QHM_MODES:
+            raise ValueError(f"qhm {self.qhm!r} is not one of {', '.join(QHM_MODES)}")
+        if not 0.0 <= self.omega <= 1.0:
+            raise ValueError(f"omega {self.omega} is outside [0, 1]")
+        if self.rank is not None and self.rank < 1:
+            raise ValueError(f"rank must be >= 1, got {self.rank}")
+
+
+def top_r(matrix: torch.Tensor, r: int) -> torch.Tensor:
+    """The top-r left singular vectors of `matrix` (s x l), signs canonicalised (the largest-magnitude
+    entry of each column positive), so that every process computing it from the same bits agrees."""
+    u = torch.linalg.svd(matrix.double(), full_matrices=False)[0][:, :r]
+    idx = u.abs().argmax(dim=0)
+    signs = torch.sign(u[idx, torch.arange(u.shape[1])])
+    signs[signs == 0] = 1
+    return (u * signs).to(matrix.dtype).contiguous()
+
+
+def random_projection(s: int, r: int, seed: int) -> torch.Tensor:
+    """A seeded random orthonormal s x r basis (identical wherever it is built from the same seed)."""
+    g = torch.Generator().manual_seed(seed)
+    return top_r(torch.randn(s, r, generator=g, dtype=torch.float64), r).float()
+
+
+def overlap(q_new: torch.Tensor, q_old: torch.Tensor) -> float:
+    """mean(sigma^2(Q_new^T Q_old)): 1 when the two bases span the same subspace."""
+    c = q_new.T @ q_old
+    return float((c * c).sum() / c.shape[1])
+
+
+class MatrixAdam:
+    """Adam state of one parameter (a matrix when `cfg.rank` is set, any tensor otherwise)."""
+
+    def __init__(self, shape: torch.Size | tuple[int, ...], cfg: AdamConfig):
+        self.shape, self.cfg = tuple(shape), cfg
+        lowrank = cfg.rank is not None and len(self.shape) == 2
+        self.left = not lowrank or self.shape[0] <= self.shape[1]   # project the rows (shorter side first)
+        s, l = self._oriented_shape()
+        self.r = min(cfg.rank, s) if lowrank else s
+        self.full = not lowrank or self.r >= s                       # Q = I
+        self.q: torch.Tensor | None = None                           # s x r, set by set_projection
+        self.e = torch.zeros(s, l) if cfg.error_feedback and not self.full else None
+        self.u = torch.zeros(self.r if not self.full else s, l) if lowrank else torch.zeros(self.shape)
+        self.v = torch.zeros_like(self.u)
+        self.t = 0
+
+    def _oriented_shape(self) -> tuple[int, int]:
+        if len(self.shape) != 2:
+            return (0, 0)
+        return self.shape if self.left else (self.shape[1], self.shape[0])
+
+    def orient(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.left or t.dim() != 2 else t.T
+
+    @property
+    def needs_projection(self) -> bool:
+        return not self.full and self.q is None
+
+    def set_projection(self, q_new: torch.Tensor) -> float | None:
+        """Refresh Q (s x r); rotates the moments when `cfg.rotation`; returns the overlap with the old Q."""
+        if self.full:
+            return None
+        q_new = q_new.contiguous().float()
+        if self.q is None:
+            self.q = q_new
+            return None
+        ov = overlap(q_new, self.q)
+        if self.cfg.rotation and self.t > 0:
+            self.rotate(q_new.T @ self.q)
+        self.q = q_new
+        return ov
+
+    def rotate(self, c: torch.Tensor) -> None:
+        """Moments into the new basis: u <- C u; v_hat <- |(C o C) var + (C u_hat)^2|."""
+        b1, b2 = self.cfg.betas
+        bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        m_hat, v_hat = self.u / bc1, self.v / bc2
+        var = (v_hat - m_hat * m_hat).clamp_min(0)
+        cm = c @ m_hat
+        self.v = ((c * c) @ var + cm * cm).abs() * bc2
+        self.u = c @ self.u
+
+    def direction(self, grad: torch.Tensor, projected: bool = False) -> torch.Tensor:
+        """One step's update direction (theta -= lr * direction), in the parameter's own shape.
+        `projected`: `grad` is already Q^T G (r x l, e.g. an all-reduced projected gradient)."""
+        cfg, (b1, b2) = self.cfg, self.cfg.betas
+        if projected:
+            g = grad.float()
+            g_full = g if self.full else self.q @ g
+        else:
+            g_full = self.orient(grad.float())
+            if self.e is not None:
+                g_full = g_full + self.e
+            g = g_full if self.full else self.q.T @ g_full              # r x l
+            if self.e is not None:
+                self.e = g_full - self.q @ g
+        self.t += 1
+        self.u.mul_(b1).add_(g, alpha=1 - b1)
+        self.v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
+        den = self.v.sqrt() / math.sqrt(bc2) + cfg.eps                  # torch Adam's order of operations
+        omega = 1.0 if cfg.qhm == "none" else cfg.omega
+        if cfg.qhm == "low-rank":
+            low = (omega * (self.u / bc1) + (1 - omega) * g) / den
+        else:
+            low = (self.u / bc1) / den
+        d = low if self.full else self.q @ low
+        if cfg.qhm == "full-rank" and omega < 1.0:
+            d = omega * d + (1 - omega) * g_full / (den.mean() + cfg.eps)
+        return self.orient(d).reshape(self.shape)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        out = {"u": self.u, "v": self.v}
+        if self.q is not None:
+            out["q"] = self.q
+        if self.e is not None:
+            out["e"] = self.e
+        return out
+
+
+def adam_step(param: torch.Tensor, state: MatrixAdam, grad: torch.Tensor, projected: bool = False) -> None:
+    """theta -= lr * direction(grad), in place."""
+    param.data.add_(state.direction(grad, projected), alpha=-state.cfg.lr)
