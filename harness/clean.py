@@ -4,7 +4,9 @@ What is the harness's: network namespaces named ``wh<hex run id>-<rt|probe|learn
 (:data:`harness.topology.NS_PATTERN`) and everything inside them (veths, qdiscs, netfilter
 rules die with the namespace), the processes running inside them (delay lines, probes,
 learner/worker services), delay-line processes (``python -m harness.delayline``) whose
-namespace is already gone, and the runs' state files (``/run/wan-harness/<run id>.json``).
+namespace is already gone, the runs' state files (``/run/wan-harness/<run id>.json``), and the
+containers of docker-compose.yml (label ``wan-harness.role``) whose controller no longer runs
+(their namespaces, and the qdiscs and rules in them, go with them; see docs/CONTAINERS.md).
 Nothing else is looked at: the host namespace's links, qdiscs and rules are never modified.
 
 Whose: every topology records its owner process (pid + start time) in its state file when it
@@ -33,10 +35,12 @@ class Removed:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)        # one line per run left alone, and why
+    containers: list[str] = field(default_factory=list)  # docker-compose.yml's, whose controller is gone
 
     def lines(self) -> list[str]:
         done = ([f"removed namespace {n}" for n in self.namespaces]
-                + [f"killed process {p}" for p in self.processes])
+                + [f"killed process {p}" for p in self.processes]
+                + [f"removed container {c}" for c in self.containers])
         return (done or ["nothing to clean"]) + self.kept
 
 
@@ -92,6 +96,41 @@ def orphan_delaylines(run_id: str | None = None) -> list[int]:
     return sorted(pid for pid, rid in delaylines().items() if run_id is None or rid == run_id)
 
 
+def stale_containers(everything: bool = False) -> list:
+    """Containers of docker-compose.yml (label ``wan-harness.role``) left behind: of every stack
+    whose controller does not run (its learner and workers would idle forever, its shaping is
+    gone with it), or of every stack (``everything``). [] where no docker engine answers."""
+    if not os.path.exists("/var/run/docker.sock"):
+        return []
+    try:
+        import docker
+
+        found = docker.from_env(timeout=10).containers.list(all=True, filters={"label": "wan-harness.role"})
+    except Exception:   # no engine, or not ours to reach: nothing to say about containers
+        return []
+    stacks: dict[str, list] = {}
+    for c in found:
+        labels = c.labels
+        stack = labels.get("com.docker.compose.project") or labels.get("com.docker.stack.namespace") or c.name
+        stacks.setdefault(stack, []).append(c)
+    stale = []
+    for members in stacks.values():
+        live = any(c.labels.get("wan-harness.role") != "service" and c.status == "running" for c in members)
+        if everything or not live:   # a swarm task is the swarm's to replace: `docker stack rm` removes it
+            stale += [c for c in members if "com.docker.swarm.task.id" not in c.labels]
+    return stale
+
+
+def remove_containers(everything: bool = False) -> list[str]:
+    """Remove :func:`stale_containers` (their namespaces, qdiscs and rules go with them); their names."""
+    names = []
+    for c in stale_containers(everything):
+        with contextlib.suppress(Exception):   # already gone, or removed by compose meanwhile
+            c.remove(force=True)
+            names.append(c.name)
+    return names
+
+
 def _remove_run(names: list[str], removed: Removed) -> None:
     for name in names:
         removed.processes += topology.ns_pids(name)
@@ -125,6 +164,8 @@ def clean(run_id: str | None = None, everything: bool = False) -> Removed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.processes.append(pid)
+    if run_id is None:                     # containers are per stack, not per run
+        removed.containers += remove_containers(everything)
     for rid in topology.state_run_ids():   # state files whose namespaces are gone
         if (run_id is None or rid == run_id) and not leftovers(rid) and (not dead_only or owner_status(rid)[1] is False):
             topology.remove_state(rid)

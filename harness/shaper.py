@@ -224,10 +224,11 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
 
 @contextlib.contextmanager
 def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
-            backend: str | None = None) -> Iterator[tuple[Topology, Shaper]]:
-    """``with emulate(profile, 8) as (topo, shaper):`` topology + shaping + schedule, all torn down on exit."""
+            backend: str | None = None, create=Topology.create) -> Iterator[tuple[Topology, Shaper]]:
+    """``with emulate(profile, 8) as (topo, shaper):`` topology + shaping + schedule, all torn down on exit.
+    ``create(run_id, n_workers)`` builds the topology (harness/containers.py: containers' namespaces)."""
     chosen = backends.decide(backend).name      # a bad name fails before anything is created
-    topo = Topology.create(run_id or topology.new_run_id(), n_workers)
+    topo = create(run_id or topology.new_run_id(), n_workers)
     try:
         with signals_raise():
             plan = build_plan(profile, topo, chosen)

@@ -42,7 +42,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import ClassVar, Iterator, Sequence
 
 from pyroute2 import IPRoute, netns
 from pyroute2.ethtool import Ethtool
@@ -185,6 +185,10 @@ class Topology:
     nodes: dict[str, Node]
     router_ns: str
     _destroyed: bool = field(default=False, repr=False)
+    # the node side's name and the route through the router (harness/containers.py: a container
+    # may already have an eth0 and a default route, e.g. on a swarm overlay network)
+    IFNAME: ClassVar[str] = "eth0"
+    ROUTE_DST: ClassVar[str] = "0.0.0.0/0"
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -195,7 +199,7 @@ class Topology:
         if not 1 <= n_workers <= MAX_WORKERS:
             raise ValueError(f"workers: {n_workers!r} must be within 1 and {MAX_WORKERS}")
         names = ["learner"] + [f"w{i}" for i in range(1, n_workers + 1)]
-        nodes = {name: Node(name=name, index=i, netns=ns_name(run_id, name), ifname="eth0",
+        nodes = {name: Node(name=name, index=i, netns=ns_name(run_id, name), ifname=cls.IFNAME,
                             address=f"{SUBNET}.{i}.2", port=f"p{i}", gateway=f"{SUBNET}.{i}.1")
                  for i, name in enumerate(names)}
         return cls(run_id=run_id, nodes=nodes, router_ns=ns_name(run_id, "rt"))
@@ -232,7 +236,7 @@ class Topology:
             idx = ipr.link_lookup(ifname=node.ifname)[0]
             ipr.addr("add", index=idx, address=node.address, prefixlen=24)
             ipr.link("set", index=idx, state="up")
-            ipr.route("add", dst="0.0.0.0/0", gateway=node.gateway)
+            ipr.route("add", dst=self.ROUTE_DST, gateway=node.gateway)
         disable_offloads(node.netns, node.ifname)
         write_sysctl(node.netns, TCP_SYSCTLS)
 
