@@ -13,7 +13,7 @@ import time
 import torch
 
 from trainers import methods
-from trainers.models import LoraSpec, build_model, build_tokenizer, lora_parameters
+from trainers.models import LoraSpec, attach_lora, build_tokenizer, lora_parameters
 from trainers.replay import OptimConfig, Replica
 from trainers.spec import RunParams
 
@@ -22,8 +22,10 @@ RUN_TOKEN_ENV = "RUN_TOKEN"
 
 def build_replica(params: RunParams, method: methods.Method):
     """The policy model and its Replica, identical on every process built from `params`."""
+    from trainers.pretrained import base_for
+
     rank = method.lora_rank or params.lora_rank
-    model = build_model(params.model, LoraSpec(rank=rank, seed=params.seed), seed=params.seed)
+    model = attach_lora(base_for(params), LoraSpec(rank=rank, seed=params.seed))  # base: pre-trained, cached
     optim = OptimConfig(lr=params.lr)
     return model, Replica(lora_parameters(model), optim)
 
@@ -33,9 +35,9 @@ def build_tokenizer_for(params: RunParams):
 
 
 def build_task(params: RunParams):
-    from trainers.tasks import get_task
+    from trainers.tasks import get_task, parse_task_options
 
-    return get_task(params.task)
+    return get_task(params.task, **parse_task_options(params.task, params.task_options))
 
 
 def rollout_seed(seed: int, worker: int, batch: int) -> int:
