@@ -231,15 +231,17 @@ def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
     for every flag), so every option is text; booleans are --x/--no-x switches."""
     panel = _PANELS[p.group or p.where]
     if p.type is bool:
-        default = None if as_list else p.default
-        return bool | None, typer.Option(default, f"{p.flag}/--no-{p.flag[2:]}", help=p.help_text(),
-                                         rich_help_panel=panel)
+        return bool | None, typer.Option(None, f"{p.flag}/--no-{p.flag[2:]}", rich_help_panel=panel,
+                                         help=p.help_text() + ("" if as_list else f" [default: {p.default}]"))
     metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
     if as_list:
         return str | None, typer.Option(None, p.flag, metavar=metavar, rich_help_panel=panel,
                                         help=p.help_text() + ("" if p.many else " (a comma list is a grid axis)"))
+    # Every flag defaults to None (= not given), so that a --preset can stand in for it; the spec's
+    # default applies in config.build and is shown in the help.
     default = ",".join(map(str, p.default)) if p.many else (None if p.default is None else str(p.default))
-    return str | None, typer.Option(default, p.flag, help=p.help_text(), metavar=metavar, rich_help_panel=panel)
+    shown = "" if default is None else f" [default: {default}]"
+    return str | None, typer.Option(None, p.flag, help=p.help_text() + shown, metavar=metavar, rich_help_panel=panel)
 
 
 def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,

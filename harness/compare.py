@@ -92,8 +92,9 @@ def _same(df: pd.DataFrame, keys: list[str], values) -> pd.DataFrame:
     return df
 
 
-def comparison(updates: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per (coordinates, variant), with speedup and byte fraction against `full`."""
+def comparison(updates: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (coordinates, variant), with speedup and byte fraction against the baseline and,
+    given the held-out `evals`, quality with CIs and time to quality (harness/quality.py)."""
     import pandas as pd
 
     if updates.empty:
@@ -107,7 +108,23 @@ def comparison(updates: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     base = df[df["method"] == df["baseline"]]  # each run's own --baseline (full unless said otherwise)
     df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
     df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
-    return df
+    df = _equal_bytes(df, base, keys, updates)
+    return _with_quality(df, evals, keys)
+
+
+def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str]) -> pd.DataFrame:
+    """The held-out columns (quality.quality_table) joined on coordinates + variant; runs without
+    evaluations keep only the training-batch figure."""
+    from harness import quality
+
+    if evals is None or evals.empty:
+        return df
+    q = quality.quality_table(evals, [k for k in keys if k in evals])
+    on = [k for k in keys if k in q] + ["variant"]
+    q = q.drop(columns=[c for c in q.columns if c in df.columns and c not in on])
+    for k in on:  # NaN coordinates (an unshaped run's rate) must join too
+        df[k], q[k] = df[k].astype(object), q[k].astype(object)
+    return df.merge(q, on=on, how="left")
 
 
 def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, inverse: bool = False):
@@ -117,6 +134,49 @@ def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, invers
         return None
     full = float(hit[col].iloc[0])
     return full / float(row[col]) if inverse else float(row[col]) / full
+
+
+EQUAL_BYTES_TOL = 0.10    # a comparison whose payload bytes differ by more than this is flagged
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_BASE_DTYPE = {"full": "fp32", "full-bf16": "bf16"}   # what each full baseline ships
+
+
+def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates: pd.DataFrame) -> pd.DataFrame:
+    """Equal-bytes check of every budgeted row: `budget_target_bytes` (--budget-bytes, else the budget
+    fraction of the adapter in --reference-dtype, estimated from the full baseline's payload, whose
+    tensor table makes it a slight over-estimate), `bytes_vs_budget` (payload / target),
+    `bytes_spread` (largest / smallest payload among the methods at the same coordinates and budget)
+    and `unequal_bytes`: either differs from 1 by more than EQUAL_BYTES_TOL."""
+    import pandas as pd
+
+    first = lambda col, default: updates[col].iloc[0] if col in updates and len(updates) else default  # noqa: E731
+    target, spread = [], []
+    for _, r in df.iterrows():
+        budget = r.get("budget")
+        if budget is None or pd.isna(budget) or not spec.takes_budget(r["method"]):
+            target.append(None)
+            spread.append(None)
+            continue
+        fixed = r.get("budget_bytes", first("budget_bytes", None))
+        hit = _same(base, keys, [r[k] for k in keys])
+        if fixed is not None and pd.notna(fixed):
+            target.append(float(fixed))
+        elif not hit.empty and hit["method"].iloc[0] in _BASE_DTYPE:
+            ref = _DTYPE_BYTES.get(r.get("reference_dtype", first("reference_dtype", "bf16")), 2)
+            adapter = float(hit["payload_bytes_down"].iloc[0]) / _DTYPE_BYTES[_BASE_DTYPE[hit["method"].iloc[0]]]
+            target.append(spec.parse_budget(budget) * adapter * ref)
+        else:
+            target.append(None)
+        peers = _same(df[(df["budget"] == budget) & df["method"].map(spec.takes_budget)], keys,
+                      [r[k] for k in keys])["payload_bytes_down"]
+        spread.append(float(peers.max() / peers.min()) if len(peers) > 1 and peers.min() else None)
+    df["budget_target_bytes"] = target
+    df["bytes_vs_budget"] = [p / t if t else None for p, t in zip(df["payload_bytes_down"], target)]
+    df["bytes_spread"] = spread
+    df["unequal_bytes"] = [bool((v is not None and abs(v - 1) > EQUAL_BYTES_TOL)
+                                or (s is not None and s - 1 > EQUAL_BYTES_TOL))
+                           for v, s in zip(df["bytes_vs_budget"], spread)]
+    return df
 
 
 CELL_FIELDS = ("cell", "variant", "seed", "status", "complete", "degraded", "consistent", "updates_done",
@@ -134,7 +194,7 @@ def run_summary(tables: RunTables) -> dict:
     """summary.json of one run: its status, the comparison (one record per variant) and the cells
     (status, updates, lost workers and restarts); `degraded` lists cells that lost a worker."""
     run = tables.runs[0]
-    comp = comparison(tables.updates, tables.cells)
+    comp = comparison(tables.updates, tables.cells, tables.evals)
     cells = [{k: _plain(c.get(k)) for k in CELL_FIELDS} for c in tables.cells.to_dict(orient="records")]
     for c in cells:
         c["degraded_note"] = c.get("note") if c.get("degraded") else None

@@ -140,7 +140,7 @@ def _variants(values: dict[str, Any]) -> list[Variant]:
             spec.check_method(baseline)
         except ConfigError as err:
             raise ConfigError(str(err).replace("--method", "--baseline")) from None
-    pairs = [(m, b if spec.takes_budget(m) else None) for m in methods for b in values["budget"]]
+    pairs = [(m, b if spec.takes_budget(m, values) else None) for m in methods for b in values["budget"]]
     variants = [Variant(m, b) for m, b in dict.fromkeys(pairs)]
     if baseline != spec.NO_BASELINE and baseline not in methods:
         variants.append(Variant(baseline))
@@ -181,9 +181,12 @@ def _mentions(raw: Any, key: str) -> bool:
 def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
     """Validate every value (spec names; raw strings or typed values); return the frozen config
     or raise ConfigError (one line)."""
-    values = parse_values(given)
+    from harness import presets
+
+    values = parse_values(presets.apply(given))
     _check_model(values["model"])
     _check_task(values["task"])
+    spec.check_task_options(values["task"], values["task_options"])  # SpecError: one line naming the flag
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
     variants = _variants(values)

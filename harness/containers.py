@@ -235,12 +235,7 @@ class ContainerTopology(Topology):
     def attach(cls, run_id: str, containers: dict[str, Any], api) -> "ContainerTopology":
         topo = cls.plan(run_id, len(containers) - 1)
         topo.containers, topo.api = containers, api
-        try:
-            topo._build()
-        except BaseException:
-            topo.destroy()
-            raise
-        return topo
+        return topo.built()
 
     def _build(self) -> None:
         topology.write_state(self.run_id, self.namespaces())

@@ -105,6 +105,14 @@ def service_env(token: str, cache: Path) -> dict:
     return env
 
 
+def service_modules(method: str) -> tuple[str, str]:
+    """(centre, worker) modules of a method: the data-parallel family runs the aggregator on the
+    learner's node and dp workers on the worker nodes; every other method the learner and workers."""
+    if spec.is_data_parallel(method):
+        return "trainers.aggregator", "trainers.dpworker"
+    return "trainers.learner", "trainers.worker"
+
+
 def run_flags(cfg: RunConfig, cell: Cell) -> list[str]:
     """The learner's argv for one cell: every service parameter of the spec, explicitly."""
     return spec.to_argv(cfg.service_values(cell.variant, cell.seed))
@@ -254,12 +262,13 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
     try:
-        procs.start("learner", "learner", [py, "-m", "trainers.learner", "--run-dir", str(cell_dir), "--listen", listen,
+        centre, worker = service_modules(cell.variant.method)
+        procs.start("learner", "learner", [py, "-m", centre, "--run-dir", str(cell_dir), "--listen", listen,
                                            "--join-timeout", str(JOIN_TIMEOUT_S), "--worker-timeout",
                                            str(cfg.worker_timeout), *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         for w in range(1, cfg.workers + 1):
-            procs.start(f"w{w}", f"w{w}", [py, "-m", "trainers.worker", "--learner", address, "--worker-id", str(w),
+            procs.start(f"w{w}", f"w{w}", [py, "-m", worker, "--learner", address, "--worker-id", str(w),
                                            "--run-dir", str(cell_dir)], cell_dir, env)
         end = time.monotonic() + CELL_TIMEOUT_S
         while procs.alive() and time.monotonic() < end:
@@ -316,9 +325,10 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}"
 
 
-def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None) -> Path:
+def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
-    tearing down and writing partial results when interrupted."""
+    tearing down and writing partial results when interrupted. `net(cfg)`: the network context
+    (default `network`; harness/containers.py passes the containers' one)."""
     check_privileges(cfg)
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -329,7 +339,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     from harness.signals import signals_raise  # SIGTERM/SIGHUP -> SystemExit, so `finally` tears down
 
     try:
-        with signals_raise(), network(cfg) as (topo, backend):
+        with signals_raise(), (net or network)(cfg) as (topo, backend):
             doc["backend"] = backend
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
             atomic_write_json(run_dir / "meta.json", doc)

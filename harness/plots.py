@@ -4,7 +4,8 @@
     harness plot results/<run-id> [more runs or sweeps]    -> <first path>/figures/*.pdf|png
 
 Figures: seconds per update vs bandwidth (log x); stacked phase breakdown per method; quality
-vs bytes communicated (log x) with the Pareto front; a Gantt timeline of learner and worker
+vs bytes communicated (log x) with the Pareto front; held-out quality vs training seconds (the
+time-to-quality figure, shaded 95 % CI over seeds); a Gantt timeline of learner and worker
 phases over the first updates (pipelining shows as rollouts overlapping training); per-link
 throughput over time. Every method keeps one colour (Okabe-Ito, colour-blind safe) and one
 marker across all figures.
@@ -184,6 +185,44 @@ def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out, "link_throughput")
 
 
+def quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame, out: Path) -> list[Path]:
+    """Held-out quality vs training wall-clock seconds, one line per method (mean over seeds, shaded
+    95 % CI), the baseline-derived target as a dashed line: the time-to-quality figure. One panel per
+    link coordinate group (a sweep point); a method faster per update but slower to quality shows here."""
+    from harness import quality
+
+    keys = [k for k in compare.coords(evals) if k in evals] if len(evals) else []
+    c = quality.curves(evals, keys)
+    groups = [] if c.empty else list(c.groupby(keys, dropna=False, sort=False)) if keys else [((), c)]
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.4 * max(1, len(groups)), 2.8), squeeze=False)
+    for ax, (key, g) in zip(axes[0], groups):
+        for variant, h in g.groupby("variant", sort=False):
+            h = h.sort_values("version")
+            method = variant.split("@")[0]
+            colour, marker = style(method)
+            ax.plot(h["wall_s"], h["quality"], color=colour, marker=marker, markersize=3, label=variant)
+            ax.fill_between(h["wall_s"], h["quality"] - h["ci95"], h["quality"] + h["ci95"], color=colour,
+                            alpha=0.15, linewidth=0)
+        target = _target(comp, keys, key)
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8, label="target")
+        ax.set_xlabel("training seconds (evaluation excluded)")
+        ax.set_ylabel(f"held-out {g['heldout_name'].iloc[0]}" if len(g) else "held-out quality")
+        ax.legend(fontsize=6)
+    if c.empty:
+        axes[0, 0].text(0.5, 0.5, "no held-out evaluations in these runs", transform=axes[0, 0].transAxes,
+                        ha="center")
+    return _save(fig, out, "quality_vs_time")
+
+
+def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
+    if "heldout_target" not in comp:
+        return None
+    rows = compare._same(comp, keys, key if isinstance(key, tuple) else (key,))
+    vals = rows["heldout_target"].dropna()
+    return float(vals.iloc[0]) if len(vals) else None
+
+
 def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> list[Path]:
     """Every figure for the runs at or under `path` (and `extra`), into `path`/figures/; the runs
     are parsed here unless `tables` (already read by the caller) is given."""
@@ -192,7 +231,8 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.Ru
     out = path / "figures"
     if t.updates.empty:
         raise ValueError(f"{path}: no completed update to plot yet")
-    comp = compare.comparison(t.updates, t.cells)
+    comp = compare.comparison(t.updates, t.cells, t.evals)
     with plt.rc_context(STYLE):
         return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t.updates, out)
-                + quality_vs_bytes(comp, out) + timeline(t.phases, out) + link_throughput(t.links, out))
+                + quality_vs_bytes(comp, out) + timeline(t.phases, out) + link_throughput(t.links, out)
+                + quality_vs_time(t.evals, comp, out))

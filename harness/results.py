@@ -24,6 +24,11 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     lag (policy versions), loss, reward_mean, quality, quality_metric,
     contributors (workers whose rollouts the update trained on).
 
+Columns of `evals` (one row per cell x held-out evaluation): the cell's coordinates, version,
+    pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill),
+    objective + objective_metric (reverse_kl or mean_reward), eval_s (not training time), wall_s
+    (training seconds up to that version: the sum of its updates' seconds per update).
+
 Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
 running | the learner's own words), complete, degraded (a worker was lost and never came back:
 the learner dropped it, or it never joined), consistent, updates_done (the learner's update
@@ -41,7 +46,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -53,7 +58,9 @@ from trainers import events, spec  # the event files' own reader; the run spec (
 
 LEARNER_PHASES = ("idle", "train", "encode", "decode_replay", "hash", "send_update")
 WORKER_PHASES = ("rollout", "send_rollouts", "receive", "decode_replay")
-TABLES = ("updates", "phases", "links", "cells")
+TABLES = ("updates", "phases", "links", "cells", "evals")
+# The data-parallel aggregator counts uploads at its own socket and states each step's formula.
+DP_FIELDS = ("payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down", "sync", "heldout_ppl")
 
 
 # ---- finding folders -------------------------------------------------------------------------
@@ -276,8 +283,28 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
                    wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
                    lag=r.get("lag"), loss=r.get("loss"), reward_mean=r.get("reward_mean"))
         row.update(quality=row["loss"] if metric == "distill_loss" else row["reward_mean"], quality_metric=metric)
+        row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/aggregator.py)
         rows.append(row)
     return rows
+
+
+EVAL_FIELDS = ("pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
+               "objective_metric", "eval_s")
+
+
+def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
+    """One row per held-out evaluation of the learner's policy at a version (trainers/heldout.py).
+    `wall_s` = the training seconds up to that version: the sum of its updates' seconds per update
+    (evaluation ran after the loop, so no evaluation time is in it)."""
+    spu = {r["version"]: r["seconds_per_update"] for r in cell.learner if r.get("kind") == "update"}
+    out = []
+    for r in cell.learner:
+        if r.get("kind") != "eval":
+            continue
+        v = r["version"]
+        out.append({**info, "version": v, **{k: r.get(k) for k in EVAL_FIELDS},
+                    "wall_s": sum(s for u, s in spu.items() if u <= v)})
+    return out
 
 
 def phase_rows(cell: CellFiles, info: dict) -> list[dict]:
@@ -440,6 +467,7 @@ class RunTables:
     phases: pd.DataFrame    # one row per process x update x phase span
     links: pd.DataFrame     # one row per link counter sample: node, direction, t_s, bytes, throughput_bit_s
     cells: pd.DataFrame     # one row per cell: status, consistent, updates done/planned, link byte totals
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per cell x evaluated version (held out)
 
 
 def read_run(run_dir: str | Path) -> RunTables:
@@ -452,7 +480,7 @@ def read_run(run_dir: str | Path) -> RunTables:
     except (AttributeError, KeyError, TypeError, ValueError) as err:  # config.json's profile, seeds, variants
         raise ResultsError(f"{run_dir / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
     live = run.meta.get("status") == "running"
-    updates, phases, links, cells = [], [], [], []
+    updates, phases, links, cells, evals = [], [], [], [], []
     for cell_dir in cell_dirs(run_dir, planned):
         cell = read_cell(cell_dir)
         try:
@@ -461,12 +489,13 @@ def read_run(run_dir: str | Path) -> RunTables:
             phases += phase_rows(cell, info)
             links += link_rows(cell, info)
             cells.append(cell_row(cell, info, run_live=live))
+            evals += eval_rows(cell, info)
         except ResultsError:
             raise
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as err:  # a shape check_rows lets through
             raise ResultsError(f"{cell_dir}: malformed results ({type(err).__name__}: {err})") from None
     frame = pd.DataFrame
-    return RunTables([run], frame(updates), frame(phases), frame(links), frame(cells))
+    return RunTables([run], frame(updates), frame(phases), frame(links), frame(cells), frame(evals))
 
 
 def read(paths: str | Path | Iterable[str | Path]) -> RunTables:
@@ -498,7 +527,7 @@ def write_tables(run_dir: str | Path, tables: RunTables | None = None) -> RunTab
     """updates/phases/links of one run as parquet + CSV in its folder (parsed here unless given)."""
     run_dir = Path(run_dir)
     tables = tables if tables is not None else read_run(run_dir)
-    for name in ("updates", "phases", "links"):
+    for name in ("updates", "phases", "links", "evals"):
         df = getattr(tables, name)
         df.to_parquet(run_dir / f"{name}.parquet", index=False)
         df.to_csv(run_dir / f"{name}.csv", index=False)

@@ -207,13 +207,16 @@ class Topology:
     @classmethod
     def create(cls, run_id: str, n_workers: int) -> "Topology":
         """Build namespaces, veths, addresses and routes; on any failure remove what was built."""
-        topo = cls.plan(run_id, n_workers)
+        return cls.plan(run_id, n_workers).built()
+
+    def built(self) -> "Topology":
+        """This topology, built (`_build`); on any failure what was built is removed and the error raised."""
         try:
-            topo._build()
+            self._build()
         except BaseException:
-            topo.destroy()
+            self.destroy()
             raise
-        return topo
+        return self
 
     def _build(self) -> None:
         write_state(self.run_id, self.namespaces())   # the owner first: clean can attribute any partial build

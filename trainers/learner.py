@@ -25,13 +25,15 @@ import sys
 import time
 import traceback
 
+import torch
+
 from trainers import messages, wire
 from trainers.consistency import Consistency
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
 from trainers.membership import MAX_PENDING_CONNECTIONS, Membership, Peer, ReplayLog
 from trainers.models import lora_gradients
 from trainers.rollout import Rollouts, concat
-from trainers.service import build_replica, build_task, log, parse_addr, run_token, set_threads
+from trainers.service import build_replica, build_task, build_tokenizer_for, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.wire import MessageType, WireError
 
@@ -56,6 +58,7 @@ class Learner:
         self.compressor = self.method.make_compressor() if self.method.replay else None
         self.objective = build_objective(params)
         self.vocab = self.model.get_input_embeddings().num_embeddings
+        self.tokenizer = build_tokenizer_for(params)
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
         self.replay_log = ReplayLog(self.replica.snapshot())
@@ -65,6 +68,8 @@ class Learner:
                                   max_pending_connections, send_timeout_s=worker_timeout_s)
         self.address = self.members.address
         self.rows: list[dict] = []  # the update rows written so far
+        self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
+        self.evals: list[dict] = []  # held-out evaluation rows, written after the loop
         self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
 
     # ------------------------------------------------------------------ the loop
@@ -76,6 +81,7 @@ class Learner:
         self.events.write("start", params=p.to_json(), address=list(self.address))
         log(PROCESS, f"listening on {self.address[0]}:{self.address[1]}, method {p.method}, {p.workers} workers")
         self.wait_for_workers()
+        self.keep_policy(0)
         last_done, last_harness = time.monotonic(), self.harness_seconds()
         for t in range(p.updates):
             timer = PhaseTimer()
@@ -104,9 +110,11 @@ class Learner:
                 bytes=bytes_delta(before, self.counter.by_type()),
                 rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
                 hash=self.consistency.learner_hash(version), harness_s=round(harness, 6)))
-            last_done, last_harness = done, now_harness
+            # A copy of the policy to evaluate later; its time is moved out of the next update's.
+            last_done, last_harness = done + self.keep_policy(version), now_harness
             self.pump(0)
         self.finish()
+        self.evaluate()
         return self.write_summary(complete=True, status="complete")
 
     # ------------------------------------------------------------------ the phases
@@ -166,6 +174,49 @@ class Learner:
                 "policy_versions": {f"w{w}": r.policy_version for w, r, _ in batch},
                 "lag": self.replica.version - 1 - min(versions)}
         return msg, info
+
+    # ------------------------------------------------------------------ held-out quality
+
+    def keep_policy(self, version: int) -> float:
+        """Keep a copy of the policy at the versions the run evaluates (0, every E, the last);
+        returns the seconds it took. It is the policy the workers sample with: the bf16-rounded
+        adapter under full-bf16."""
+        p, t0 = self.params, time.perf_counter()
+        if version in (0, p.updates) or (p.eval_every and version % p.eval_every == 0):
+            dtype = self.method.ship_dtype if not self.method.replay else None
+            adapter = self.replica.adapter()
+            if dtype is not None:
+                adapter = {n: t.to(dtype).to(t.dtype) for n, t in adapter.items()}
+            self.policies.append((version, adapter))
+        return time.perf_counter() - t0
+
+    def evaluate(self) -> None:
+        """After the loop (the workers have stopped, so nothing here is in seconds per update):
+        every kept policy on the same held-out problems with the same sampling seed (common random
+        numbers across methods), one `eval` event each."""
+        from trainers.evaluate import evaluate
+        from trainers.heldout import heldout_problems
+        from trainers.models import lora_parameters
+
+        p = self.params
+        task = build_task(p)
+        problems = heldout_problems(task, p.eval_problems)
+        teacher = getattr(self.objective, "teacher", None)
+        lora = lora_parameters(self.model)
+        for version, adapter in self.policies:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for name, param in lora.items():
+                    param.copy_(adapter[name])
+            r = evaluate(self.model, self.tokenizer, task, problems, n=p.eval_samples, k=p.pass_k,
+                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=p.seed, teacher=teacher)
+            objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
+            self.evals.append(self.events.write(
+                "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
+                problems=r.num_problems, mean_reward=r.mean_reward, reverse_kl=r.reverse_kl,
+                objective_metric="reverse_kl" if p.objective == "distill" else "mean_reward",
+                objective=objective, eval_s=round(time.perf_counter() - t0, 6)))
+        self.policies.clear()
 
     def finish(self) -> None:
         """Wait (bounded) for every member's final hash, then tell everyone to stop."""
@@ -250,7 +301,8 @@ class Learner:
         summary = {"complete": complete, "status": status, "method": p.method, "protocol": self.method.protocol,
                    "workers": p.workers, "params": p.to_json(), "updates": self.replica.version,
                    "updates_planned": p.updates, **update_stats(self.rows), **self.consistency.summary(complete),
-                   "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows()}
+                   "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows(),
+                   "eval": self.evals[-1] if self.evals else None}
         write_summary(self.run_dir, summary)
         return summary
 
@@ -290,10 +342,9 @@ def build_objective(params: RunParams):
     from trainers.objectives import get_objective
 
     if params.objective == "distill":
-        from trainers.objectives.teacher import build_teacher
+        from trainers.pretrained import teacher_for
 
-        teacher = build_teacher(build_task(params), params.model, seed=params.seed, steps=params.teacher_steps)
-        return get_objective("distill", teacher=teacher)
+        return get_objective("distill", teacher=teacher_for(params))  # cached; one teacher for every seed
     return get_objective(params.objective)
 
 

@@ -43,6 +43,10 @@ RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA ra
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/dtypes.py)
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
+# Data-parallel family (trainers/dataparallel registry); lordo-* may name a QHM variant: lordo-global-none.
+DP_METHODS = ("ddp", "diloco", "lordo-global", "lordo-local", "lowrank-ddp")
+DP_METHOD = re.compile(r"^(ddp|lowrank-ddp|diloco|lordo-global|lordo-local)(?:-(none|lowrank|fullrank))?$")
+QUALITY_METRICS = ("pass_at_k", "pass_at_1", "objective")
 
 # Options of each compressor (name -> default). The compressor classes take their defaults
 # from here; the run spec turns each into a flag.
@@ -51,11 +55,14 @@ BUDGET_OPTIONS: dict[str, Any] = {"budget": "1.6%", "budget_bytes": None, "refer
 COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
     "identity": {"dtype": "fp32"},
     "int8": {"block_size": 256},
-    "powersgd": {"rank": 1, "dtype": "fp16", "warm_start": True, "seed": 0},
+    "powersgd": {"rank": None, "dtype": "fp16", "warm_start": True, "seed": 0},  # rank None: ranks fit the budget
     "spar": {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8, "warm_start": True, "seed": 0},
     "topk": {"dtype": "fp16"},
 }
-BUDGETED = ("spar", "topk")                           # BudgetedCompressor subclasses
+# BudgetedCompressor subclasses. A run gives every budgeted method each --budget (equal bytes):
+# `--method spar,powersgd --budget 1.6%` runs spar@1.6% and powersgd@1.6%. Only a set
+# --powersgd-rank opts powersgd out (every factor at that rank, the budget not applied).
+BUDGETED = ("int8", "powersgd", "spar", "topk")
 
 
 class SpecError(ValueError):
@@ -200,7 +207,8 @@ def _compressor_params() -> list[Param]:
                  "budgeted compressors: the dtype of the full adapter that a budget is a fraction of",
                  choices=FLOAT_DTYPES)]
     kinds = {"dtype": dict(type=str, choices=FLOAT_DTYPES, help="payload value dtype"),
-             "rank": dict(type=int, lo=1, hi=4096, help="rank of the low-rank approximation"),
+             "rank": dict(type=int, lo=1, hi=4096, optional=True, help="rank of every factor; unset: per-factor "
+                          "ranks that fit --budget"),
              "warm_start": dict(type=bool, help="start each power iteration from the previous update's subspace"),
              "seed": dict(type=int, lo=0, hi=2**31 - 1, help="seed of the random projections"),
              "sketch": dict(type=int, lo=1, hi=4096, help="directions estimated per factor by the range finder"),
@@ -223,11 +231,19 @@ PARAMS: list[Param] = [
           + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
     Param("seed", int, (1, 2), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
           flag_name="seeds"),
-    Param("baseline", str, "full", "the method every other one is compared against, run under the same link "
+    Param("preset", str, None, "a named preset from presets/ (or a YAML path) whose values stand in for every "
+          "flag not given (harness/presets.py)", where="harness", optional=True),
+    Param("baseline", str, "full-bf16", "the method every other one is compared against, run under the same link; "
+          "default full-bf16: the whole adapter in bf16, as the HiLo paper and RL frameworks ship it "
           f"(`{NO_BASELINE}`: do not run one)", where="harness"),
     Param("on_drop", str, "continue", "a worker lost mid-cell: continue (the cell is marked degraded), fail (stop "
           "the run, exit 1), restart (start it again; it rejoins and catches up)", choices=("fail", "continue", "restart"),
           where="harness"),
+    Param("quality_metric", str, "pass_at_k", "the held-out figure that quality and time-to-quality use: pass_at_k, "
+          "pass_at_1, or objective (reverse KL to the teacher for distill, lower is better; mean reward for grpo)",
+          choices=QUALITY_METRICS, where="harness"),
+    Param("quality_target", float, 0.9, "time-to-quality target: this fraction of the baseline's final held-out "
+          "improvement (mean over seeds)", lo=0.01, hi=1.0, where="harness"),
     Param("worker_timeout", float, 120.0, "seconds of silence after which the learner drops a worker (the learner's "
           "--worker-timeout)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
@@ -240,9 +256,14 @@ PARAMS: list[Param] = [
     Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
     Param("lr", float, 1e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
     Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
+    Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
+          "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
+    Param("base_steps", int, 300, "supervised steps on gold answers of the student's base (trained here once, "
+          "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000),
     Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo",
           choices=OBJECTIVES),
-    Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (cached on disk)",
+    Param("teacher_steps", int, 600, "distill: supervised steps of the teacher trained here (the base's recipe "
+          "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),
     Param("problems_per_worker", int, 2, "problems per worker per update", lo=1, hi=4096),
     Param("group_size", int, 2, "samples per problem (the GRPO group)", lo=1, hi=1024),
@@ -252,7 +273,35 @@ PARAMS: list[Param] = [
           unit="versions", lo=1, hi=1_000_000),
     Param("snapshot_every", int, 10, "the learner snapshots adapter + optimizer every S versions (catch-up)",
           unit="versions", lo=1, hi=1_000_000),
+    # held-out quality (trainers/heldout.py; evaluated by the learner after its loop, never timed as an update)
+    Param("eval_every", int, 5, "evaluate the policy on the held-out problems every E versions (and always at "
+          "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000),
+    Param("eval_problems", int, 32, "held-out problems per evaluation (disjoint from every training problem)",
+          lo=1, hi=100_000),
+    Param("eval_samples", int, 8, "samples per held-out problem (n of pass@k; at least 2 x --pass-k)",
+          lo=1, hi=1024),
+    Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512),
     *_compressor_params(),
+    # the data-parallel family (trainers/dataparallel, trainers/optim/lordo.py); --updates counts optimizer steps
+    Param("lordo_k", int, 8, "data-parallel: local steps between syncs (diloco, lordo)", unit="steps", lo=1,
+          hi=1_000_000),
+    Param("lordo_k_states", int, None, "lordo: steps between optimizer-state syncs, a multiple of --lordo-k "
+          "(unset: --lordo-k)", unit="steps", lo=1, hi=1_000_000, optional=True),
+    Param("lowrank_ddp_refresh", int, 200, "lowrank-ddp: steps between projection refreshes (GaLore's update gap; "
+          "a refresh step exchanges the full gradient)", unit="steps", lo=1, hi=1_000_000),
+    Param("lordo_rank", int, 8, "lordo, lowrank-ddp: rank r of the projection of attention + MLP matrices",
+          lo=1, hi=4096),
+    Param("lordo_qhm", str, "full-rank", "lordo: quasi-hyperbolic momentum term (a lordo-*-none|lowrank|fullrank "
+          "name overrides it)", choices=("none", "low-rank", "full-rank")),
+    Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0),
+    Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step"),
+    Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed"),
+    Param("diloco_outer_lr", float, 0.7, "diloco: outer Nesterov SGD learning rate", lo=0.0, hi=10.0),
+    Param("diloco_outer_momentum", float, 0.9, "diloco: outer Nesterov momentum", lo=0.0, hi=0.999),
+    Param("dp_batch", int, 8, "data-parallel: sequences per worker per step", lo=1, hi=4096),
+    Param("dp_seq_len", int, 64, "data-parallel: tokens (bytes) per sequence of the generated corpus",
+          unit="tokens", lo=8, hi=4096),
+    Param("dp_heldout", int, 64, "data-parallel: held-out sequences for the final perplexity", lo=1, hi=100_000),
     # the emulated network
     Param("profile", str, "paper-62.5mbit", "WAN profile: a name in netem_profiles/ or a YAML path; the link "
           "flags below override its worker defaults", where="link"),
@@ -295,16 +344,29 @@ def parse_value(name: str, raw: Any) -> Any:
 # ---- methods (names only; trainers/methods.py builds them) -----------------------------------
 
 def method_names() -> list[str]:
-    return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS)
+    return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
+
+
+def dp_method_names() -> list[str]:
+    return list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}"]
+
+
+def is_data_parallel(name: str) -> bool:
+    """A data-parallel method (aggregator + dp workers instead of learner + workers)."""
+    m = DP_METHOD.match(name)
+    return bool(m) and (m.group(2) is None or m.group(1).startswith("lordo"))
 
 
 def check_method(name: str) -> str:
-    if name in FULL_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS:
+    if name in FULL_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS or is_data_parallel(name):
         return name
     raise SpecError(f"--method: unknown method {quote(name)}; valid methods: {', '.join(method_names())}")
 
 
-def takes_budget(method: str) -> bool:
+def takes_budget(method: str, values: dict[str, Any] | None = None) -> bool:
+    """Whether `method` runs at each --budget; `values` (run parameters): a set --powersgd-rank opts out."""
+    if method == "powersgd" and values is not None and values.get("powersgd_rank") is not None:
+        return False
     return method in BUDGETED
 
 
@@ -337,6 +399,9 @@ class RunParams:
             raw = values.get(name, p.service_default)
             out[name] = _budget(raw) if name == "budget" else p.parse(raw)  # one cell: one value each
         check_method(out["method"])
+        check_task_options(out["task"], out["task_options"])
+        if out["eval_samples"] < 2 * out["pass_k"]:  # the unbiased pass@k estimator needs n >= k; 2k keeps it stable
+            raise SpecError(f"--eval-samples: {out['eval_samples']} must be at least 2 x --pass-k ({out['pass_k']})")
         object.__setattr__(self, "_values", out)
 
     def __getattr__(self, name: str) -> Any:
@@ -373,6 +438,17 @@ class RunParams:
         from trainers import methods  # torch: only the services get here
 
         return methods.get_method(self.method, **self.compressor_options())
+
+
+def check_task_options(task: str, text: str) -> None:
+    from trainers.tasks import available, parse_task_options  # torch-free, like this module
+
+    if task not in available():
+        return  # an unknown task is reported as such by the --task check
+    try:
+        parse_task_options(task, text)
+    except ValueError as e:
+        raise SpecError(f"--task-options: {e}") from None
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

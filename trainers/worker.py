@@ -27,6 +27,7 @@ import time
 
 from trainers import messages, spec, wire
 from trainers.events import EventLog, PhaseTimer
+from trainers.heldout import training_problems
 from trainers.rollout import generate_rollouts
 from trainers.service import (build_replica, build_task, build_tokenizer_for, connect, log, parse_addr,
                               rollout_seed, run_token, set_threads)
@@ -197,7 +198,7 @@ class Worker:
         p, timer = self.params, PhaseTimer()
         seed = rollout_seed(p.seed, self.id, batch)
         with timer.phase("rollout"):
-            problems = self.task.generate(p.problems_per_worker, seed=seed)
+            problems = training_problems(self.task, p.problems_per_worker, seed)  # never a held-out one
             r = generate_rollouts(self.model, self.tokenizer, self.task, problems, p.group_size,
                                   p.max_new_tokens, p.temperature, seed=seed,
                                   policy_version=self.replica.version,

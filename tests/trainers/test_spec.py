@@ -65,7 +65,7 @@ def test_sweep_axes_and_run_names_come_from_the_spec(tmp_path):
     grid = runcli.load_grid(None, {"workers": "1,2", "bw": "10mbit,20mbit", "method": "spar,topk", "seed": "1,2"})
     cfgs = runcli.sweep_configs(grid, tmp_path)
     assert [c.run_id for c in cfgs] == ["bw10mbit-w1", "bw10mbit-w2", "bw20mbit-w1", "bw20mbit-w2"]
-    assert all(c.seeds == (1, 2) and [v.method for v in c.variants] == ["spar", "topk", "full"] for c in cfgs)
+    assert all(c.seeds == (1, 2) and [v.method for v in c.variants] == ["spar", "topk", "full-bf16"] for c in cfgs)
     path = tmp_path / "grid.yaml"
     path.write_text("seeds: [3]\nlora_rank: [4, 16]\n")
     cfgs = runcli.sweep_configs(runcli.load_grid(str(path), {}), tmp_path)
@@ -79,7 +79,7 @@ def test_compressor_options_come_from_the_spec_and_reach_the_compressor():
     spar = by_method["spar"].get_method().make_compressor()
     assert spar.config["sketch"] == 16 and spar.config["budget"] == "0.78%"
     assert by_method["powersgd"].get_method().make_compressor().config["rank"] == 3
-    assert by_method["full"].compressor_options() == {}
+    assert by_method["full-bf16"].compressor_options() == {}
 
 
 def test_one_budget_syntax():
@@ -121,3 +121,9 @@ def test_backend_names_agree_with_the_shaper():
     from harness import backend
 
     assert tuple(spec.BACKENDS) == tuple(backend.BACKENDS)
+
+
+def test_held_out_sample_count_must_cover_pass_at_k():
+    assert spec.RunParams(eval_samples=8, pass_k=4).pass_k == 4
+    with pytest.raises(spec.SpecError, match=r"--eval-samples: 6 must be at least 2 x --pass-k \(4\)"):
+        spec.RunParams(eval_samples=6, pass_k=4)

@@ -12,6 +12,8 @@ BAD_RUN = [
     (["--method", "nope"], "--method: unknown method 'nope'"),
     (["--method", ""], "--method: no method given"),
     (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
+    (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: knights_knaves: need 2 <= "),
+    (["--task-options", "width=3"], "--task-options: task options: digits has no option 'width'"),
     (["--budget", "0%"], "--budget: '0%' is outside [0.001%, 100%]"),
     (["--budget", "1e-30%"], "--budget: '1e-30%' is outside"),
     (["--budget", "0.016"], "--budget: '0.016' is not a percentage like 1.6%"),
@@ -77,8 +79,8 @@ def test_flags_override_the_profile_and_are_parsed_once():
     link = prof.link("w3").down
     assert (link.rate_bit_s, link.delay_s, link.loss_frac) == (20e6, 0.005, 0.001)
     assert cfg.rate_bit_s == 20e6 and cfg.seeds == (1, 2) and cfg.overrides["rate"] == "20mbit"
-    assert [v.label for v in cfg.variants] == ["spar@1.6%", "full"]
-    assert [v.label for v in config.build(method="full,int8").variants] == ["full", "int8"]
+    assert [v.label for v in cfg.variants] == ["spar@1.6%", "full-bf16"]  # the default baseline
+    assert [v.label for v in config.build(method="full,int8", baseline="full").variants] == ["full", "int8@1.6%"]  # int8 meets a budget
     assert [v.label for v in config.build(method="spar", baseline="none").variants] == ["spar@1.6%"]
     assert [v.label for v in config.build(method="spar", baseline="full-bf16").variants] == ["spar@1.6%", "full-bf16"]
     with pytest.raises(Exception):
@@ -88,7 +90,7 @@ def test_flags_override_the_profile_and_are_parsed_once():
 def test_dry_run_prints_plan_and_builds_nothing(tmp_path):
     result = CliRunner().invoke(app, ["run", "--dry-run", "--bw", "20mbit", "--workers", "2", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert '"rate_bit_s": 20000000.0' in result.stdout and "cell full-s1" in result.stdout
+    assert '"rate_bit_s": 20000000.0' in result.stdout and "cell full-bf16-s1" in result.stdout
     assert not any(tmp_path.iterdir())
 
 

@@ -136,7 +136,8 @@ def pdf_fonts_are_type42(pdf: Path) -> bool:
 def test_figures_are_written_with_type42_fonts(run_copy):
     files = plots.write(run_copy)
     names = {p.stem for p in files}
-    assert names == {"seconds_vs_bandwidth", "phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput"}
+    assert names == {"seconds_vs_bandwidth", "phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput",
+                     "quality_vs_time"}
     for p in files:
         assert p.stat().st_size > 1000
         if p.suffix == ".pdf":
@@ -186,7 +187,7 @@ def test_commands_rebuild_from_the_folder(tmp_path, cmd):
     if cmd == "report":
         assert (tmp_path / "s" / "report.md").exists() and "spar@1.6%" in result.stdout
     else:
-        assert len(list((tmp_path / "s" / "figures").glob("*.pdf"))) == 5
+        assert len(list((tmp_path / "s" / "figures").glob("*.pdf"))) == 6
 
 
 def test_tables_written_as_parquet_and_csv(run_copy):
@@ -209,7 +210,7 @@ def test_results_side_imports_no_torch_and_of_trainers_only_the_torch_free_modul
 def test_the_comparison_names_import_without_pandas():
     """config.py takes BASELINE and slug from compare.py; every `harness` command imports config."""
     code = ("import sys; from harness.compare import BASELINE, label, slug; "
-            "assert slug(label('spar', '1.6%')) == 'spar-1.6pct' and BASELINE == 'full'; "
+            "assert slug(label('spar', '1.6%')) == 'spar-1.6pct' and BASELINE == 'full-bf16'; "
             "assert 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
 

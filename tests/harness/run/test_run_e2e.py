@@ -43,7 +43,7 @@ def processes_mentioning(text: str) -> list[int]:
 def e2e(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
     proc = harness("run", "--bw", "20mbit", "--workers", "2", "--updates", "3", "--method", "spar",
-                   "--model", "micro", "--seeds", "1", "--objective", "grpo", "--run-id", "e2e", "--out", str(out), "--json")
+                   "--model", "micro", "--seeds", "1", "--objective", "grpo", "--baseline", "full", "--run-id", "e2e", "--out", str(out), "--json")
     stdout, stderr = proc.communicate(timeout=600)
     return proc.returncode, stdout, stderr, out / "e2e"
 
@@ -62,7 +62,8 @@ def test_every_artefact_is_written(e2e):
                  "links.parquet", "report.md", "report.html"):
         assert (run_dir / name).stat().st_size > 0, name
     figs = {p.name for p in (run_dir / "figures").iterdir()}
-    for stem in ("seconds_vs_bandwidth", "phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput"):
+    for stem in ("seconds_vs_bandwidth", "phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput",
+                 "quality_vs_time"):
         assert {f"{stem}.pdf", f"{stem}.png"} <= figs
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["complete"] and meta["status"] == "complete" and meta["emulation"] is True
@@ -79,7 +80,7 @@ def test_every_artefact_is_written(e2e):
     df = pd.read_parquet(run_dir / "updates.parquet")
     assert sorted(df.groupby("method").size().items()) == [("full", 3), ("spar", 3)]
     md = (run_dir / "report.md").read_text()
-    assert "spar@1.6%" in md and "speedup vs full" in md and "20mbit" in md
+    assert "spar@1.6%" in md and "speedup vs baseline" in md and "20mbit" in md
 
 
 def test_full_is_no_faster_than_the_link_allows(e2e):

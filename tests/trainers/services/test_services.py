@@ -338,3 +338,21 @@ def test_learner_rejects_rollouts_it_cannot_train_on(tmp_path):
             learner.on_frame(peer, frame([5, 6]))
     finally:
         learner.close()
+
+
+def test_held_out_evaluation_runs_after_the_loop_and_is_common_to_methods(runs):
+    """The learner evaluates versions 0, every E and the last on the held-out set after its last
+    update (so no evaluation second is inside an update's), with the same problems and sampling
+    seed for every method: bit-identical policies (identity, full) get identical figures."""
+    evals = {}
+    for method, (c, s, _) in runs.items():
+        rows = c.events("learner")
+        updates = [r for r in rows if r["kind"] == "update"]
+        ev = [r for r in rows if r["kind"] == "eval"]
+        assert [r["version"] for r in ev] == [0, 5]  # eval_every 5, 5 updates
+        assert min(r["t"] for r in ev) > max(r["t"] for r in updates)
+        assert all(r["n"] >= 2 * r["k"] and r["problems"] > 0 and r["eval_s"] > 0 for r in ev)
+        assert s["eval"]["version"] == 5
+        evals[method] = [{k: r[k] for k in ("pass_at_1", "pass_at_k", "mean_reward", "objective")} for r in ev]
+    assert evals["identity"] == evals["full"]
+    assert evals["spar"][0] == evals["full"][0]  # version 0: the same policy for every method
