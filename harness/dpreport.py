@@ -6,7 +6,9 @@ optimizer step per worker, each direction, as the method's analytic formula clai
 wire = + the 44-byte frame header), the framing overhead (measured payload / claimed), and the
 ratio of the measured payload (up + down) to `lowrank-ddp`'s and `ddp`'s under the same
 coordinates and number of steps; seconds per optimizer step and held-out perplexity (mean and 95 %
-CI over seeds).
+CI over seeds). Then, per variant whose workers refresh a projection (lordo-*, lowrank-ddp), the
+subspace overlap mean(sigma^2(Q_{t+1}^T Q_t)) per sync (results.py's `overlap` column): the mean over
+each seed's syncs (mean and 95 % CI over seeds) and the lowest sync of any seed (1 = Q did not move).
 """
 from __future__ import annotations
 
@@ -62,6 +64,43 @@ def table(updates: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def overlap_table(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant with overlap rows: seeds, syncs per seed, mean over each seed's syncs
+    (mean and 95 % CI over seeds), min and max over every sync of every seed."""
+    if "overlap" not in updates or "method" not in updates:
+        return pd.DataFrame()
+    df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
+    if df.empty:
+        return pd.DataFrame()
+    keys = [k for k in KEYS if k in df] + ["method"]
+    rows = []
+    for key, g in df.groupby(keys, dropna=False, sort=False):
+        seeds = g.groupby("seed")["overlap"]
+        mean, ci = ci95(seeds.mean())
+        rows.append(dict(zip(keys, key), seeds=seeds.ngroups, syncs=seeds.size().mean(), overlap_mean=mean,
+                         overlap_ci95=ci, overlap_min=g["overlap"].min(), overlap_max=g["overlap"].max()))
+    return pd.DataFrame(rows)
+
+
+def overlap_lines(updates: pd.DataFrame) -> list[str]:
+    t = overlap_table(updates)
+    if t.empty:
+        return []
+    head = ["workers", "method", "seeds x syncs", "overlap mean (± 95% CI over seeds)", "min", "max"]
+    lines = ["### Subspace overlap per sync", "",
+             "mean(σ²(Q_{t+1}ᵀ Q_t)) at each sync that refreshed the projection (mean over workers): 1 = the "
+             "new subspace is the old one (the review's stagnation without full-rank QHM); lower = Q moves. "
+             "Mean over each seed's syncs, then mean ± 95 % CI over seeds; min / max over every sync.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in t.iterrows():
+        mean = f"{r['overlap_mean']:.4f}" + (f" ± {r['overlap_ci95']:.4f}" if r["overlap_ci95"] is not None
+                                             and not pd.isna(r["overlap_ci95"]) else "")
+        workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
+        lines.append("| " + " | ".join([workers, r["method"], f"{r['seeds']} x {r['syncs']:g}", mean,
+                                        f"{r['overlap_min']:.4f}", f"{r['overlap_max']:.4f}"]) + " |")
+    return lines + [""]
+
+
 def _b(v) -> str:
     return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
 
@@ -93,4 +132,4 @@ def section(updates: pd.DataFrame) -> list[str]:
                  _b(r["wire_down"]), f"{r['measured'] / claimed:.4f}" if claimed else "-",
                  _x(r["vs_lowrank-ddp"]), _x(r["vs_ddp"]), f"{r['s_per_step']:.3f}", ppl]
         lines.append("| " + " | ".join(cells) + " |")
-    return lines + [""]
+    return lines + [""] + overlap_lines(updates)

@@ -7,8 +7,9 @@ Figures: seconds per update vs bandwidth (log x); stacked phase breakdown per me
 vs bytes communicated (log x) with the Pareto front; held-out quality vs training seconds (the
 time-to-quality figure, shaded 95 % CI over seeds); a Gantt timeline of learner and worker
 phases over the first updates (pipelining shows as rollouts overlapping training); per-link
-throughput over time. Every method keeps one colour (Okabe-Ito, colour-blind safe) and one
-marker across all figures.
+throughput over time; for data-parallel runs (harness/dpplots.py) held-out perplexity vs bytes per
+optimizer step and the subspace overlap per sync. Every method keeps one colour (Okabe-Ito,
+colour-blind safe) and one marker across all figures.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness import compare, results  # noqa: E402
+from trainers import spec  # noqa: E402  (torch-free vocabularies)
 
 # Okabe & Ito (2008), the colour-blind-safe qualitative palette.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -30,6 +32,12 @@ METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
     "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "spar": ("#0072B2", "s"),
     "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
     "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
+}
+DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
+    "ddp": ("#000000", "d"), "lowrank-ddp": ("#0072B2", "8"), "diloco": ("#009E73", "H"),
+    "lordo-global": ("#D55E00", "^"), "lordo-global-fullrank": ("#D55E00", "D"),
+    "lordo-global-none": ("#E69F00", "v"), "lordo-global-lowrank": ("#F0E442", "<"),
+    "lordo-local": ("#CC79A7", "s"), "lordo-local-none": ("#56B4E9", "o"),
 }
 MARKERS = ">hp*"  # markers no fixed method uses: an unlisted method never looks like a listed one
 PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
@@ -43,8 +51,8 @@ GANTT_UPDATES = 4
 def style(method: str) -> tuple[str, str]:
     """(colour, marker) of a method: fixed for the known ones; for the rest, a CRC of the name
     (the same in every process, unlike hash()) picks a colour and, independently, a marker."""
-    if method in METHOD_STYLE:
-        return METHOD_STYLE[method]
+    if method in METHOD_STYLE or method in DP_STYLE:
+        return METHOD_STYLE.get(method) or DP_STYLE[method]
     h = zlib.crc32(method.encode())
     return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h // len(OKABE_ITO) % len(MARKERS)]
 
@@ -69,7 +77,8 @@ def seconds_vs_bandwidth(comp: pd.DataFrame, out: Path) -> list[Path]:
                     capsize=2, label=variant)
     ax.set_xscale("log")
     ax.set_xlabel("worker link bandwidth (Mbit/s)")
-    ax.set_ylabel("seconds per update (median, IQR)")
+    dp = len(df) > 0 and df["method"].map(spec.is_data_parallel).all()  # an update is an optimizer step there
+    ax.set_ylabel(f"seconds per {'optimizer step' if dp else 'update'} (median, IQR)")
     if df.empty:
         ax.text(0.5, 0.5, "no shaped link (localhost run)", transform=ax.transAxes, ha="center")
     else:
@@ -118,16 +127,28 @@ def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
 
 
 def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
+    """Quality (held out where the runs evaluated it, mean ± 95 % CI; else the training-batch metric,
+    ± sd) vs bytes per update, with the Pareto front. Data-parallel methods have their own figure
+    (dpplots: perplexity vs bytes per optimizer step)."""
+    from trainers import spec
+
     fig, ax = plt.subplots(figsize=(4.2, 3))
-    pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp["quality_mean"]).dropna(subset=["bytes", "quality"])
+    comp = comp[[not spec.is_data_parallel(str(m)) for m in comp["method"]]] if len(comp) else comp
+    heldout = "heldout_mean" in comp and comp["heldout_mean"].notna().any()
+    quality, err = ("heldout_mean", "heldout_ci95") if heldout else ("quality_mean", "quality_std")
+    pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp[quality]).dropna(subset=["bytes", "quality"])
     pts = pts[pts["bytes"] > 0]
     for _, r in pts.iterrows():
         colour, marker = style(r["method"])
-        ax.errorbar(r["bytes"], r["quality"], yerr=r["quality_std"], color=colour, marker=marker, capsize=2,
-                    label=r["variant"])
-    metric = str(pts["quality_metric"].iloc[0]) if len(pts) else "quality"
+        ax.errorbar(r["bytes"], r["quality"], yerr=0 if pd.isna(r[err]) else r[err], color=colour, marker=marker,
+                    capsize=2, label=r["variant"])
+    if heldout and len(pts):
+        metric, higher = f"held-out {pts['heldout_name'].iloc[0]}", not bool(pts["heldout_lower_is_better"].iloc[0])
+    else:
+        metric = str(pts["quality_metric"].iloc[0]) if len(pts) else "quality"
+        higher = "loss" not in metric
     if len(pts):
-        front = pareto(pts, higher_is_better="loss" not in metric)
+        front = pareto(pts, higher_is_better=higher)
         ax.step(front["bytes"], front["quality"], where="post", color="grey", linestyle="--", linewidth=0.8,
                 label="Pareto front")
     ax.set_xscale("log")
@@ -232,7 +253,8 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.Ru
     if t.updates.empty:
         raise ValueError(f"{path}: no completed update to plot yet")
     comp = compare.comparison(t.updates, t.cells, t.evals)
+    from harness import dpplots  # imports this module: here, not at the top
     with plt.rc_context(STYLE):
         return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t.updates, out)
                 + quality_vs_bytes(comp, out) + timeline(t.phases, out) + link_throughput(t.links, out)
-                + quality_vs_time(t.evals, comp, out))
+                + quality_vs_time(t.evals, comp, out) + dpplots.figures(t.updates, out))

@@ -22,7 +22,10 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
     payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
     lag (policy versions), loss, reward_mean, quality, quality_metric,
-    contributors (workers whose rollouts the update trained on).
+    contributors (workers whose rollouts the update trained on);
+    data-parallel cells also: claimed_bytes_up / claimed_bytes_down, sync, heldout_ppl (DP_FIELDS) and
+    overlap = mean(sigma^2(Q_{t+1}^T Q_t)) at a sync that refreshed the projection (mean over the
+    workers' rows, trainers/dpworker.py; absent elsewhere).
 
 Columns of `evals` (one row per cell x held-out evaluation): the cell's coordinates, version,
     pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill),
@@ -284,6 +287,9 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
                    lag=r.get("lag"), loss=r.get("loss"), reward_mean=r.get("reward_mean"))
         row.update(quality=row["loss"] if metric == "distill_loss" else row["reward_mean"], quality_metric=metric)
         row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/aggregator.py)
+        overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
+        if overlaps:
+            row["overlap"] = sum(overlaps) / len(overlaps)
         rows.append(row)
     return rows
 

@@ -13,7 +13,7 @@ Event rows: one `update` row per optimizer step (version = step), the interval b
 spread evenly over its K steps (seconds_per_update = seconds per optimizer step); the sync step's
 row carries the bytes: update_payload_bytes / update_frame_bytes (download, per worker),
 payload_bytes_up / wire_bytes_up (uploads, all workers, counted at this socket), claimed_bytes_up /
-claimed_bytes_down (the method's formula, per worker) and the subspace overlap.
+claimed_bytes_down (the method's formula, per worker); the subspace overlap is in the dp workers' rows.
 """
 from __future__ import annotations
 
