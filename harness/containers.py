@@ -332,28 +332,6 @@ def measure_links(cfg, topo: ContainerTopology, backend: str, secs: float) -> Pa
     return path
 
 
-def links_section(run_dir: Path) -> str:
-    """report.md's "Container links" section from calibration.json ('' without one)."""
-    import json
-
-    path = run_dir / "calibration.json"
-    if not path.exists():
-        return ""
-    doc = json.loads(path.read_text())
-    lines = ["", "## Container links (measured)", "",
-             f"Each worker container's path to the learner container, measured like `harness calibrate` "
-             f"({doc['secs']:g} s of TCP per direction; profile {doc['profile']}, {doc['backend']} backend).", "",
-             "| link | direction | rate (Mbit/s) | goodput (Mbit/s) | RTT want (ms) | RTT median (ms) | loss want | lost/sent |",
-             "|---|---|---|---|---|---|---|---|"]
-    mbit = lambda v: "-" if v is None else f"{v / 1e6:.2f}"   # noqa: E731  (bit/s -> Mbit/s)
-    ms = lambda v: "-" if v is None else f"{v * 1e3:.1f}"      # noqa: E731  (s -> ms)
-    for r in doc["rows"]:
-        lines.append(f"| {r['node']} | {r['direction']} | {mbit(r['rate_bit_s'])} | {mbit(r['goodput_bit_s'])} | "
-                     f"{ms(r['rtt_want_s'])} | {ms(r['rtt_median_s'])} | {r['loss_want']:.2%} | "
-                     f"{r['loss_lost']}/{r['loss_sent']} |")
-    return "\n".join(lines) + "\n"
-
-
 # ---- the controller ----------------------------------------------------------------------------
 
 def main(environ: Mapping[str, str] | None = None) -> int:
@@ -392,9 +370,6 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return 1
     import json
 
-    if (section := links_section(run_dir)) and (run_dir / "report.md").exists():
-        with open(run_dir / "report.md", "a") as fh:
-            fh.write(section)
     meta = json.loads((run_dir / "meta.json").read_text())
     print(f"harness containers: run {cfg.run_id} {meta['status']} on the {meta['backend']} backend: "
           f"{run_dir}/report.md", flush=True)

@@ -210,6 +210,23 @@ def _quality_section(comp: pd.DataFrame) -> list[str]:
             *(["Per-update speedups that do not carry over to time to quality:", "", *notes, ""] if notes else [])]
 
 
+def _measured_links(doc: dict) -> list[str]:
+    """The "Container links (measured)" section from a run's calibration.json (the containers front
+    door measures each worker link like `harness calibrate` before the cells); [] without one."""
+    if not doc or not isinstance(doc.get("rows"), list):
+        return []
+    mbit = lambda v: "-" if v is None else f"{v / 1e6:.2f}"   # noqa: E731  (bit/s -> Mbit/s)
+    ms = lambda v: "-" if v is None else f"{v * 1e3:.1f}"      # noqa: E731  (s -> ms)
+    head = ["link", "direction", "rate (Mbit/s)", "goodput (Mbit/s)", "RTT want (ms)", "RTT median (ms)",
+            "loss want", "lost/sent"]
+    rows = [[r["node"], r["direction"], mbit(r["rate_bit_s"]), mbit(r["goodput_bit_s"]), ms(r["rtt_want_s"]),
+             ms(r["rtt_median_s"]), f"{r['loss_want']:.2%}", f"{r['loss_lost']}/{r['loss_sent']}"] for r in doc["rows"]]
+    return ["## Container links (measured)", "",
+            f"Each worker container's path to the learner container, measured like `harness calibrate` "
+            f"({doc.get('secs', 0):g} s of TCP per direction; profile {doc.get('profile')}, {doc.get('backend')} "
+            "backend).", "", markdown_table(head, rows), ""]
+
+
 def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
     """(markdown, comparison table) over every run in `tables`."""
     cells = tables.cells
@@ -233,6 +250,8 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
              str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),
              c.get("note") or ""] for _, c in cells.iterrows()]
     md += [markdown_table(ch, crow), "", *_degraded(cells)]
+    for r in tables.runs:
+        md += _measured_links(r.calibration)
     return "\n".join(md), comp
 
 

@@ -463,6 +463,7 @@ class Run:
     dir: Path
     config: dict
     meta: dict
+    calibration: dict = field(default_factory=dict)  # calibration.json: links measured before the cells (containers)
 
 
 @dataclass(frozen=True)
@@ -479,7 +480,9 @@ class RunTables:
 def read_run(run_dir: str | Path) -> RunTables:
     """The tables of one run folder, every file of it read once."""
     run_dir = Path(run_dir)
-    run = Run(run_dir, read_doc(run_dir / "config.json"), effective_meta(read_doc(run_dir / "meta.json")))
+    calibration = run_dir / "calibration.json"
+    run = Run(run_dir, read_doc(run_dir / "config.json"), effective_meta(read_doc(run_dir / "meta.json")),
+              read_doc(calibration) if calibration.exists() else {})
     try:
         coords = run_coords(run_dir, run.config, run.meta)
         planned = planned_cells(run.config, run.meta)

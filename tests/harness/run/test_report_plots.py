@@ -234,3 +234,21 @@ def test_finalize_reads_each_file_of_the_run_once(run_copy, monkeypatch):
     assert set(reads.values()) == {1}, reads
     for name in ("updates.parquet", "summary.json", "report.md", "report.html", "figures/timeline.pdf"):
         assert (run_copy / name).exists(), name
+
+
+def test_measured_container_links_are_part_of_the_report_and_survive_a_rebuild(run_copy):
+    """The containers front door writes calibration.json before the cells; the report renders it
+    from the run folder, so `harness report` rebuilding report.md keeps the section."""
+    from dataclasses import asdict
+
+    from harness.calibrate import Row
+
+    row = Row(node="w1", direction="down", rate_bit_s=100e6, goodput_bit_s=95.5e6, goodput_ratio=0.955,
+              rtt_want_s=0.071, rtt_median_s=0.0722, rtt_err_s=0.0012, loss_want=0.0, loss_sent=100, loss_lost=0,
+              loss_interval=(0, 3), ok_goodput=True, ok_rtt=True, ok_loss=True)
+    (run_copy / "calibration.json").write_text(json.dumps(
+        {"profile": "transatlantic", "backend": "fallback", "secs": 2, "rows": [asdict(row)]}))
+    for _ in range(2):  # written, then rebuilt
+        md = report.write(run_copy).read_text()
+        assert "## Container links (measured)" in md
+        assert "| w1 | down | 100.00 | 95.50 | 71.0 | 72.2 | 0.00% | 0/100 |" in md
