@@ -9,6 +9,8 @@ kernel or starts a process. Torch is never imported here (the spec is torch-free
 """
 from __future__ import annotations
 
+import difflib
+
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +92,10 @@ def parse_values(given: dict[str, Any]) -> dict[str, Any]:
     names = {p.name for p in spec.PARAMS}
     unknown = sorted(set(given) - names)
     if unknown:
-        raise ConfigError(f"unknown parameter {spec.quote(unknown[0])} (valid: {', '.join(sorted(names))})")
+        near = difflib.get_close_matches(str(unknown[0]), sorted(names), n=3)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise ConfigError(f"unknown parameter {spec.quote(unknown[0])} ({hint}`harness run --help` lists all "
+                          f"{len(names)})")
     out = {}
     for p in spec.PARAMS:
         raw = given.get(p.name)

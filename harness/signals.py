@@ -47,6 +47,11 @@ class signals_raise:
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:
                 self._old[s] = signal.signal(s, handler)
+            # A background job of a non-interactive shell (`cmd &` in a script, CI runners) starts
+            # with SIGINT ignored, and Python then never raises KeyboardInterrupt: an interrupt would
+            # leave namespaces and qdiscs behind. While kernel state is held, SIGINT always tears down.
+            if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+                self._old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
         return self
 
     def __exit__(self, *exc):

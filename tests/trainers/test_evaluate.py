@@ -63,7 +63,8 @@ def test_evaluator_counts_match_rescoring(trained):
     assert result.pass_at_k == pytest.approx(sum(pass_at_k(4, c, 2) for c in correct) / 10)
     assert result.mean_reward == pytest.approx(sum(rewards) / len(rewards))
     assert 0 < result.pass_at_1 <= result.pass_at_k <= 1  # a trained teacher solves some
-    assert set(result.as_dict()) == {"n", "k", "pass_at_1", "pass_at_k", "mean_reward", "num_problems"}
+    assert set(result.as_dict()) == {"n", "k", "pass_at_1", "pass_at_k", "mean_reward", "num_problems", "reverse_kl"}
+    assert result.reverse_kl is None  # no teacher given
 
 
 def test_untrained_model_scores_nothing_on_copy(trained):

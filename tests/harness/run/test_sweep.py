@@ -36,8 +36,8 @@ def test_sweep_runs_every_grid_point(first):
         meta = json.loads((out / "runs" / r / "meta.json").read_text())
         assert meta["complete"] and meta["emulation"] is False and meta["backend"] == "none"
     md = (out / "report.md").read_text()
-    assert md.count("| localhost (unshaped) | 1 | int8 |") == 1 and md.count("| localhost (unshaped) | 2 | full |") == 1
-    assert len(list((out / "figures").glob("*.pdf"))) == 5
+    assert md.count("| localhost (unshaped) | 1 | int8@1.6% |") == 1 and md.count("| localhost (unshaped) | 2 | full-bf16 |") == 1
+    assert len(list((out / "figures").glob("*.pdf"))) == 6
 
 
 def test_rerun_skips_complete_points_and_redoes_incomplete_ones(first):

@@ -1,0 +1,35 @@
+"""harness/signals.py: interrupts always reach the teardown, whatever the parent did to SIGINT."""
+import signal
+import subprocess
+import sys
+
+import pytest
+
+CHILD = """
+import sys, time
+from harness.signals import signals_raise
+try:
+    with signals_raise():
+        print("ready", flush=True)
+        time.sleep(60)
+except KeyboardInterrupt:
+    sys.exit(130)
+except SystemExit as e:
+    sys.exit(e.code)
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_unwinds_even_when_sigint_was_inherited_ignored(signum, code):
+    """A background job of a non-interactive shell starts with SIGINT ignored (CI runners, `cmd &`
+    in a script); the harness must still tear down on it, not run on."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == code
+    proc.stdout.close()
