@@ -182,6 +182,8 @@ class Learner:
         returns the seconds it took. It is the policy the workers sample with: the bf16-rounded
         adapter under full-bf16."""
         p, t0 = self.params, time.perf_counter()
+        if not p.eval_problems:
+            return 0.0
         if version in (0, p.updates) or (p.eval_every and version % p.eval_every == 0):
             dtype = self.method.ship_dtype if not self.method.replay else None
             adapter = self.replica.adapter()
@@ -199,6 +201,8 @@ class Learner:
         from trainers.models import lora_parameters
 
         p = self.params
+        if not self.policies:
+            return
         task = build_task(p)
         problems = heldout_problems(task, p.eval_problems)
         teacher = getattr(self.objective, "teacher", None)

@@ -276,8 +276,9 @@ PARAMS: list[Param] = [
     # held-out quality (trainers/heldout.py; evaluated by the learner after its loop, never timed as an update)
     Param("eval_every", int, 5, "evaluate the policy on the held-out problems every E versions (and always at "
           "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000),
-    Param("eval_problems", int, 32, "held-out problems per evaluation (disjoint from every training problem)",
-          lo=1, hi=100_000),
+    Param("eval_problems", int, 32, "held-out problems per evaluation (disjoint from every training problem); 0: "
+          "no held-out evaluation (e.g. a real model's shape with random weights: its quality means nothing)",
+          lo=0, hi=100_000),
     Param("eval_samples", int, 8, "samples per held-out problem (n of pass@k; at least 2 x --pass-k)",
           lo=1, hi=1024),
     Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512),
