@@ -41,7 +41,7 @@ def figure(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     data = pd.read_csv(folder / "falsifier.csv")
     plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})
-    fig, (ax_o, ax_l) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (ax_o, ax_l) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=150)  # plots._save writes at the figure's dpi
     for variant, g in data.groupby("variant"):
         seeds = g["seed"].nunique()
         for ax, kind in ((ax_o, "overlap"), (ax_l, "loss")):
@@ -52,13 +52,7 @@ def figure(folder: str | Path) -> list[Path]:
     ax_l.set(xlabel="optimizer step", ylabel="train loss (nats/token)", title="loss (mean, 95% CI)")
     ax_o.legend(fontsize=8)
     fig.tight_layout()
-    out = folder / "figures"
-    out.mkdir(exist_ok=True)
-    paths = [out / "falsifier.pdf", out / "falsifier.png"]
-    for p in paths:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return paths
+    return plots._save(fig, folder / "figures", "falsifier")
 
 
 def _label(key: tuple, keys: list[str], vary: list[str]) -> str:
