@@ -29,10 +29,9 @@ import torch
 
 from trainers import messages, wire
 from trainers.dataparallel import get_method
-from trainers.dataparallel.inprocess import trainable
+from trainers.dataparallel.inprocess import replica
 from trainers.dpconfig import dp_config
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, write_summary
-from trainers.models import build_base_model
 from trainers.service import log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.wire import Connection, MessageType
@@ -75,8 +74,8 @@ class Aggregator:
         from trainers.dpworker import BUILD_LOCK
 
         with BUILD_LOCK:
-            model = build_base_model(params.model, seed=params.seed)
-        self.method = get_method(params.method, trainable(model), self.cfg)
+            _, tensors = replica(params.model, params.seed, params.dp_train, params.lora_rank)
+        self.method = get_method(params.method, tensors, self.cfg)
         self.combiner = self.method.make_aggregator()
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()

@@ -21,10 +21,9 @@ from trainers import messages, wire
 from trainers.aggregator import params_hash
 from trainers.corpus import Corpus, perplexity
 from trainers.dataparallel import get_method
-from trainers.dataparallel.inprocess import gradients, trainable
+from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dpconfig import dp_config
 from trainers.events import EventLog, PhaseTimer
-from trainers.models import build_base_model
 from trainers.service import connect, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams
 from trainers.wire import Connection, MessageType
@@ -64,9 +63,8 @@ BUILD_LOCK = threading.Lock()  # the seeded build uses torch's process-wide RNG:
 
 
 def train(conn: Connection, p: RunParams, worker: int, events: EventLog) -> None:
-    with BUILD_LOCK:
-        model = build_base_model(p.model, seed=p.seed)   # identical initial replicas: same seed everywhere
-    params = trainable(model)
+    with BUILD_LOCK:   # identical initial replicas: same seed everywhere
+        model, params = replica(p.model, p.seed, p.dp_train, p.lora_rank)
     method = get_method(p.method, params, dp_config(p), worker)
     corpus = Corpus(p.seed, p.dp_seq_len)
     losses: list[float] = []

@@ -299,6 +299,9 @@ PARAMS: list[Param] = [
     Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed"),
     Param("diloco_outer_lr", float, 0.7, "diloco: outer Nesterov SGD learning rate", lo=0.0, hi=10.0),
     Param("diloco_outer_momentum", float, 0.9, "diloco: outer Nesterov momentum", lo=0.0, hi=0.999),
+    Param("dp_train", str, "full", "data-parallel: what each replica trains: every parameter (full) or a "
+          "PEFT LoRA adapter of --lora-rank on the attention + MLP projections (lora; the base stays frozen "
+          "and only the adapter's factors are synchronised)", choices=("full", "lora")),
     Param("dp_batch", int, 8, "data-parallel: sequences per worker per step", lo=1, hi=4096),
     Param("dp_seq_len", int, 64, "data-parallel: tokens (bytes) per sequence of the generated corpus",
           unit="tokens", lo=8, hi=4096),

@@ -14,7 +14,7 @@ import torch
 from trainers.corpus import Corpus, lm_loss, perplexity
 from trainers.dataparallel import get_method
 from trainers.dataparallel.base import DataParallelMethod, DPConfig
-from trainers.models import build_base_model
+from trainers.models import LoraSpec, attach_lora, build_base_model, lora_parameters
 
 CLIP_NORM = 1.0   # global gradient-norm clip of every local gradient (ALGORITHMS.md: G = clip(gradient))
 
@@ -23,6 +23,23 @@ def trainable(model) -> dict[str, torch.nn.Parameter]:
     """Full-parameter training: every parameter, in the model's order."""
     model.requires_grad_(True)
     return dict(model.named_parameters())
+
+
+def replica(model: str, seed: int = 0, train: str = "full", lora_rank: int = 8):
+    """(model, the tensors it trains and synchronises): the same on every worker and the aggregator.
+
+    train="full": every parameter. train="lora": the seeded base frozen, plus a PEFT LoRA adapter of
+    `lora_rank` on the attention + MLP projections (identical initialisation everywhere); only the
+    adapter's factors train, so a sync carries them alone and lordo/lowrank-ddp project a factor
+    only where their rank is below the factor's short side (base.is_lowrank).
+    """
+    base = build_base_model(model, seed=seed)
+    if train == "full":
+        return base, trainable(base)
+    if train != "lora":
+        raise ValueError(f"data-parallel training mode must be 'full' or 'lora', got {train!r}")
+    wrapped = attach_lora(base, LoraSpec(rank=lora_rank, seed=seed))
+    return wrapped, lora_parameters(wrapped)
 
 
 def gradients(model, params: dict[str, torch.nn.Parameter], ids: torch.Tensor,
@@ -51,14 +68,16 @@ class Trace:
 
 
 def simulate(name: str, cfg: DPConfig, model: str = "micro", workers: int = 2, batch: int = 4,
-             seq_len: int = 32, same_data: bool = False, heldout: int = 0) -> Trace:
+             seq_len: int = 32, same_data: bool = False, heldout: int = 0, train: str = "full",
+             lora_rank: int = 8) -> Trace:
     """Train `workers` replicas of `model` with method `name` for cfg.steps steps; see the module docstring."""
     torch.set_num_threads(1)  # one thread: the same bits as the services, and 2 threads on this shared box ran 30x slower
     trace = Trace()
-    trace.models = [build_base_model(model, seed=cfg.seed) for _ in range(workers)]
-    params = [trainable(m) for m in trace.models]
+    replicas = [replica(model, cfg.seed, train, lora_rank) for _ in range(workers)]
+    trace.models = [m for m, _ in replicas]
+    params = [p for _, p in replicas]
     trace.methods = [get_method(name, p, cfg, w + 1) for w, p in enumerate(params)]
-    aggregator = get_method(name, trainable(build_base_model(model, seed=cfg.seed)), cfg).make_aggregator()
+    aggregator = get_method(name, replica(model, cfg.seed, train, lora_rank)[1], cfg).make_aggregator()
     corpus = Corpus(cfg.seed, seq_len)
     for step in range(1, cfg.steps + 1):
         ups, losses = [], []

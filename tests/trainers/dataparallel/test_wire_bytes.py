@@ -19,9 +19,10 @@ META_BYTES = 300               # {"step": s, "losses": [K floats]}
 NAMES = ["ddp", "lowrank-ddp", "diloco", "lordo-global", "lordo-local", "lordo-global-none"]
 
 
-def run_star(tmp_path, method: str, workers: int = 2, steps: int = 4):
+def run_star(tmp_path, method: str, workers: int = 2, steps: int = 4, **changes):
     p = RunParams(method=method, workers=workers, updates=steps, model="micro", seed=1, lr=3e-3, lordo_k=2,
-                  lordo_k_states=2, lowrank_ddp_refresh=3, lordo_rank=4, dp_batch=2, dp_seq_len=16, dp_heldout=4)
+                  lordo_k_states=2, lowrank_ddp_refresh=3, lordo_rank=4, dp_batch=2, dp_seq_len=16, dp_heldout=4,
+                  **changes)
     agg = Aggregator(p, TOKEN, str(tmp_path), ("127.0.0.1", 0))
     errors = []
 
@@ -82,3 +83,19 @@ def test_bad_token_is_rejected(tmp_path):
     finally:
         agg.close()
     assert any(r["kind"] == "rejected" for r in read_events(tmp_path / "events-learner.jsonl"))
+
+
+def test_lora_mode_over_the_wire_ships_only_the_adapter(tmp_path):
+    """--dp-train lora through the services: the aggregator and the workers build the same adapter,
+    the upload's tensor table names only LoRA factors, and its bytes are the formula's."""
+    summary, rows = run_star(tmp_path, "lordo-global", dp_train="lora", lora_rank=16)
+    assert summary["complete"] and summary["consistent"], summary
+    syncs = [r for r in rows if r["kind"] == "update" and r["sync"]]
+    assert syncs and all(r["claimed_bytes_up"] > 0 for r in syncs)
+    from trainers.dataparallel.inprocess import replica
+    _, adapter = replica("micro", seed=1, train="lora", lora_rank=16)
+    _, full = replica("micro", seed=1, train="full")
+    adapter_bytes = 4 * sum(t.numel() for t in adapter.values())
+    for r in syncs:   # the upload is at most the adapter plus its two moments, far below the full model
+        assert r["claimed_bytes_up"] <= 3 * adapter_bytes < 4 * sum(t.numel() for t in full.values())
+        assert 0 < r["payload_bytes_up"] / 2 - r["claimed_bytes_up"] <= 4 + META_BYTES + TABLE_BYTES_PER_TENSOR * 3 * 30
