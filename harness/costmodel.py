@@ -510,9 +510,10 @@ def predict(method: str, adapter: Adapter, net: Network, compute: Compute, pipel
     Depth 0 (synchronous): everything on one path, in order:
         rollout + upload + train + encode + learner replay + download + worker replay + overheads.
     Depth 1 (workers sample batch t+1 with policy t while the learner trains on batch t): the
-    slowest of the learner's stage, a worker's stage, the downlink and the uplink, and half the
+    slowest of the learner's stage, a worker's stage, the downlink and the uplink, half the
     dependency loop (update v+1 needs batch v, which needs update v-1 at the worker: one loop
-    holds every term once and spans two updates).
+    holds every term once and spans two updates), and with `shared_cores` k the CPU work of the
+    learner and all N workers over k cores (on one box the overlapped stages share the cores).
     `send`: "blocking" (this harness: the learner's broadcast returns when every copy is in the
     kernel's send buffer, so the download, less the last `send_buffer_bytes`, is on the learner's
     stage) or "background" (the learner trains on while its updates drain: the download is a
@@ -540,6 +541,11 @@ def predict(method: str, adapter: Adapter, net: Network, compute: Compute, pipel
         stages = {"learner": learner + held,
                   "workers": worker + up.seconds, "downlink": down.seconds, "uplink": up.seconds,
                   "loop/2": (learner + down.seconds + worker + up.seconds) / 2}
+        if compute.shared_cores:
+            # Overlapped, the learner's training and the workers' sampling compete for the same k
+            # cores: an update cannot take less than all of its CPU work spread over them.
+            cpu = learner + net.n * (compute.rollout_s + codec.worker_replay_s + compute.worker_other_s)
+            stages["cores"] = cpu / compute.shared_cores
         bound = max(stages, key=stages.get)
         return stages[bound], bound, down, up
 

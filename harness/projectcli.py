@@ -394,6 +394,7 @@ class Check:
     receive_predicted_s: float     # the model's transfer less the first byte's one-way delay
     compute_measured_s: float      # train + a worker's rollout, medians: what load on the box moves
     compute_predicted_s: float
+    baseline: str = "full-bf16"    # the run's own --baseline: what its speedups are against
 
     @property
     def receive_error(self) -> float:
@@ -436,7 +437,7 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
                                 int(cfg["pipeline"]), measured[variant], p.seconds_per_update,
                                 cm._med(rows["worker_receive_s"]), max(0.0, p.transfer_down_s - one_way),
                                 cm._med(rows["train_s"]) + cm._med(rows["worker_rollout_s"]),
-                                p.train_s + p.rollout_s))
+                                p.train_s + p.rollout_s, str(cfg.get("baseline") or "full-bf16")))
     return fitted, checks
 
 
@@ -462,7 +463,8 @@ def validation_table(checks: list[Check]) -> str:
         lines += ["", "| run | variant | speedup measured | speedup predicted | error |", "|---|---|---:|---:|---:|"]
         lines += [f"| {r} | {v} | {m:.2f}x | {q:.2f}x | {(q - m) / m * 100:+.1f} % |" for r, v, m, q in speed]
         errs = sorted(abs(q - m) / m for _, _, m, q in speed)
-        lines.append(f"\nspeedup vs {BASELINE}: median |error| {statistics.median(errs) * 100:.1f} %, worst "
+        bases = ", ".join(dict.fromkeys(c.baseline for c in checks))
+        lines.append(f"\nspeedup vs the runs' baseline ({bases}): median |error| {statistics.median(errs) * 100:.1f} %, worst "
                      f"{errs[-1] * 100:.1f} % ({len(errs)} predictions)")
     big = sorted(abs(c.receive_error) for c in checks if c.receive_measured_s >= 0.05)
     if big:
@@ -471,20 +473,19 @@ def validation_table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-BASELINE = "full"
-
-
 def speedups(checks: list[Check]) -> list[tuple[str, str, float, float]]:
-    """(run, variant, measured, predicted) speedup over `full` in the same run: the ratio the
-    harness reports, in which load drift common to a run's cells cancels."""
+    """(run, variant, measured, predicted) speedup over the run's own baseline (its --baseline,
+    e.g. full-bf16) in the same run: the ratio the harness reports, in which load drift common to
+    a run's cells cancels."""
     out = []
     for run in dict.fromkeys(c.run for c in checks):
         cells = {c.variant: c for c in checks if c.run == run}
-        base = cells.get(BASELINE)
+        name = next(iter(cells.values())).baseline
+        base = cells.get(name)
         if base is None:
             continue
         out += [(run, v, base.measured_s / c.measured_s, base.predicted_s / c.predicted_s)
-                for v, c in cells.items() if v != BASELINE]
+                for v, c in cells.items() if v != name]
     return out
 
 

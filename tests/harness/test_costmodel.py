@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,25 @@ def test_pipelining_never_hurts_and_hides_the_shorter_of_compute_and_transfer():
         cm.predict("full", adapter("tiny", 8), net, compute, 1, send="background").seconds_per_update)
 
 
+def test_pipelined_processes_on_shared_cores_cannot_beat_their_cpu_work_over_the_cores():
+    """On one box (shared_cores k) the overlapped learner and workers share k cores: depth 1 is
+    bounded below by all their CPU work over k (measured here: 3 busy processes on 2 cores, a
+    compute-bound spar run at depth 1 took 1.6x the slowest single stage)."""
+    a = adapter("tiny", 8)
+    net = cm.Network.uniform(2, 10e6, cc="bbr")
+    own = cm.Compute(rollout_s=0.06, train_s=0.08, codecs={"spar@1.6%": cm.Codec(0.01, 0.01, 0.01)},
+                     train_workers=2)
+    shared = replace(own, shared_cores=2)
+    apart = cm.predict("spar", a, net, own, 1, "1.6%")
+    together = cm.predict("spar", a, net, shared, 1, "1.6%")
+    cpu = (0.08 + 0.01 + 0.01) + 2 * (0.06 + 0.01)
+    assert together.bound == "cores" and together.seconds_per_update == pytest.approx(cpu / 2)
+    assert apart.bound != "cores" and apart.seconds_per_update < cpu / 2
+    # depth 0 runs the stages one after another: nothing overlaps, nothing changes
+    assert cm.predict("spar", a, net, shared, 0, "1.6%").seconds_per_update == pytest.approx(
+        cm.predict("spar", a, net, own, 0, "1.6%").seconds_per_update)
+
+
 def test_a_relay_tree_beats_a_star_through_one_shared_learner_link_at_scale():
     a, _, compute = paper_inputs()
 
@@ -375,4 +395,4 @@ def test_validate_fits_one_run_and_tabulates_the_others():
     assert variant == "spar@1.6%" and measured == full.measured_s / spar.measured_s
     assert predicted == full.predicted_s / spar.predicted_s
     text = projectcli.validation_table(checks)
-    assert "median |error|" in text and "bw50mbit-w2" in text and "speedup vs full" in text
+    assert "median |error|" in text and "bw50mbit-w2" in text and "speedup vs the runs' baseline (full)" in text
