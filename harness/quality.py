@@ -75,6 +75,23 @@ def per_seed(g: pd.DataFrame, col: str) -> pd.DataFrame:
     return g.groupby("seed").agg(start=(col, "first"), final=(col, "last"), last_version=("version", "last"))
 
 
+# Below this many seed-to-seed sds the baseline's own improvement is not told apart from seed noise,
+# so neither is any method's difference from it (issue 10: the default run must clear 3).
+SIGNAL_SD = 3.0
+
+
+def improvement_in_sd(s: pd.DataFrame) -> float | None:
+    """The mean improvement (final - start) over its seed-to-seed sd (the sd of the per-seed
+    improvements: sampling and training noise together); None with fewer than 2 seeds, inf when
+    every seed moved by exactly the same amount."""
+    d = (s["final"] - s["start"]).astype(float).tolist()
+    if len(d) < 2:
+        return None
+    mean = sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+    return abs(mean) / sd if sd > 0 else (math.inf if mean else 0.0)
+
+
 def first_reach(g: pd.DataFrame, col: str, target: float, lower: bool) -> tuple[int | None, float | None]:
     """(version, training seconds) at which one seed's curve first reaches `target`."""
     g = g.sort_values("version")
@@ -108,10 +125,11 @@ def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: 
     """The rows of one coordinate group: the baseline's curve sets the target for every variant."""
     baseline = group["baseline"].iloc[0] if "baseline" in group else None
     base = group[group["method"] == baseline]
-    target, improvement = None, None
+    target, improvement, signal = None, None, None
     if not base.empty:
         s = per_seed(base, col)
         improvement = float(s["final"].mean() - s["start"].mean())
+        signal = improvement_in_sd(s)
         improving = improvement < 0 if lower else improvement > 0
         target = float(s["start"].mean() + frac * improvement) if improving else None
     rows = []
@@ -123,7 +141,7 @@ def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: 
         ups = [r[0] for r in reach if r[0] is not None]
         row = {**coords, "variant": variant, "method": g["method"].iloc[0], "heldout_seeds": int(len(s)),
                "heldout_start": float(s["start"].mean()), "heldout_target": target,
-               "baseline_improvement": improvement,
+               "baseline_improvement": improvement, "baseline_improvement_sd": signal,
                "ttq_reached": len(secs), "ttq_updates_mean": ci95(ups)[0]}
         row["ttq_seconds_mean"], row["ttq_seconds_ci95"] = ci95(secs)
         row["heldout_mean"], row["heldout_ci95"] = ci95(s["final"])

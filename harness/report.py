@@ -18,6 +18,7 @@ Numbers come from compare.py; this module only formats them.
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 from typing import Iterable
 
@@ -131,6 +132,30 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _signal_text(comp: pd.DataFrame) -> str:
+    """How far the baseline's own held-out figure moved, in seed-to-seed sds, per link: below
+    SIGNAL_SD the run cannot tell a method's quality cost from seed noise, and the report says so."""
+    from harness.quality import SIGNAL_SD
+
+    if "baseline_improvement_sd" not in comp:
+        return ""
+    base = comp[(comp["method"] == comp["baseline"]) & comp["baseline_improvement_sd"].notna()]
+    parts, weak = [], False
+    for _, r in base.iterrows():
+        sd = float(r["baseline_improvement_sd"])
+        weak |= sd < SIGNAL_SD
+        where = f" ({_link(r)})" if len(base) > 1 else ""
+        parts.append(f"{r['baseline_improvement']:+.3f} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
+                     f"{where}")
+    if not parts:
+        return ""
+    text = f" Baseline's {comp['heldout_name'].iloc[0]} moved by {', '.join(parts)} over its seeds."
+    if weak:
+        text += (f" **Weak signal**: below {SIGNAL_SD:g} seed-to-seed sds a method's difference from the baseline "
+                 "is not told apart from noise (more updates, seeds or held-out problems).")
+    return text
+
+
 def _quality_notes(comp: pd.DataFrame) -> list[str]:
     """One line per variant whose per-update speedup does not survive as a time-to-quality speedup."""
     out = []
@@ -203,6 +228,7 @@ def _quality_section(comp: pd.DataFrame) -> list[str]:
             "s to target = the sum of seconds per update up to the first evaluation at or past it; speedup to "
             "quality = the baseline's / the method's (only where every seed reached it).")
     notes = _quality_notes(comp)
+    text += _signal_text(comp)
     if comp["heldout_target"].isna().all():
         text += (" **No target**: the baseline's held-out figure did not improve in this run, so no time to "
                  "quality can be measured (more updates, or a task/model that learns: see the presets).")

@@ -84,3 +84,23 @@ def test_ci95_matches_students_t():
     mean, half = quality.ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
     assert quality.ci95([5.0]) == (5.0, None) and quality.ci95([]) == (None, None)
+
+
+def test_the_report_states_the_baselines_signal_in_seed_sds_and_flags_a_weak_one():
+    # strong: both seeds +0.4 and +0.4 -> every seed equal; weak: +0.4 and +0.05 -> mean 0.225, sd 0.247
+    strong = _evals({"full-bf16": BASE, "spar@1.6%": SPAR}, {"full-bf16": 1.0, "spar@1.6%": 0.5})
+    weak = _evals({"full-bf16": {1: [0.1, 0.3, 0.5], 2: [0.1, 0.12, 0.15]}, "spar@1.6%": SPAR},
+                  {"full-bf16": 1.0, "spar@1.6%": 0.5})
+    comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
+                          "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
+    q = compare._with_quality(comp, weak, ["profile", "workers"]).set_index("variant", drop=False)
+    d = [0.4, 0.05]
+    sd = ((d[0] - 0.225) ** 2 + (d[1] - 0.225) ** 2) ** 0.5
+    assert q.loc["full-bf16", "baseline_improvement_sd"] == pytest.approx(0.225 / sd)
+    text = report._signal_text(q)
+    assert "+0.225 (0.9 sd)" in text and "Weak signal" in text
+    q = compare._with_quality(comp, strong, ["profile", "workers"])
+    text = report._signal_text(q)
+    assert "+0.400 (all seeds equal)" in text and "Weak signal" not in text
+    one = _evals({"full-bf16": {1: [0.1, 0.5]}, "spar@1.6%": {1: [0.1, 0.4]}}, {"full-bf16": 1.0, "spar@1.6%": 1.0})
+    assert report._signal_text(compare._with_quality(comp, one, ["profile", "workers"])) == ""  # 1 seed: no sd
