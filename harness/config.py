@@ -192,6 +192,7 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     _check_model(values["model"])
     _check_task(values["task"])
     spec.check_task_options(values["task"], values["task_options"])  # SpecError: one line naming the flag
+    spec.check_combinations(values)
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
     variants = _variants(values)

@@ -267,7 +267,9 @@ def _median(values) -> float | None:
 def update_rows(cell: CellFiles, info: dict) -> list[dict]:
     learner = [r for r in cell.learner if r.get("kind") == "update"]
     worker_rows = [w for rows in cell.workers.values() for w in rows]
-    metric = "distill_loss" if info.get("objective") == "distill" else "reward_mean"
+    # the data-parallel family trains a language model: its training-batch metric is the LM loss
+    metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
+              "distill_loss" if info.get("objective") == "distill" else "reward_mean")
     rows = []
     for r in learner:
         v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
@@ -285,7 +287,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
                    payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
                    wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
                    lag=r.get("lag"), loss=r.get("loss"), reward_mean=r.get("reward_mean"))
-        row.update(quality=row["loss"] if metric == "distill_loss" else row["reward_mean"], quality_metric=metric)
+        row.update(quality=row["reward_mean"] if metric == "reward_mean" else row["loss"], quality_metric=metric)
         row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/aggregator.py)
         overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
         if overlaps:

@@ -30,7 +30,7 @@ import re
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 # ---- vocabularies that the controller must know without importing torch -------------------
 # (each has a test against the registry that owns it: tests/trainers/test_spec.py)
@@ -229,7 +229,7 @@ PARAMS: list[Param] = [
           "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + ")", many=True),
     Param("budget", str, (BUDGET_OPTIONS["budget"],), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
           + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
-    Param("seed", int, (1, 2), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
+    Param("seed", int, (1, 2, 3), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
           flag_name="seeds"),
     Param("preset", str, None, "a named preset from presets/ (or a YAML path) whose values stand in for every "
           "flag not given (harness/presets.py)", where="harness", optional=True),
@@ -248,25 +248,27 @@ PARAMS: list[Param] = [
           "--worker-timeout)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
     Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=250),
-    Param("updates", int, 20, "updates per method and seed", lo=1, hi=1_000_000),
+    Param("updates", int, 40, "updates per method and seed", lo=1, hi=1_000_000),
     Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1),
     Param("model", str, "tiny", "micro | tiny | small (tiny, built on the CPU), a real model's shape built from its "
           "config with random weights (" + ", ".join(MODEL_NAMES[3:]) + ": sizes and times real, quality "
           "meaningless), or a local folder holding config.json (with weights: loaded; without: random init)"),
     Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
-    Param("lr", float, 1e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
+    Param("lr", float, 2e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
     Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
     Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
           "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
-    Param("base_steps", int, 300, "supervised steps on gold answers of the student's base (trained here once, "
+    Param("base_steps", int, 100, "supervised steps on gold answers of the student's base (trained here once, "
           "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000),
     Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo",
           choices=OBJECTIVES),
-    Param("teacher_steps", int, 600, "distill: supervised steps of the teacher trained here (the base's recipe "
+    Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),
-    Param("problems_per_worker", int, 2, "problems per worker per update", lo=1, hi=4096),
-    Param("group_size", int, 2, "samples per problem (the GRPO group)", lo=1, hi=1024),
+    Param("problems_per_worker", int, 16, "problems per worker per update", lo=1, hi=4096),
+    Param("group_size", int, None, "samples per problem (the GRPO group); unset: 1 for distill (the teacher "
+          "scores every sample, and distinct problems teach more than repeats), 2 for grpo", lo=1, hi=1024,
+          optional=True),
     Param("max_new_tokens", int, 8, "tokens sampled per rollout", unit="tokens", lo=1, hi=4096),
     Param("temperature", float, 1.0, "sampling temperature", lo=1e-3, hi=100.0),
     Param("hash_every", int, 1, "compare replica hashes every K versions (and always at the end)",
@@ -274,9 +276,9 @@ PARAMS: list[Param] = [
     Param("snapshot_every", int, 10, "the learner snapshots adapter + optimizer every S versions (catch-up)",
           unit="versions", lo=1, hi=1_000_000),
     # held-out quality (trainers/heldout.py; evaluated by the learner after its loop, never timed as an update)
-    Param("eval_every", int, 5, "evaluate the policy on the held-out problems every E versions (and always at "
+    Param("eval_every", int, 10, "evaluate the policy on the held-out problems every E versions (and always at "
           "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000),
-    Param("eval_problems", int, 32, "held-out problems per evaluation (disjoint from every training problem); 0: "
+    Param("eval_problems", int, 64, "held-out problems per evaluation (disjoint from every training problem); 0: "
           "no held-out evaluation (e.g. a real model's shape with random weights: its quality means nothing)",
           lo=0, hi=100_000),
     Param("eval_samples", int, 8, "samples per held-out problem (n of pass@k; at least 2 x --pass-k)",
@@ -351,6 +353,25 @@ def method_names() -> list[str]:
     return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
 
 
+def check_combinations(values: Mapping[str, Any]) -> None:
+    """Rules between parameters (SpecError, one line): the harness checks them before anything
+    runs, and every service again on the parameters it is given."""
+    resolve_group_size(values["objective"], values["group_size"])   # grpo needs a group
+    if values["eval_samples"] < 2 * values["pass_k"]:  # the unbiased pass@k estimator needs n >= k; 2k keeps it stable
+        raise SpecError(f"--eval-samples: {values['eval_samples']} must be at least 2 x --pass-k ({values['pass_k']})")
+
+
+def resolve_group_size(objective: str, group_size: int | None) -> int:
+    """Samples per problem: as given, else 1 for distill and 2 for grpo (whose advantages are
+    normalised within a group: a group of one has none)."""
+    if group_size is None:
+        return 1 if objective == "distill" else 2
+    if objective == "grpo" and group_size < 2:
+        raise SpecError(f"--group-size: {group_size} gives grpo no group to normalise its advantages against "
+                        "(every advantage 0); use 2 or more")
+    return group_size
+
+
 def dp_method_names() -> list[str]:
     return list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}"]
 
@@ -404,9 +425,13 @@ class RunParams:
             out[name] = _budget(raw) if name == "budget" else p.parse(raw)  # one cell: one value each
         check_method(out["method"])
         check_task_options(out["task"], out["task_options"])
-        if out["eval_samples"] < 2 * out["pass_k"]:  # the unbiased pass@k estimator needs n >= k; 2k keeps it stable
-            raise SpecError(f"--eval-samples: {out['eval_samples']} must be at least 2 x --pass-k ({out['pass_k']})")
+        check_combinations(out)
         object.__setattr__(self, "_values", out)
+
+    @property
+    def samples_per_problem(self) -> int:
+        """--group-size as given, else the objective's own (resolve_group_size)."""
+        return resolve_group_size(self.objective, self.group_size)
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -199,7 +199,7 @@ class Worker:
         seed = rollout_seed(p.seed, self.id, batch)
         with timer.phase("rollout"):
             problems = training_problems(self.task, p.problems_per_worker, seed)  # never a held-out one
-            r = generate_rollouts(self.model, self.tokenizer, self.task, problems, p.group_size,
+            r = generate_rollouts(self.model, self.tokenizer, self.task, problems, p.samples_per_problem,
                                   p.max_new_tokens, p.temperature, seed=seed,
                                   policy_version=self.replica.version,
                                   problem_ids=global_problem_ids(p, self.id, batch))

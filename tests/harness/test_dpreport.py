@@ -52,3 +52,22 @@ def test_falsifier_figure_from_csv(tmp_path):
     assert b["mean"].tolist() == pytest.approx([0.88] * 4) and (b["ci"] > 0).all()
     paths = dpplots.figure(tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths) and paths[0].read_bytes()[:4] == b"%PDF"
+
+
+def test_main_table_counts_a_k_step_method_per_optimizer_step_not_its_median_zero():
+    """lordo ships at 1 step in 4: the main table's bytes per update are the mean per step (425 up
+    per worker), as in the claimed-vs-measured table, never the median over steps (0)."""
+    from harness import compare
+
+    g = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
+    for c in ("lag", "quality"):
+        g[c] = 0.0
+    g["budget"], g["quality_metric"] = None, "lm_loss"
+    r = compare._method_row(g, pd.DataFrame())
+    assert r["payload_bytes_down"] == pytest.approx(1700 / 4) and r["payload_bytes_up"] == pytest.approx(2 * 1700 / 4)
+    h = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
+    h["method"] = "full"
+    for c in ("lag", "quality"):
+        h[c] = 0.0
+    h["budget"], h["quality_metric"] = None, "distill_loss"
+    assert compare._method_row(h, pd.DataFrame())["payload_bytes_down"] == 0     # HiLo rows: the median

@@ -1,7 +1,8 @@
 """`digits`: copy, reverse or add short digit strings; small enough for a tiny CPU model to learn.
 
 Prompt: "reverse 3141=" -> gold "1413";  "copy 27=" -> "27";  "add 12+345=" -> "357".
-Options: `ops` (a subset of copy, reverse, add; each problem picks one uniformly),
+Options: `ops` (a subset of copy, reverse, add; each problem picks one uniformly; default
+copy,reverse),
 `min_len` / `max_len` (digits per operand, default 1..4).
 
 Reward table (the completion is stripped of surrounding whitespace first):
@@ -20,6 +21,11 @@ from trainers.tasks import register
 from trainers.tasks.base import MAX_COMPLETION_CHARS, Score, Task, check_count
 
 OPS = ("copy", "reverse", "add")
+# The default leaves "add" out: carrying is what a ~3 M-parameter model learns last (600 supervised
+# steps: held-out pass@1 0.59 with add, 0.95 without), so without it a cheap teacher is far ahead of
+# a cheap base and distillation has room to move held-out quality (issue 10). `ops=copy,reverse,add`
+# runs all three.
+DEFAULT_OPS = ("copy", "reverse")
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,7 @@ class DigitsProblem:
 class Digits(Task):
     """Copy / reverse / add digit strings."""
 
-    def __init__(self, ops: tuple[str, ...] | list[str] | str = OPS, min_len: int = 1, max_len: int = 4):
+    def __init__(self, ops: tuple[str, ...] | list[str] | str = DEFAULT_OPS, min_len: int = 1, max_len: int = 4):
         ops = tuple(ops.split(",")) if isinstance(ops, str) else tuple(ops)
         bad = [o for o in ops if o not in OPS]
         if not ops or bad:

@@ -28,6 +28,8 @@ BAD_RUN = [
     (["--lr", "nan"], "--lr: 'nan' is not a finite number"),
     (["--max-new-tokens", "1000000000"], "--max-new-tokens: '1000000000' is outside [1, 4096] tokens"),
     (["--group-size", "100000"], "--group-size: '100000' is outside [1, 1024]"),
+    (["--objective", "grpo", "--group-size", "1"], "--group-size: 1 gives grpo no group"),
+    (["--eval-samples", "4", "--pass-k", "4"], "--eval-samples: 4 must be at least 2 x --pass-k (4)"),
     (["--spar-sketch", "0"], "--spar-sketch: '0' is outside [1, 4096]"),
     (["--powersgd-dtype", "int4"], "--powersgd-dtype: 'int4' is not one of fp32, bf16, fp16"),
     (["--baseline", "nope"], "--baseline: unknown method 'nope'"),

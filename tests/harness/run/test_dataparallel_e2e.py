@@ -59,3 +59,6 @@ def test_report_has_claimed_vs_measured(run):
     section = report.split("## Data-parallel bytes: claimed vs measured")[1]
     for method in ("lordo-global", "ddp"):
         assert f"| {method} |" in section
+    # the main table names the data-parallel training metric (the LM loss), not the HiLo objective's
+    main = report.split("## Data-parallel bytes: claimed vs measured")[0]
+    assert "lm_loss" in main and "distill_loss" not in main
