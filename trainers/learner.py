@@ -195,9 +195,9 @@ class Learner:
     def evaluate(self) -> None:
         """After the loop (the workers have stopped, so nothing here is in seconds per update):
         every kept policy on the same held-out problems with the same sampling seed (common random
-        numbers across methods), one `eval` event each."""
+        numbers across methods and run seeds: heldout.EVAL_SAMPLING_SEED), one `eval` event each."""
         from trainers.evaluate import evaluate
-        from trainers.heldout import heldout_problems
+        from trainers.heldout import EVAL_SAMPLING_SEED, heldout_problems
         from trainers.models import lora_parameters
 
         p = self.params
@@ -213,7 +213,7 @@ class Learner:
                 for name, param in lora.items():
                     param.copy_(adapter[name])
             r = evaluate(self.model, self.tokenizer, task, problems, n=p.eval_samples, k=p.pass_k,
-                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=p.seed, teacher=teacher)
+                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=EVAL_SAMPLING_SEED, teacher=teacher)
             objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
             self.evals.append(self.events.write(
                 "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
