@@ -58,8 +58,11 @@ def test_distill_is_zero_for_identical_teacher_and_positive_otherwise(estimator)
     other = get_objective("distill", teacher=build_base_model("micro", seed=1), estimator="full")
     loss, metrics = other.loss(model, r)
     assert loss.item() > 0.01 and metrics["kl"] == pytest.approx(loss.item())
-    if estimator == "sampled":  # the sampled estimate agrees with the full KL on average
-        assert metrics["sampled_kl"] == pytest.approx(metrics["kl"], rel=0.5)
+    if estimator == "sampled":  # the sampled estimate agrees with the full KL on average: over 6 x ~1,250
+        # tokens (one batch of ~1,250 is 15-60 % off on this small KL; the mean of 6 was 0.5 % off)
+        pairs = [other.loss(model, rollouts_for(model, seed=s, groups=16, group_size=8))[1] for s in range(6)]
+        sampled, full = (sum(m[k] for m in pairs) / len(pairs) for k in ("sampled_kl", "kl"))
+        assert sampled == pytest.approx(full, rel=0.2)
 
 
 def test_full_kl_matches_a_direct_computation():
