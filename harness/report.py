@@ -149,7 +149,7 @@ def _signal_text(comp: pd.DataFrame) -> str:
                      f"{where}")
     if not parts:
         return ""
-    text = f" Baseline's {comp['heldout_name'].iloc[0]} moved by {', '.join(parts)} over its seeds."
+    text = f" Baseline's {base['heldout_name'].iloc[0]} moved by {', '.join(parts)} over its seeds."
     if weak:
         text += (f" **Weak signal**: below {SIGNAL_SD:g} seed-to-seed sds a method's difference from the baseline "
                  "is not told apart from noise (more updates, seeds or held-out problems).")

@@ -213,7 +213,8 @@ class Learner:
                 for name, param in lora.items():
                     param.copy_(adapter[name])
             r = evaluate(self.model, self.tokenizer, task, problems, n=p.eval_samples, k=p.pass_k,
-                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=EVAL_SAMPLING_SEED, teacher=teacher)
+                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=EVAL_SAMPLING_SEED,
+                         teacher=teacher)
             objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
             self.evals.append(self.events.write(
                 "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
