@@ -10,7 +10,6 @@ kernel or starts a process. Torch is never imported here (the spec is torch-free
 from __future__ import annotations
 
 import difflib
-
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -28,15 +28,22 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
+def mean_sd(xs: list[float]) -> tuple[float, float | None]:
+    """(mean, sample sd with n - 1) of a non-empty list; sd None with fewer than 2 values."""
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+
+
 def ci95(values) -> tuple[float | None, float | None]:
     """(mean, half-width of the 95 % CI) over `values`; half-width None with fewer than 2."""
     xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if not xs:
         return None, None
-    mean = sum(xs) / len(xs)
-    if len(xs) < 2:
+    mean, sd = mean_sd(xs)
+    if sd is None:
         return mean, None
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
     df = len(xs) - 1
     t = T95.get(df) or next((T95[k] for k in sorted(T95) if k >= df), 1.96)
     return mean, t * sd / math.sqrt(len(xs))
@@ -84,11 +91,9 @@ def improvement_in_sd(s: pd.DataFrame) -> float | None:
     """The mean improvement (final - start) over its seed-to-seed sd (the sd of the per-seed
     improvements: sampling and training noise together); None with fewer than 2 seeds, inf when
     every seed moved by exactly the same amount."""
-    d = (s["final"] - s["start"]).astype(float).tolist()
-    if len(d) < 2:
+    mean, sd = mean_sd((s["final"] - s["start"]).astype(float).tolist())
+    if sd is None:
         return None
-    mean = sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
     return abs(mean) / sd if sd > 0 else (math.inf if mean else 0.0)
 
 

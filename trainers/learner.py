@@ -285,8 +285,9 @@ class Learner:
         ids = [t for row in rollouts.prompt_ids + rollouts.completion_ids for t in row]
         if ids and not 0 <= min(ids) <= max(ids) < self.vocab:
             raise WireError(f"rollouts hold token ids outside the vocabulary 0..{self.vocab - 1}")
-        if not 0 < len(rollouts) <= p.problems_per_worker * p.samples_per_problem:
-            raise WireError(f"{len(rollouts)} rollout rows, expected 1..{p.problems_per_worker * p.samples_per_problem}")
+        most = p.problems_per_worker * p.samples_per_problem
+        if not 0 < len(rollouts) <= most:
+            raise WireError(f"{len(rollouts)} rollout rows, expected 1..{most}")
         if max(len(c) for c in rollouts.completion_ids) > p.max_new_tokens:
             raise WireError(f"a completion longer than max_new_tokens={p.max_new_tokens}")
         if rollouts.temperature != p.temperature:

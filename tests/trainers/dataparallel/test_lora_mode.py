@@ -11,7 +11,7 @@ CFG = DPConfig(steps=6, k=2, k_states=2, refresh=3, lr=1e-2, rank=4)
 
 
 def test_replica_trains_only_the_adapter():
-    full_model, full = replica("micro", seed=1, train="full")
+    _, full = replica("micro", seed=1, train="full")
     model, adapter = replica("micro", seed=1, train="lora", lora_rank=8)
     assert adapter and all(".lora_A." in n or ".lora_B." in n for n in adapter)
     assert sum(p.numel() for p in adapter.values()) < sum(p.numel() for p in full.values()) / 4
