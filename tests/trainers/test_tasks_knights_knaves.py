@@ -42,12 +42,19 @@ def _split_top(s: str, sep: str) -> list[str]:
 
 def read(s: str):
     s = _strip_parens(s)
-    m = re.fullmatch(r"(\w+) is a (knight|knave)", s)
+    m = re.fullmatch(r"(\w+) is a (knight|knave)", s) or re.fullmatch(r"(\w+) (knight|knave)", s)  # prose | compact
     if m:
         return lambda a, n=m.group(1), k=m.group(2) == "knight": a[n] == k
-    if s.startswith("it is not true that "):
-        inner = read(s[len("it is not true that "):])
-        return lambda a: not inner(a)
+    for negation in ("it is not true that ", "not "):
+        if s.startswith(negation):
+            inner = read(s[len(negation):])
+            return lambda a: not inner(a)
+    for sep, combine in ((" implies ", lambda xs: (not xs[0]) or xs[1]), (" iff ", lambda xs: xs[0] == xs[1])):
+        parts = _split_top(s, sep)  # compact binary operators
+        if len(parts) > 1:
+            assert len(parts) == 2, s
+            preds = [read(p) for p in parts]
+            return lambda a, preds=preds, combine=combine: combine([p(a) for p in preds])
     if s.startswith("if "):
         cond, then = _split_top(s[3:], " then ")
         c, t = read(cond), read(then)
@@ -61,8 +68,13 @@ def read(s: str):
 
 
 def brute_force(prompt: str) -> list[dict[str, bool]]:
-    names = re.search(r"Inhabitants: (.*?)\. ", prompt).group(1).split(", ")
-    says = dict(re.findall(r"(\w+) says: (.*?)\.(?= \w+ says:| Who is)", prompt))
+    if prompt.startswith("Knights always"):  # style=prose
+        names = re.search(r"Inhabitants: (.*?)\. ", prompt).group(1).split(", ")
+        says = dict(re.findall(r"(\w+) says: (.*?)\.(?= \w+ says:| Who is)", prompt))
+    else:  # style=compact: "A: <statement>. B: <statement>.\nAnswer: "
+        assert prompt.endswith("\nAnswer: "), prompt
+        says = dict(re.findall(r"(\w+): (.*?)\.(?= \w+:|\n)", prompt))
+        names = list(says)
     assert sorted(says) == sorted(names)
     preds = {n: read(says[n]) for n in names}
     out = []
@@ -74,7 +86,10 @@ def brute_force(prompt: str) -> list[dict[str, bool]]:
 
 
 @pytest.mark.parametrize("options", [{}, {"min_people": 2, "max_people": 8, "depth": 3, "width": 3},
-                                     {"min_people": 5, "max_people": 5, "depth": 1}])
+                                     {"min_people": 5, "max_people": 5, "depth": 1},
+                                     {"min_people": 2, "max_people": 8, "depth": 3, "style": "compact"},
+                                     {"min_people": 2, "max_people": 5, "names": "letters"},
+                                     {"max_people": 2, "depth": 1, "names": "letters", "style": "compact"}])
 def test_every_puzzle_has_exactly_one_solution_and_gold_is_it(options):
     task = get_task("knights_knaves", **options)
     for p in task.generate(25, seed=11):
@@ -83,6 +98,19 @@ def test_every_puzzle_has_exactly_one_solution_and_gold_is_it(options):
         gold = dict((n, r == "knight") for n, r in re.findall(r"\(\d+\) (\w+) is a (knight|knave)", task.gold(p)))
         assert gold == found[0]
         assert task.score(p, task.gold(p)).reward == task.max_reward == 1.0
+
+
+def test_letters_and_compact_change_the_surface_not_the_logic():
+    """Same seed, same statements and solutions: only the names and the rendering differ."""
+    people = get_task("knights_knaves", max_people=3)
+    letters = get_task("knights_knaves", max_people=3, names="letters", style="compact")
+    for a, b in zip(people.generate(20, seed=5), letters.generate(20, seed=5)):
+        assert (a.statements, a.solution) == (b.statements, b.solution)
+        assert b.names == tuple("ABC"[:len(a.names)])
+        prompt = letters.prompt(b)
+        assert "says" not in prompt and "Knights always" not in prompt and len(prompt) < len(people.prompt(a)) / 2
+        assert letters.score(b, letters.gold(b)).correct
+    assert letters.options()["names"] == "letters" and letters.options()["style"] == "compact"
 
 
 def test_people_count_and_determinism():
@@ -139,7 +167,8 @@ def test_parse_answer_returns_roles():
 
 
 @pytest.mark.parametrize("options", [{"min_people": 1}, {"max_people": 9}, {"min_people": 4, "max_people": 3},
-                                     {"depth": 0}, {"depth": 5}, {"width": 1}])
+                                     {"depth": 0}, {"depth": 5}, {"width": 1}, {"names": "greek"},
+                                     {"style": "terse"}])
 def test_bad_options(options):
     with pytest.raises(ValueError, match="knights_knaves"):
         get_task("knights_knaves", **options)

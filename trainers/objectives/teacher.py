@@ -24,7 +24,8 @@ CPU recipe (measured on this 2-core box; issue 10, tests/benchmarks/heldout_curv
   curves on CPU need a base that already solves a fair share of the problems.
 - Cost of the warm-up is tokens: a step is 32 prompt+gold rows; measured on the loaded 2-core
   box (load ~10, one thread): digits (~20 tokens) 1.4 s/step, countdown with 3 numbers (~100)
-  ~6 s/step; knights_knaves (~260 tokens even with 2 people) would be ~13x digits.
+  ~6 s/step; knights_knaves in prose (~260 tokens even with 2 people) ~13x digits, which is
+  why the hilo-kk preset uses `names=letters,style=compact` (~85 tokens, ~0.9 s/step alone).
 - Distillation on digits barely moves held-out quality in 20 updates (pass@1 +0.014, pass@4
   within noise); GRPO on small countdown does (pass@4 +0.10 in 30 updates); lr 3e-3 made the
   reverse KL worse. Curves: docs/DESIGN.md ("The CPU student").

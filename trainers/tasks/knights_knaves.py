@@ -8,6 +8,19 @@ tell the truth, knaves always lie: an assignment is a solution when every statem
 true exactly for the knights. Only puzzles with exactly one solution (brute force over
 all 2^N assignments) are kept.
 
+Two options size the puzzle's *surface* for a tiny CPU model without changing its logic:
+- `names`: "people" (default; N distinct first names drawn at random, in random order) or
+  "letters" (the inhabitants are A, B, C, ... in that order). With people the model must bind
+  each name in a statement to a speaker, which a ~3 M-parameter model had not learned after 370
+  supervised steps (greedy exact answers 0.00 on held-out puzzles, issue 10); with letters the
+  binding is positional and the same model is at 0.5 after 100 steps.
+- `style`: "prose" (default; the rules, the inhabitants, "X says: it is not true that ..."), or
+  "compact" ("A: not B knight. B: A knave iff B knight." and nothing else; ~50 bytes for two
+  people instead of ~220). A prompt's tokens are what a CPU step costs, so compact trains
+  ~3.4x more steps in the same time (measured: 0.9 vs 3.0 s per 32-row step, one thread).
+The held-out split is by prompt text (`trainers.heldout`), so with letters the held-out puzzles
+are logically different from every training puzzle, not the same logic under other names.
+
 Answer format (the gold): "(1) Alice is a knight (2) Bob is a knave", one clause per
 inhabitant in puzzle order. Parsing is tolerant in form: any order, any whitespace and
 case, numbering optional, clauses may be separated by commas, semicolons, periods or
@@ -31,6 +44,9 @@ from trainers.tasks.base import MAX_COMPLETION_CHARS, Score, Task, check_count
 
 NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Iris", "Jack",
          "Kate", "Liam", "Mia", "Noah", "Olga", "Paul", "Quinn", "Rosa", "Sam", "Tina")
+LETTERS = "ABCDEFGH"   # names=letters: one per inhabitant, in order (max_people <= 8)
+NAME_STYLES = ("people", "letters")
+STYLES = ("prose", "compact")
 BINARY = ("implies", "iff")
 NARY = ("and", "or")
 MAX_ATTEMPTS = 100_000
@@ -84,11 +100,25 @@ def render(statement: tuple, names: tuple[str, ...], top: bool = True) -> str:
     return text if top else f"({text})"
 
 
+def render_compact(statement: tuple, names: tuple[str, ...], top: bool = True) -> str:
+    """The compact style: "A knight", "not B knave", "A knight and B knave", "A knave implies B
+    knight", "A knight iff B knight"; composite operands in parentheses, as in `render`."""
+    op = statement[0]
+    if op == "is":
+        return f"{names[statement[1]]} {'knight' if statement[2] else 'knave'}"
+    if op == "not":
+        text = f"not {render_compact(statement[1], names, False)}"
+    else:
+        text = f" {op} ".join(render_compact(s, names, False) for s in statement[1:])
+    return text if top else f"({text})"
+
+
 @register("knights_knaves")
 class KnightsKnaves(Task):
     """Knights always tell the truth, knaves always lie: who is which?"""
 
-    def __init__(self, min_people: int = 2, max_people: int = 4, depth: int = 2, width: int = 2):
+    def __init__(self, min_people: int = 2, max_people: int = 4, depth: int = 2, width: int = 2,
+                 names: str = "people", style: str = "prose"):
         if not (2 <= min_people <= max_people <= 8):
             raise ValueError(f"knights_knaves: need 2 <= min_people <= max_people <= 8, got {min_people}, {max_people}")
         # depth 0 (atoms only) never gives a unique solution: flipping every role flips the truth
@@ -97,11 +127,16 @@ class KnightsKnaves(Task):
             raise ValueError(f"knights_knaves: depth must be 1..4, got {depth}")
         if not (2 <= width <= 4):
             raise ValueError(f"knights_knaves: width must be 2..4, got {width}")
+        if names not in NAME_STYLES:
+            raise ValueError(f"knights_knaves: names must be one of {', '.join(NAME_STYLES)}, got {names!r}")
+        if style not in STYLES:
+            raise ValueError(f"knights_knaves: style must be one of {', '.join(STYLES)}, got {style!r}")
         self.min_people, self.max_people, self.depth, self.width = min_people, max_people, depth, width
+        self.names, self.style = names, style
 
     def options(self):
         return {"min_people": self.min_people, "max_people": self.max_people,
-                "depth": self.depth, "width": self.width}
+                "depth": self.depth, "width": self.width, "names": self.names, "style": self.style}
 
     def generate(self, n, seed):
         check_count(n)
@@ -110,7 +145,9 @@ class KnightsKnaves(Task):
 
     def _one(self, rng: random.Random) -> KKProblem:
         people = rng.randint(self.min_people, self.max_people)
-        names = tuple(rng.sample(NAMES, people))
+        names = tuple(rng.sample(NAMES, people))  # drawn either way: letters change the names, not the logic
+        if self.names == "letters":
+            names = tuple(LETTERS[:people])
         for _ in range(MAX_ATTEMPTS):  # rejection sampling; most settings accept 1 in a few
             statements = tuple(self._statement(rng, people, self.depth) for _ in range(people))
             found = solutions(statements)
@@ -128,6 +165,10 @@ class KnightsKnaves(Task):
         return (op,) + tuple(self._statement(rng, people, depth - 1) for _ in range(arity))
 
     def prompt(self, problem):
+        if self.style == "compact":
+            says = " ".join(f"{name}: {render_compact(s, problem.names)}."
+                            for name, s in zip(problem.names, problem.statements))
+            return f"{says}\nAnswer: "
         says = " ".join(f"{name} says: {render(s, problem.names)}." for name, s in zip(problem.names, problem.statements))
         return (f"Knights always tell the truth and knaves always lie. Inhabitants: {', '.join(problem.names)}. "
                 f"{says} Who is a knight and who is a knave?\nAnswer: ")
