@@ -325,6 +325,41 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}"
 
 
+def models_to_build(cfg: RunConfig) -> list[dict]:
+    """One cell's service values per distinct pre-trained model set the run loads: the student's base
+    (`PRETRAINED_MODELS` with `base_steps` > 0) and, for distill, the teacher. Neither depends on the
+    method, budget or seed (trainers/pretrained.py), so a 3-seed, 3-variant run needs one entry."""
+    out, seen = [], set()
+    for cell in cells(cfg):
+        values = cfg.service_values(cell.variant, cell.seed)
+        if spec.is_data_parallel(values["method"]) or values["model"] not in spec.PRETRAINED_MODELS:
+            continue  # data-parallel replicas and the other models are built as given (seeded)
+        if values["base_steps"] == 0 and values["objective"] != "distill":
+            continue
+        key = tuple(values[k] for k in ("task", "task_options", "model", "base_steps", "objective", "teacher_steps"))
+        if key not in seen:
+            seen.add(key)
+            out.append(values)
+    return out
+
+
+def prepare_models(cfg: RunConfig, cache: Path) -> None:
+    """Build (or find) the cached models the cells load, before the first cell, with every core.
+
+    Inside a cell the learner would build them with its one thread while the cell's processes wait:
+    a 1500-step teacher (the hilo-kk preset) is ~20 min there, past `wait_address`'s limit. Here it
+    runs once, in its own process (the harness stays torch-free), its progress lines on our stderr;
+    the services then load the same files. A cache hit costs one process start."""
+    for values in models_to_build(cfg):
+        argv = [sys.executable, "-m", "trainers.pretrained", "--threads", str(os.cpu_count() or 1),
+                "--run-params", json.dumps(spec.RunParams(**values).to_json())]
+        env = dict(os.environ, WAN_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        done = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
+
+
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. `net(cfg)`: the network context
@@ -339,6 +374,13 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     from harness.signals import signals_raise  # SIGTERM/SIGHUP -> SystemExit, so `finally` tears down
 
     try:
+        with signals_raise():
+            try:
+                prepare_models(cfg, Path(cfg.out_dir).resolve() / ".cache")
+            except RuntimeError as e:
+                status = "failed"
+                doc["errors"].append(str(e))
+                raise
         with signals_raise(), (net or network)(cfg) as (topo, backend):
             doc["backend"] = backend
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it

@@ -21,7 +21,10 @@ of them trains while the others wait and then load the same bytes. Training prin
 line to stderr every ~10 % of its steps.
 
     python -m trainers.pretrained --task knights_knaves --task-options max_people=2 --steps 300
-builds (or finds) a base ahead of a run.
+builds (or finds) a base ahead of a run;
+    python -m trainers.pretrained --run-params '<RunParams JSON>' --threads 2
+builds (or finds) the base and, for distill, the teacher that a run with those parameters loads
+(`harness run` does this before its first cell, with every core: see harness/launch.py).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from safetensors.torch import load_file, save_file
 from trainers.heldout import training_problems
 from trainers.models import build_base_model, build_tokenizer
 from trainers.rollout import encode_prompt
+from trainers.spec import PRETRAINED_MODELS
 
 # Bump when the training recipe changes, so that old cache files are not reused.
 RECIPE_VERSION = 1
@@ -51,9 +55,9 @@ BASE_LR = 1e-3           # AdamW peak lr of the supervised warm-up (the teacher 
 BASE_BATCH = 32          # gold completions per step
 BASE_TRAIN = 4000        # distinct training problems the warm-up draws from
 PROGRESS_LINES = 10      # progress lines per training run
-# The run's base is pre-trained for these models only; "micro" stays random (plumbing tests: a
-# 300-step warm-up in every end-to-end test's fresh cache would cost more than the test).
-PRETRAINED_MODELS = ("tiny", "small")
+# The run's base is pre-trained for PRETRAINED_MODELS only (defined in the torch-free spec, which the
+# harness reads too); "micro" stays random (plumbing tests: a 300-step warm-up in every end-to-end
+# test's fresh cache would cost more than the test).
 
 
 def default_cache_dir(kind: str) -> Path:
@@ -221,12 +225,22 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="tiny")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--run-params", default=None,
+                   help="a run's parameters (RunParams JSON): build its base and, for distill, its teacher")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
+        if args.run_params is not None:
+            from trainers.spec import RunParams
+
+            params = RunParams.from_json(json.loads(args.run_params))
+            base_for(params)
+            if params.objective == "distill":
+                teacher_for(params)
+            return 0
         task = get_task(args.task, **parse_task_options(args.task, args.task_options))
         build_base(task, args.model, steps=args.steps)
-    except ValueError as e:
+    except ValueError as e:  # SpecError and json.JSONDecodeError are ValueErrors too
         p.error(str(e))
     return 0
 

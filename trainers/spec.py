@@ -65,6 +65,12 @@ COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
 BUDGETED = ("int8", "powersgd", "spar", "topk")
 
 
+# The CPU models whose student base (`base_steps`) and distillation teacher (`teacher_steps`) are
+# trained here on gold answers and cached (trainers/pretrained.py); "micro", a real shape or a
+# folder is built as given. Torch-free, so the harness can tell which runs need models built.
+PRETRAINED_MODELS = ("tiny", "small")
+
+
 class SpecError(ValueError):
     """A usage error; the message is one line that names the flag and the value."""
 

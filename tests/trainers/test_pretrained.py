@@ -1,6 +1,7 @@
 """The student's pre-trained base: keyed cache, built once, bit-identical on every process, and
 better than the random base on held-out problems; task options from the run spec."""
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -133,3 +134,24 @@ def test_micro_runs_keep_the_random_base_from_the_run_seed():
 
     params = RunParams(method="full", model="micro", base_steps=300, seed=3)
     assert state_hash(base_for(params)) == state_hash(build_base_model("micro", seed=3))
+
+
+def test_run_params_mode_builds_the_runs_base_and_teacher_once(tmp_path):
+    """What `harness run` calls before its first cell: both files built, then a cache hit that
+    trains nothing; bad parameters are a one-line error with exit 2 and build nothing."""
+    params = RunParams(method="full", model="tiny", base_steps=TINY_STEPS, teacher_steps=TINY_STEPS + 1,
+                       objective="distill", task="digits", task_options="ops=copy,max_len=2")
+    env = dict(os.environ, WAN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "trainers.pretrained", "--run-params", json.dumps(params.to_json())]
+    first = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert f"step {TINY_STEPS}/{TINY_STEPS}" in first.stderr and f"step {TINY_STEPS + 1}/{TINY_STEPS + 1}" in first.stderr
+    files = sorted((tmp_path / "bases").glob("*.safetensors"))
+    assert len(files) == 2  # the base and the teacher (the same recipe, more steps)
+    again = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
+    assert again.returncode == 0 and "[pretrain]" not in again.stderr
+    assert sorted((tmp_path / "bases").glob("*.safetensors")) == files
+    bad = subprocess.run(argv[:-1] + ['{"model": "tiny", "lr": "fast"}'], cwd=ROOT, env=env, text=True,
+                         capture_output=True, timeout=120)
+    last = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 2 and "error:" in last and "lr" in last, bad.stderr[-2000:]

@@ -41,3 +41,15 @@ def test_bad_presets_fail_with_one_line(tmp_path):
     result = CliRunner().invoke(app, ["run", "--preset", "nope", "--dry-run", "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "unknown preset 'nope'" in result.output
     assert not (tmp_path / "r").exists()
+
+
+def test_the_run_builds_each_pretrained_model_set_once_before_its_cells():
+    """hilo-kk (3 variants x 3 seeds, distill): one base + teacher set; grpo with a pre-trained base:
+    one; micro (never pre-trained), a random tiny base under grpo, or a data-parallel run: none."""
+    kk = launch.models_to_build(config.build(preset="hilo-kk", emulation=False))
+    assert len(kk) == 1 and (kk[0]["model"], kk[0]["base_steps"], kk[0]["teacher_steps"]) == ("tiny", 200, 1500)
+    assert len(launch.models_to_build(config.build(preset="hilo-countdown", emulation=False))) == 1
+    assert launch.models_to_build(config.build(model="micro", emulation=False)) == []
+    assert launch.models_to_build(config.build(objective="grpo", base_steps="0", emulation=False)) == []
+    assert len(launch.models_to_build(config.build(objective="distill", base_steps="0", emulation=False))) == 1
+    assert launch.models_to_build(config.build(method="diloco", baseline="ddp", emulation=False)) == []
