@@ -98,11 +98,20 @@ def meta(cfg: RunConfig, backend: str) -> dict:
 
 # ---- processes -------------------------------------------------------------------------------
 
-def service_env(token: str, cache: Path) -> dict:
-    env = dict(os.environ, RUN_TOKEN=token, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
-               WAN_CACHE_DIR=str(cache))
+def cache_dir(cfg: RunConfig) -> Path:
+    """Where a run's services find (and the harness builds) the cached pre-trained models."""
+    return Path(cfg.out_dir).resolve() / ".cache"
+
+
+def python_env(cache: Path, threads: int) -> dict:
+    """The environment of a `python -m trainers...` process the harness starts."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore", WAN_CACHE_DIR=str(cache))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+def service_env(token: str, cache: Path) -> dict:
+    return dict(python_env(cache, threads=1), RUN_TOKEN=token)
 
 
 def service_modules(method: str) -> tuple[str, str]:
@@ -257,7 +266,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     `--on-drop` says, see DropWatch); returns the learner's summary. Raises CellFailed under
     `--on-drop fail` once a worker is lost (the cell's processes are stopped first)."""
     cell_dir.mkdir(parents=True, exist_ok=True)
-    env = service_env(token, Path(cfg.out_dir).resolve() / ".cache")
+    env = service_env(token, cache_dir(cfg))
     procs = Processes(spawn)
     watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
@@ -333,7 +342,7 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
     for cell in cells(cfg):
         values = cfg.service_values(cell.variant, cell.seed)
         if spec.is_data_parallel(values["method"]) or values["model"] not in spec.PRETRAINED_MODELS:
-            continue  # data-parallel replicas and the other models are built as given (seeded)
+            continue  # data-parallel replicas are built as given (seeded); micro's teacher is cheap enough for its cell
         if values["base_steps"] == 0 and values["objective"] != "distill":
             continue
         key = tuple(values[k] for k in ("task", "task_options", "model", "base_steps", "objective", "teacher_steps"))
@@ -350,12 +359,11 @@ def prepare_models(cfg: RunConfig, cache: Path) -> None:
     a 1500-step teacher (the hilo-kk preset) is ~20 min there, past `wait_address`'s limit. Here it
     runs once, in its own process (the harness stays torch-free), its progress lines on our stderr;
     the services then load the same files. A cache hit costs one process start."""
+    threads = os.cpu_count() or 1
     for values in models_to_build(cfg):
-        argv = [sys.executable, "-m", "trainers.pretrained", "--threads", str(os.cpu_count() or 1),
+        argv = [sys.executable, "-m", "trainers.pretrained", "--threads", str(threads),
                 "--run-params", json.dumps(spec.RunParams(**values).to_json())]
-        env = dict(os.environ, WAN_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        done = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        done = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL)
         if done.returncode != 0:
             raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
 
@@ -376,7 +384,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     try:
         with signals_raise():
             try:
-                prepare_models(cfg, Path(cfg.out_dir).resolve() / ".cache")
+                prepare_models(cfg, cache_dir(cfg))
             except RuntimeError as e:
                 status = "failed"
                 doc["errors"].append(str(e))

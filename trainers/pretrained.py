@@ -46,7 +46,7 @@ from safetensors.torch import load_file, save_file
 from trainers.heldout import training_problems
 from trainers.models import build_base_model, build_tokenizer
 from trainers.rollout import encode_prompt
-from trainers.spec import PRETRAINED_MODELS
+from trainers.spec import PRETRAINED_MODELS, RunParams
 
 # Bump when the training recipe changes, so that old cache files are not reused.
 RECIPE_VERSION = 1
@@ -231,8 +231,6 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     try:
         if args.run_params is not None:
-            from trainers.spec import RunParams
-
             params = RunParams.from_json(json.loads(args.run_params))
             base_for(params)
             if params.objective == "distill":
