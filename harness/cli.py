@@ -9,7 +9,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark communication-efficient LoRA training over an emulated WAN.")
 
 
-# ---- link emulation: profiles, calibrate, clean (harness/profiles.py, shaper.py, calibrate.py, clean.py)
+# ---- link emulation: profiles, calibrate, clean (harness/net/profiles.py, shaper.py, calibrate.py, clean.py)
 
 def _usage_error(err: Exception) -> typer.Exit:
     typer.echo(f"error: {err}", err=True)
@@ -24,7 +24,7 @@ def profiles(name: str = typer.Argument(None, help="a profile name or YAML path;
              live: str = typer.Option(None, help="read a live run's shaping back from the kernel (run id)")):
     """List the WAN profiles, show one, print its plan (--plan), or read a live run back (--live)."""
     import yaml
-    from harness import linkcli
+    from harness.net import commands as linkcli
     try:
         typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml))
     except ValueError as err:
@@ -43,10 +43,10 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
-    from harness import linkcli
+    from harness.net import commands as linkcli
     try:
         prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss)
-        from harness.backend import validate
+        from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
             raise ValueError(f"workers: {workers!r} must be within 1 and 250")
@@ -63,7 +63,7 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
           list_only: bool = typer.Option(False, "--list", help="list leftovers and their owners, remove nothing")):
     """Remove the namespaces (with their links, qdiscs and netfilter rules) and delay lines of
     harness runs whose owner process is dead; --run-id for one run, --all for every run."""
-    from harness import clean as cleaner
+    from harness.net import clean as cleaner
     if run_id is not None and all_runs:
         raise _usage_error(ValueError("--all and --run-id: give one of them"))
     if list_only:
@@ -78,8 +78,8 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
 def doctor(backend: str = typer.Option(None, help="check for netem | fallback (default: the one a run would get)")):
     """Check what an emulated run needs here (root, kernel features, binaries, disk); print one
     line per missing piece saying what to install, and exit 2 if anything is missing."""
-    from harness import doctor as doc
-    from harness.backend import validate
+    from harness.net import doctor as doc
+    from harness.net.backend import validate
     try:
         validate(backend, flag="--backend")
     except ValueError as err:
@@ -92,12 +92,12 @@ def doctor(backend: str = typer.Option(None, help="check for netem | fallback (d
         raise typer.Exit(2)
 
 
-# ---- compression benchmark (trainers/compress/bench.py): the main job until `harness run` lands
+# ---- compression benchmark (trainers/compress/bench.py)
 
 def _check_model_name(model: str) -> None:
     """`--model` of bench-compress / project: the run spec's check (a name or a config folder)."""
-    from harness.config import _check_model
-    _check_model(model)
+    from trainers import spec
+    spec.check_model(model)
 
 
 @app.command("bench-compress")
@@ -155,7 +155,7 @@ def bench_compress(
             json.dump(bench.as_dicts(rows), fh, indent=1)
 
 
-# ---- cost model (harness/costmodel.py): what a method would do at a scale this box cannot run
+# ---- cost model (harness/projection/costmodel.py): what a method would do at a scale this box cannot run
 
 @app.command()
 def project(
@@ -200,7 +200,7 @@ def project(
         json_out: bool = typer.Option(False, "--json", help="print {\"methods\": [...]} as JSON"),
         figures_dir: str = typer.Option(None, "--figures", help="also write the figures (PDF + PNG) here")):
     """Project seconds per update, bytes and speedup of each method from the cost model (no run)."""
-    from harness import projectcli
+    from harness.projection import commands as projectcli
     if validate:
         if not from_run:
             raise _usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
@@ -269,7 +269,7 @@ def _extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str
 
 
 def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool):
-    from harness import config, runcli
+    from harness.run import config, commands as runcli
     try:
         cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
@@ -291,13 +291,13 @@ def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out
     import datetime
     from pathlib import Path
 
-    from harness import runcli
+    from harness.run import commands as runcli
     folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     try:
         doc = runcli.load_grid(grid, values)
         cfgs = runcli.sweep_configs(doc, out=folder)
         if any(c.emulation for c in cfgs):
-            from harness import launch
+            from harness.run import launch
             launch.check_privileges(next(c for c in cfgs if c.emulation))
     except ValueError as err:
         raise _usage_error(err) from None
@@ -318,7 +318,7 @@ spec_command("sweep", sweep, [
 def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing")):
     """Rebuild report.md (+ report.html) from results folders alone; written into the first folder."""
-    from harness import runcli
+    from harness.run import commands as runcli
     try:
         raise typer.Exit(runcli.report_cmd(paths, quiet))
     except ValueError as err:
@@ -329,7 +329,7 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
 def plot(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
          quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing")):
     """Rebuild the figures (PDF with Type-42 fonts + PNG) into <first folder>/figures/."""
-    from harness import runcli
+    from harness.run import commands as runcli
     try:
         raise typer.Exit(runcli.plot_cmd(paths, quiet))
     except ValueError as err:

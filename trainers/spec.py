@@ -4,10 +4,10 @@ Each :class:`Param` has its name, type, unit, default, allowed range and help te
 surface is derived from this table, so a new parameter is one line here:
 
 - `harness run` / `harness sweep` flags (`harness/cli.py` builds them from `PARAMS`);
-- `RunConfig` and `config.json` (`harness/config.py`);
+- `RunConfig` and `config.json` (`harness/run/config.py`);
 - the learner's argv and the worker's optional checks (`add_run_args`, `to_argv`);
 - :class:`RunParams`, which the learner sends to every worker in WELCOME;
-- the columns of the results tables (`harness/results.py` reads them from config.json);
+- the columns of the results tables (`harness/results/tables.py` reads them from config.json);
 - the keys of a sweep grid.
 
 `where` says who owns a parameter: "service" parameters are what every replica must agree on
@@ -25,6 +25,7 @@ and `clean` validate a run without paying for it.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import dataclasses
@@ -35,12 +36,12 @@ from typing import Any, Iterable, Mapping
 # ---- vocabularies that the controller must know without importing torch -------------------
 # (each has a test against the registry that owns it: tests/trainers/test_spec.py)
 
-MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/models.py TINY_CONFIGS + real shapes:
-    f.name[:-5] for f in (Path(__file__).parent / "model_configs").glob("*.json")))  # one JSON file each
+MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/model/models.py TINY_CONFIGS + real shapes:
+    f.name[:-5] for f in (Path(__file__).parent / "model" / "model_configs").glob("*.json")))  # one JSON file each
 OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry
-FULL_METHODS = ("full", "full-bf16")                  # trainers/methods.py FULL_DTYPES
+FULL_METHODS = ("full", "full-bf16")                  # trainers/hilo/methods.py FULL_DTYPES
 RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
-FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/dtypes.py)
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/protocol/dtypes.py)
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
 # Data-parallel family (trainers/dataparallel registry); lordo-* may name a QHM variant: lordo-global-none.
@@ -66,7 +67,7 @@ BUDGETED = ("int8", "powersgd", "spar", "topk")
 
 
 # The CPU models whose student base (`base_steps`) and distillation teacher (`teacher_steps`) are
-# trained here on gold answers and cached (trainers/pretrained.py); "micro", a real shape or a
+# trained here on gold answers and cached (trainers/model/pretrained.py); "micro", a real shape or a
 # folder is built as given. Torch-free, so the harness can tell which runs need models built.
 PRETRAINED_MODELS = ("tiny", "small")
 
@@ -238,7 +239,7 @@ PARAMS: list[Param] = [
     Param("seed", int, (1, 2, 3), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
           flag_name="seeds"),
     Param("preset", str, None, "a named preset from presets/ (or a YAML path) whose values stand in for every "
-          "flag not given (harness/presets.py)", where="harness", optional=True),
+          "flag not given (harness/run/presets.py)", where="harness", optional=True),
     Param("baseline", str, "full-bf16", "the method every other one is compared against, run under the same link; "
           "default full-bf16: the whole adapter in bf16, as the HiLo paper and RL frameworks ship it "
           f"(`{NO_BASELINE}`: do not run one)", where="harness"),
@@ -281,7 +282,7 @@ PARAMS: list[Param] = [
           unit="versions", lo=1, hi=1_000_000),
     Param("snapshot_every", int, 10, "the learner snapshots adapter + optimizer every S versions (catch-up)",
           unit="versions", lo=1, hi=1_000_000),
-    # held-out quality (trainers/heldout.py; evaluated by the learner after its loop, never timed as an update)
+    # held-out quality (trainers/tasks/heldout.py; evaluated by the learner after its loop, never timed as an update)
     Param("eval_every", int, 10, "evaluate the policy on the held-out problems every E versions (and always at "
           "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000),
     Param("eval_problems", int, 64, "held-out problems per evaluation (disjoint from every training problem); 0: "
@@ -353,7 +354,7 @@ def parse_value(name: str, raw: Any) -> Any:
     return p.parse_many(raw) if p.many else p.parse(raw)
 
 
-# ---- methods (names only; trainers/methods.py builds them) -----------------------------------
+# ---- methods (names only; trainers/hilo/methods.py builds them) -----------------------------------
 
 def method_names() -> list[str]:
     return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
@@ -412,6 +413,33 @@ def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_model(model: str) -> None:
+    """A built-in model name, or a folder holding a Hugging Face config.json; else SpecError naming --model."""
+    if model in MODEL_NAMES:
+        return
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        raise SpecError(f"--model: {model!r} is neither a built-in model ({', '.join(MODEL_NAMES)}) "
+                        "nor a folder holding config.json")
+    try:
+        doc = json.loads(config.read_text())
+    except (OSError, ValueError) as err:
+        raise SpecError(f"--model: {config} is not readable JSON ({err})") from None
+    if not isinstance(doc, dict) or not doc.get("model_type"):
+        raise SpecError(f"--model: {config} has no model_type (not a Hugging Face config)")
+
+
+def variant_label(method: str, budget: str | None = None) -> str:
+    """A variant's name in tables, legends and projections: `spar@1.6%`, or the bare method when it
+    has no budget (or takes none)."""
+    return f"{method}@{budget}" if budget and takes_budget(method) else method
+
+
+def variant_slug(label: str) -> str:
+    """A variant label as a folder name: `spar@1.6%` -> `spar-1.6pct` (cells/<slug>-s<seed>/)."""
+    return label.replace("@", "-").replace("%", "pct")
+
+
 # ---- RunParams: what every replica agrees on (learner argv, WELCOME, summary.json) ----------
 
 class RunParams:
@@ -430,7 +458,6 @@ class RunParams:
             raw = values.get(name, p.service_default)
             out[name] = _budget(raw) if name == "budget" else p.parse(raw)  # one cell: one value each
         check_method(out["method"])
-        check_task_options(out["task"], out["task_options"])
         check_combinations(out)
         object.__setattr__(self, "_values", out)
 
@@ -468,22 +495,6 @@ class RunParams:
 
     def compressor_options(self) -> dict[str, Any]:
         return compressor_options(self.method, self._values)
-
-    def get_method(self):
-        from trainers import methods  # torch: only the services get here
-
-        return methods.get_method(self.method, **self.compressor_options())
-
-
-def check_task_options(task: str, text: str) -> None:
-    from trainers.tasks import available, parse_task_options  # torch-free, like this module
-
-    if task not in available():
-        return  # an unknown task is reported as such by the --task check
-    try:
-        parse_task_options(task, text)
-    except ValueError as e:
-        raise SpecError(f"--task-options: {e}") from None
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

@@ -2,7 +2,7 @@
 
 One policy (the cached pre-trained base + a seeded LoRA adapter) is trained as the learner does
 with method `full`: every update, each of W simulated workers samples rollouts on its
-`training_problems` (seeded like trainers.worker), the objective's loss over their concatenated
+`training_problems` (seeded like trainers.hilo.worker), the objective's loss over their concatenated
 rows is back-propagated, and the replica's AdamW steps on the LoRA gradients. Every E updates
 (and at 0) the policy is evaluated on `heldout_problems`: n samples per problem, pass@1 and
 pass@k (unbiased), mean reward, and for distill the reverse KL to the teacher on those samples.
@@ -50,8 +50,8 @@ def parse(argv=None):
 
 def held_out_eval(policy, teacher, tok, task, problems, a, objective) -> dict:
     """pass@1, pass@k, mean reward over held-out problems; reverse KL to the teacher (distill)."""
-    from trainers.evaluate import pass_at_k
-    from trainers.rollout import generate_rollouts
+    from trainers.hilo.evaluate import pass_at_k
+    from trainers.model.rollout import generate_rollouts
 
     correct, rewards, kls = [], [], []
     for start in range(0, len(problems), 16):
@@ -73,13 +73,13 @@ def held_out_eval(policy, teacher, tok, task, problems, a, objective) -> dict:
 
 
 def run_seed(a, seed: int) -> list[dict]:
-    from trainers.heldout import heldout_problems, training_problems
-    from trainers.models import LoraSpec, attach_lora, build_tokenizer, lora_gradients, lora_parameters
+    from trainers.tasks.heldout import heldout_problems, training_problems
+    from trainers.model.models import LoraSpec, attach_lora, build_tokenizer, lora_gradients, lora_parameters
     from trainers.objectives import get_objective
-    from trainers.pretrained import build_base
-    from trainers.replay import OptimConfig, Replica
-    from trainers.rollout import concat, generate_rollouts
-    from trainers.service import rollout_seed
+    from trainers.model.pretrained import build_base
+    from trainers.model.replica import OptimConfig, Replica
+    from trainers.model.rollout import concat, generate_rollouts
+    from trainers.hilo.stack import rollout_seed
     from trainers.tasks import get_task, parse_task_options
 
     task = get_task(a.task, **parse_task_options(a.task, a.task_options))
@@ -88,7 +88,7 @@ def run_seed(a, seed: int) -> list[dict]:
     replica = Replica(lora_parameters(policy), OptimConfig(lr=a.lr))
     teacher = None
     if a.objective == "distill":
-        teacher = build_base(task, a.model, steps=a.teacher_steps)  # = trainers.pretrained.teacher_for
+        teacher = build_base(task, a.model, steps=a.teacher_steps)  # = trainers.model.pretrained.teacher_for
         objective = get_objective("distill", teacher=teacher)
     else:
         objective = get_objective("grpo")

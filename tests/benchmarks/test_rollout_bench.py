@@ -9,9 +9,9 @@ import time
 import pytest
 import torch
 
-from trainers.models import LoraSpec, build_base_model, build_model, build_tokenizer, lora_parameters
+from trainers.model.models import LoraSpec, build_base_model, build_model, build_tokenizer, lora_parameters
 from trainers.objectives import get_objective
-from trainers.rollout import encode_prompt, generate_rollouts
+from trainers.model.rollout import encode_prompt, generate_rollouts
 from trainers.tasks import get_task
 
 pytestmark = pytest.mark.benchmark

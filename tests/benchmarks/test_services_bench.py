@@ -17,11 +17,12 @@ import time
 import pytest
 import torch
 
-from tests.trainers.services.cluster import TOKEN, Cluster
-from trainers import wire
+from tests.trainers.hilo.cluster import TOKEN, Cluster
+from trainers.protocol import wire
 from trainers.events import EventLog
-from trainers.rollout import Rollouts
-from trainers.service import build_replica
+from trainers.model.rollout import Rollouts
+from trainers.hilo.methods import method_for
+from trainers.hilo.stack import build_replica
 from trainers.spec import RunParams
 
 PARAMS = dict(model="tiny", updates=5, problems_per_worker=2, group_size=4, max_new_tokens=16,
@@ -37,7 +38,7 @@ def _median(xs):
 def _harness_seconds(method: str, n: int, rollout_frames: list[bytes], update: bytes, run_dir) -> float:
     """Time the harness's per-update work on the learner at the sizes of this run (median of 5)."""
     params = RunParams(method=method, model="tiny")
-    _, replica = build_replica(params, params.get_method())
+    _, replica = build_replica(params, method_for(params))
     log = EventLog(run_dir, "overhead-probe")
     check = wire.token_check(TOKEN)
     samples = []

@@ -1,6 +1,6 @@
 """Benchmark: the wire against the memory floor, for the fp32 identity update of a rank-64 LoRA
 adapter on all 7 projections of Qwen2.5-0.5B (141 MB) and Qwen2.5-1.5B (295 MB), shapes from
-the meta-device model (`trainers.models.lora_shapes`).
+the meta-device model (`trainers.model.models.lora_shapes`).
 
     .venv/bin/python -m pytest tests/benchmarks/test_wire_bench.py -m benchmark -s
 
@@ -21,10 +21,10 @@ import time
 import pytest
 import torch
 
-from trainers import wire
+from trainers.protocol import wire
 from trainers.compress import get_compressor
-from trainers.models import lora_shapes
-from trainers.wire import Connection, MessageType
+from trainers.model.models import lora_shapes
+from trainers.protocol.wire import Connection, MessageType
 
 MODELS = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 REPEATS = 7

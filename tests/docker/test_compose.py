@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness import clean
+from harness.net import clean
 from tests.docker.conftest import ROOT
 
 pytestmark = pytest.mark.docker

@@ -9,8 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from harness import cli, config, launch, runcli
+from harness import cli
+
+from harness.run import config, launch, commands as runcli
 from trainers import spec
+from trainers.hilo.methods import method_for
 
 
 def _defaults_cfg():
@@ -76,9 +79,9 @@ def test_compressor_options_come_from_the_spec_and_reach_the_compressor():
     cfg = config.build(method="spar,powersgd", spar_sketch="16", powersgd_rank="3", budget="0.78%", emulation=False)
     by_method = {c.variant.method: spec.RunParams(**cfg.service_values(c.variant, c.seed))
                  for c in launch.cells(cfg)}
-    spar = by_method["spar"].get_method().make_compressor()
+    spar = method_for(by_method["spar"]).make_compressor()
     assert spar.config["sketch"] == 16 and spar.config["budget"] == "0.78%"
-    assert by_method["powersgd"].get_method().make_compressor().config["rank"] == 3
+    assert method_for(by_method["powersgd"]).make_compressor().config["rank"] == 3
     assert by_method["full-bf16"].compressor_options() == {}
 
 
@@ -101,7 +104,9 @@ def test_run_params_reject_unknown_and_out_of_range_values():
 
 
 def test_torch_free_vocabularies_agree_with_their_registries():
-    from trainers import compress, methods, models, objectives
+    from trainers import compress, objectives
+    from trainers.hilo import methods
+    from trainers.model import models
     from trainers.compress.base import BudgetedCompressor, Compressor
 
     assert sorted(models.available_models()) == sorted(spec.MODEL_NAMES)
@@ -118,7 +123,7 @@ def test_torch_free_vocabularies_agree_with_their_registries():
 
 
 def test_backend_names_agree_with_the_shaper():
-    from harness import backend
+    from harness.net import backend
 
     assert tuple(spec.BACKENDS) == tuple(backend.BACKENDS)
 

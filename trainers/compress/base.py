@@ -22,7 +22,7 @@ Payload container (shared by every compressor, little-endian)::
     table_len  u32  then `table`: zlib-compressed JSON
                     {"tensors": [[name, [dim, ...]], ...],        the gradients' layout
                      "segments": [[key, dtype, count], ...],       the body's arrays, in order
-                                                                   (dtype: a name of trainers.dtypes)
+                                                                   (dtype: a name of trainers.protocol.dtypes)
                      "meta": {...}}                                 compressor-specific, small
     body            the segments' raw little-endian bytes, back to back; nothing may follow
 
@@ -43,9 +43,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from trainers.dtypes import DTYPES, byte_view, itemsize, over_bytes
+from trainers.protocol.dtypes import DTYPES, byte_view, itemsize, over_bytes
 from trainers import spec
-from trainers.spec import FLOAT_DTYPES  # what a compressor may ship its values in (names of trainers.dtypes)
+from trainers.spec import FLOAT_DTYPES  # what a compressor may ship its values in (names of trainers.protocol.dtypes)
 
 MAGIC = b"HLOC"
 FORMAT_VERSION = 1

@@ -27,8 +27,11 @@ import torch
 
 from trainers.compress import get_compressor
 from trainers.compress.base import full_adapter_bytes
+from trainers.model.models import lora_shapes
+from trainers.model.models import LoraSpec, build_model, lora_gradients, lora_parameters
+from trainers.model.replica import OptimConfig, Replica
 
-DEFAULT_MODEL = "qwen2.5-0.5b"   # synthetic gradients' shapes: a named model (trainers/model_configs/)
+DEFAULT_MODEL = "qwen2.5-0.5b"   # synthetic gradients' shapes: a named model (trainers/model/model_configs/)
 DEFAULT_RANK = 64
 # `--shape` presets of `harness bench-compress`: (model, rank). `small` is a quick check.
 SHAPES = {"qwen0.5b": (DEFAULT_MODEL, DEFAULT_RANK), "small": ("micro", 16)}
@@ -54,7 +57,6 @@ class Row:
 def model_shapes(model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK) -> dict[str, tuple[int, int]]:
     """(name -> shape) of the LoRA factors of `model` at `rank` on all seven projections: A is
     (r, d_in), B is (d_out, r), read from the instantiated module (meta device), never a formula."""
-    from trainers.models import lora_shapes
 
     return dict(lora_shapes(model, rank))
 
@@ -75,9 +77,6 @@ def synthetic_gradients(shapes: dict[str, tuple[int, int]], alpha: float = 1.0, 
 
 def real_gradients(model: str = "tiny", rank: int = 64, steps: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
     """The adapter gradient after a few exact AdamW steps of next-token loss on random bytes."""
-    from trainers.models import LoraSpec, build_model, lora_gradients, lora_parameters
-    from trainers.replay import OptimConfig, Replica
-
     m = build_model(model, LoraSpec(rank=rank, seed=seed), seed=seed)
     replica = Replica(lora_parameters(m), OptimConfig(lr=1e-3))
     gen = torch.Generator().manual_seed(seed)

@@ -3,7 +3,7 @@ without the full-rank QHM term the pseudo-gradient lies in span(Q), so the next 
 subspace and the overlap mean(sigma^2(Q_{t+1}^T Q_t)) stays at 1; with it, Q keeps moving.
 
     python -m trainers.dataparallel.falsifier --out results/falsifier --seeds 1,2,3
-    python -m harness.dpplots results/falsifier          # figures/falsifier.pdf + .png
+    python -m harness.results.dataparallel_plots results/falsifier          # figures/falsifier.pdf + .png
 
 Writes `falsifier.csv`: variant, seed, kind (overlap | loss), index (sync number | step), value;
 and `heldout.csv`: variant, seed, heldout_ppl.

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers.corpus import Corpus, lm_loss, perplexity
+from trainers.dataparallel.corpus import Corpus, lm_loss, perplexity
 from trainers.dataparallel import get_method
 from trainers.dataparallel.base import DataParallelMethod, DPConfig
-from trainers.models import LoraSpec, attach_lora, build_base_model, lora_parameters
+from trainers.model.models import LoraSpec, attach_lora, build_base_model, lora_parameters
 
 CLIP_NORM = 1.0   # global gradient-norm clip of every local gradient (ALGORITHMS.md: G = clip(gradient))
 

@@ -8,7 +8,7 @@ Contract (every objective in `trainers/objectives/` implements it):
 
 - `loss(model, rollouts) -> (loss, metrics)`: `model` is the PEFT policy being trained (its
   base is frozen, so only LoRA parameters get gradients); `rollouts` is a
-  `trainers.rollout.Rollouts` batch. The loss is a 0-dim float32 tensor attached to the
+  `trainers.model.rollout.Rollouts` batch. The loss is a 0-dim float32 tensor attached to the
   graph; `metrics` is a flat dict of plain floats (names without the objective prefix,
   e.g. "kl", "reward_mean") for the per-update results rows. It does not step an optimizer
   and does not zero gradients: the learner owns that.
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from trainers.rollout import Rollouts
+from trainers.model.rollout import Rollouts
 
 
 class Objective(ABC):

@@ -11,7 +11,7 @@ Per completion token t the reverse KL  KL(p_student || p_teacher) at that positi
 
 Both are 0 (to rounding) when student and teacher are the same model. Log-probs use the
 rollouts' sampling temperature for both models. Teacher and student must share a tokenizer.
-The teacher comes from `trainers.objectives.teacher` (a path, or a tiny model trained on the
+The teacher comes from `trainers.model.teacher` (a path, or a tiny model trained on the
 task's gold completions and cached on disk).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from trainers.objectives import register
 from trainers.objectives.base import Objective, completion_logits, masked_mean, pack_for
-from trainers.objectives.teacher import build_teacher, load_teacher  # noqa: F401  (re-exported)
+from trainers.model.teacher import build_teacher, load_teacher  # noqa: F401  (re-exported)
 
 ESTIMATORS = ("full", "sampled")
 
@@ -31,7 +31,7 @@ class Distill(Objective):
 
     def __init__(self, teacher, estimator: str = "full"):
         if teacher is None:
-            raise ValueError("distill needs a teacher model (see trainers.objectives.teacher.build_teacher)")
+            raise ValueError("distill needs a teacher model (see trainers.model.teacher.build_teacher)")
         if estimator not in ESTIMATORS:
             raise ValueError(f"distill: unknown estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
         # Not put in eval mode or frozen here: the caller may share modules with the student.

@@ -18,7 +18,7 @@ import torch
 
 from trainers.objectives import register
 from trainers.objectives.base import Objective, completion_logprobs, masked_mean, pack_for
-from trainers.rollout import Rollouts
+from trainers.model.rollout import Rollouts
 
 AGGREGATIONS = ("token", "sequence")
 

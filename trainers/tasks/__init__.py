@@ -64,4 +64,21 @@ def _typed(task: str, key: str, value: str, default: Any) -> Any:
     return value  # strings and lists (digits' ops) parse in the task's constructor
 
 
-__all__ = ["Score", "Task", "available", "get_task", "parse_task_options", "register"]
+def check_task_options(task: str, text: str) -> None:
+    """Raise ValueError naming `--task-options` when `text` does not build task `task`
+    (an unknown task is left to the --task check)."""
+    if task not in available():
+        return
+    try:
+        parse_task_options(task, text)
+    except ValueError as e:
+        raise ValueError(f"--task-options: {e}") from None
+
+
+def build_task(params) -> Task:
+    """The task of a run's parameters (`trainers.spec.RunParams`): built once per process."""
+    return get_task(params.task, **parse_task_options(params.task, params.task_options))
+
+
+__all__ = ["Score", "Task", "available", "build_task", "check_task_options", "get_task", "parse_task_options",
+           "register"]

@@ -18,7 +18,7 @@ Two options size the puzzle's *surface* for a tiny CPU model without changing it
   "compact" ("A: not B knight. B: A knave iff B knight." and nothing else; ~50 bytes for two
   people instead of ~220). A prompt's tokens are what a CPU step costs, so compact trains
   ~3.4x more steps in the same time (measured: 0.9 vs 3.0 s per 32-row step, one thread).
-The held-out split is by prompt text (`trainers.heldout`), so with letters the held-out puzzles
+The held-out split is by prompt text (`trainers.tasks.heldout`), so with letters the held-out puzzles
 are logically different from every training puzzle, not the same logic under other names.
 
 Answer format (the gold): "(1) Alice is a knight (2) Bob is a knave", one clause per

@@ -8,7 +8,7 @@ relies on afterwards:
 - the results folder is readable (`harness report` exits 0) and correctly marked;
 - nothing is left behind: no namespace, qdisc, rule, delay line or process of the run.
 
-Hostile peers, slowloris and fd exhaustion are in tests/trainers/services/test_hostile.py (the
+Hostile peers, slowloris and fd exhaustion are in tests/trainers/hilo/test_hostile.py (the
 learner alone, on localhost); a killed worker under each --on-drop policy in
 tests/harness/run/test_on_drop.py. Run by hand: `pytest -m faults tests/harness/faults -s`.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import clean
+from harness.net import clean
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.root, pytest.mark.faults]
@@ -111,7 +111,7 @@ def run_with_fault(tmp_path: Path, name: str, flags: list[str], fault=None, at_v
 
 def test_worker_sigstop_then_sigcont_is_waited_for(tmp_path):
     def pause_w1(proc, run_dir, cell):
-        (pid,) = pids_of(str(cell), "trainers.worker", "--worker-id 1 ")
+        (pid,) = pids_of(str(cell), "trainers.hilo.worker", "--worker-id 1 ")
         os.kill(pid, signal.SIGSTOP)
         time.sleep(5)
         os.kill(pid, signal.SIGCONT)
@@ -124,7 +124,7 @@ def test_worker_sigstop_then_sigcont_is_waited_for(tmp_path):
 
 def test_learner_sigkill_is_reported_not_hidden(tmp_path):
     def kill_learner(proc, run_dir, cell):
-        (pid,) = pids_of(str(cell), "trainers.learner")
+        (pid,) = pids_of(str(cell), "trainers.hilo.learner")
         os.kill(pid, signal.SIGKILL)
 
     code, stderr, run_dir, cell = run_with_fault(tmp_path, "learnerkill", ["--updates", "30"], kill_learner)

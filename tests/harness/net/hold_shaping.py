@@ -7,8 +7,8 @@ controller that gets SIGKILLed.
 import sys
 import time
 
-from harness import profiles, shaper, topology
-from harness.plan import build_plan
+from harness.net import profiles, shaper, topology
+from harness.net.plan import build_plan
 
 
 def main() -> None:

@@ -1,11 +1,11 @@
-"""The backend decision (harness.backend) and the plan module's import weight (pure, no kernel)."""
+"""The backend decision (harness.net.backend) and the plan module's import weight (pure, no kernel)."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness import backend
+from harness.net import backend
 
 
 @pytest.mark.parametrize("name", ["tbf", "", "NETEM"])
@@ -43,7 +43,7 @@ def test_unreadable_config_is_assumed_without_create_and_probed_with_it(monkeypa
 
 
 def test_plan_module_needs_neither_torch_nor_pyroute2():
-    code = ("import sys, harness.plan, harness.backend; "
+    code = ("import sys, harness.net.plan, harness.net.backend; "
             "print(sorted(m for m in ('torch', 'pyroute2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[3]).stdout

@@ -15,7 +15,7 @@ import dataclasses
 
 import pytest
 
-from harness import calibrate, profiles
+from harness.net import calibrate, profiles
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

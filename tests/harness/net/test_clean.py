@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import clean, owner, topology
+from harness.net import clean, topology
+
+from harness import owner
 from harness.cli import app
 
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""Link counters (harness/linkstats.py), issue 11 items 1 and 2.
+"""Link counters (harness/net/linkstats.py), issue 11 items 1 and 2.
 
 - ``loss_drops`` on a real lossy link equal the kernel's own rule counters, read independently
   with ``nft -j`` (they were always 0: the counter-prefixed `iptables-save -c` lines were parsed at
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import clean, linkstats, profiles, shaper, topology
-from harness.plan import build_plan
-from harness.topology import Topology
+from harness.net import clean, linkstats, profiles, shaper, topology
+from harness.net.plan import build_plan
+from harness.net.topology import Topology
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]

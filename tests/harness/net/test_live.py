@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import backend, calibrate, clean, linkstats, profiles, shaper, topology
-from harness.plan import build_plan
-from harness.topology import Topology
+from harness.net import backend, calibrate, clean, linkstats, profiles, shaper, topology
+from harness.net.plan import build_plan
+from harness.net.topology import Topology
 
 pytestmark = pytest.mark.root
 HERE = Path(__file__).resolve().parent

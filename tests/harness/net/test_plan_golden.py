@@ -1,4 +1,4 @@
-"""Golden plans: harness.plan's operations for fixed profiles, both backends (pure, no kernel).
+"""Golden plans: harness.net.plan's operations for fixed profiles, both backends (pure, no kernel).
 
 Regenerate after an intended change with ``UPDATE_GOLDEN=1 pytest tests/harness/net/test_plan_golden.py``
 and review the diff of tests/golden/.
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import delayline, plan as plans, profiles
-from harness.backend import BACKENDS
-from harness.topology import Topology
+from harness.net import delayline, plan as plans, profiles
+from harness.net.backend import BACKENDS
+from harness.net.topology import Topology
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 HERE = Path(__file__).resolve().parent

@@ -2,8 +2,10 @@
 import pytest
 import yaml
 
-from harness import profiles, units
-from harness.profiles import ProfileError
+from harness.net import profiles
+
+from harness import units
+from harness.net.profiles import ProfileError
 
 
 @pytest.mark.parametrize("text,bit_s", [

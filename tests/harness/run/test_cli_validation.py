@@ -5,7 +5,9 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from harness import config, topology
+from harness.run import config
+
+from harness.net import topology
 from harness.cli import app
 
 BAD_RUN = [

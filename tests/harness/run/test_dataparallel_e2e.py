@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
+from harness.results import tables as results
 from trainers.events import read_events
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness import owner, report, results
+from harness import owner
+
+from harness.results import report, tables as results
 from harness.cli import app
 from trainers.events import read_events
 
@@ -207,7 +209,7 @@ def test_a_killed_learner_counts_the_updates_it_logged(tmp_path):
     cell = tmp_path / "kl" / "cells" / "spar-1.6pct-s1"
     wait_for_updates(proc, cell, 3)
     (learner,) = [pid for pid in pids_mentioning(str(cell))
-                  if b"trainers.learner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                  if b"trainers.hilo.learner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     os.kill(learner, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr[-3000:]

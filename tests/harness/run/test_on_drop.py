@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from harness import results
+from harness.results import tables as results
 from harness.cli import app
 from trainers.events import read_events
 
@@ -62,7 +62,7 @@ def cmdlines() -> dict[int, list[str]]:
 
 
 def worker_pid(cell: Path, worker: int) -> int:
-    pids = [pid for pid, cmd in cmdlines().items() if "trainers.worker" in cmd and str(cell) in cmd
+    pids = [pid for pid, cmd in cmdlines().items() if "trainers.hilo.worker" in cmd and str(cell) in cmd
             and cmd[cmd.index("--worker-id") + 1] == str(worker)]
     assert len(pids) == 1, pids
     return pids[0]

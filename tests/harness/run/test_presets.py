@@ -1,8 +1,8 @@
-"""Named presets (presets/*.yaml, harness/presets.py): data that sets run-spec values; flags win."""
+"""Named presets (presets/*.yaml, harness/run/presets.py): data that sets run-spec values; flags win."""
 import pytest
 from typer.testing import CliRunner
 
-from harness import config, launch, presets
+from harness.run import config, launch, presets
 from harness.cli import app
 from trainers import spec
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import clean, results
+from harness.net import clean
+
+from harness.results import tables as results
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE = 20e6

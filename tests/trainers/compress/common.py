@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from trainers.models import LoraSpec, build_model, lora_gradients, lora_parameters
-from trainers.replay import OptimConfig, Replica
+from trainers.model.models import LoraSpec, build_model, lora_gradients, lora_parameters
+from trainers.model.replica import OptimConfig, Replica
 
 # Options that make every compressor meaningful on the micro adapter (~19 k elements, where a
 # 1.6 % budget leaves little beyond the tensor-name table). A new compressor runs with defaults.

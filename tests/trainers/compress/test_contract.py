@@ -151,7 +151,7 @@ def test_identity_replay_equals_exact_gradient_training():
 
 def test_value_dtypes_are_floating_names_of_the_one_table():
     from trainers.compress.base import FLOAT_DTYPES
-    from trainers.dtypes import DTYPES
+    from trainers.protocol.dtypes import DTYPES
 
     assert all(DTYPES[name].is_floating_point for name in FLOAT_DTYPES)
     for name in FLOAT_DTYPES:

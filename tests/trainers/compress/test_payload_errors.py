@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.trainers.compress.common import options, warm_gradients
-from trainers import dtypes
+from trainers.protocol import dtypes
 from trainers.compress import PayloadError, available, get_compressor
 from trainers.compress.base import MAGIC, Segment, pack, unpack
 

@@ -49,10 +49,10 @@ def test_diloco_k1_outer_lr1_momentum0_is_averaging():
     """diloco, K = 1, outer lr 1, momentum 0: after each sync every replica holds the mean of the
     workers' locally stepped parameters (checked step by step against an explicit average)."""
     cfg = DPConfig(steps=1, k=1, lr=3e-3, outer_lr=1.0, outer_momentum=0.0)
-    from trainers.corpus import Corpus
+    from trainers.dataparallel.corpus import Corpus
     from trainers.dataparallel import get_method
     from trainers.dataparallel.inprocess import gradients, trainable
-    from trainers.models import build_base_model
+    from trainers.model.models import build_base_model
 
     models = [build_base_model("micro", seed=0) for _ in range(2)]
     params = [trainable(m) for m in models]

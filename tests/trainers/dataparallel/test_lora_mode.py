@@ -5,7 +5,7 @@ import torch
 
 from trainers.dataparallel.base import DPConfig
 from trainers.dataparallel.inprocess import replica, simulate
-from trainers.models import build_base_model
+from trainers.model.models import build_base_model
 
 CFG = DPConfig(steps=6, k=2, k_states=2, refresh=3, lr=1e-2, rank=4)
 

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from trainers import wire
-from trainers.aggregator import Aggregator
-from trainers.dpworker import join, train
+from trainers.protocol import wire
+from trainers.dataparallel.aggregator import Aggregator
+from trainers.dataparallel.worker import join, train
 from trainers.events import EventLog, read_events
 from trainers.spec import RunParams
 

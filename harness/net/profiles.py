@@ -1,0 +1,329 @@
+"""WAN profiles: YAML files in ``netem_profiles/`` parsed into frozen, validated value objects.
+
+A profile describes every node's *access link* to the emulated WAN, per direction:
+``up`` is node -> network, ``down`` is network -> node. Delays are one-way per direction, so
+the RTT between a worker and the learner is ``worker.up.delay + learner.down.delay +
+learner.up.delay + worker.down.delay``. YAML layout::
+
+    name: transatlantic            # must equal the file stem
+    description: one line
+    source: where the figures come from
+    defaults:                      # every worker link (flat keys = both directions)
+      rate: 100mbit
+      delay: 35ms
+      up: {rate: 20mbit}           # per-direction keys override the flat ones
+    learner: {rate: 1gbit}         # the learner's own link (unshaped when absent)
+    workers:                       # per-worker overrides merged over `defaults`
+      w3: {rate: 10mbit}
+    schedule:                      # optional changes over time
+      - {at: 30s, target: workers, up: {rate: 10mbit}}
+
+Schedule changes merge over the target's current keys the way a worker override does: a flat
+key in a change does not replace a per-direction key the target already sets (in
+heterogeneous-edge, ``w3`` keeps its 5 Mbit/s uplink at 30 s; only its downlink drops to 20 Mbit/s).
+
+Link keys: ``rate`` (tc rate, absent = unlimited), ``delay`` and ``jitter`` (tc time; jitter
+<= delay, uniform in [-jitter, +jitter] around the delay, never reordering), ``loss`` (percent,
+independent random), ``burst_loss`` (Gilbert-Elliott: ``{p, r, bad_loss, good_loss}``, the
+transition probabilities good->bad ``p`` and bad->good ``r`` and the loss in each state; all
+percentages), ``limit`` (queue limit in packets; default sized to the bandwidth-delay product).
+Ranges (checked at load, :mod:`harness.units`): rate 1 kbit/s - 100 Gbit/s, delay and jitter
+0 - 10 s, loss 0 - <100 %, limit 1 - 2^31-1 packets.
+
+API: ``load(name_or_path) -> Profile``; ``Profile.link(node) -> LinkSpec`` (``"learner"``,
+``"w1"``...); ``list_profiles()``. Any malformed value raises :class:`ProfileError` whose one
+line names the field and the value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from harness import units
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
+_LINK_KEYS = {"rate", "delay", "jitter", "loss", "burst_loss", "limit"}
+_TOP_KEYS = {"name", "description", "source", "defaults", "learner", "workers", "schedule"}
+_GE_KEYS = {"p", "r", "bad_loss", "good_loss"}
+_WORKER = re.compile(r"^w[1-9][0-9]*$")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; str() is one line naming the field and the value."""
+
+
+@dataclass(frozen=True)
+class GilbertElliott:
+    """Two-state burst loss: per-packet transition probabilities and per-state loss (fractions)."""
+    p_frac: float          # good -> bad
+    r_frac: float          # bad -> good
+    bad_loss_frac: float = 1.0
+    good_loss_frac: float = 0.0
+
+    def mean_loss(self) -> float:
+        """Stationary loss rate: pi_bad = p / (p + r)."""
+        if self.p_frac + self.r_frac == 0:
+            return self.good_loss_frac
+        bad = self.p_frac / (self.p_frac + self.r_frac)
+        return bad * self.bad_loss_frac + (1 - bad) * self.good_loss_frac
+
+
+@dataclass(frozen=True)
+class LinkDir:
+    """One direction of one access link. ``rate_bit_s=None`` means unlimited."""
+    rate_bit_s: float | None = None
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss_frac: float = 0.0
+    burst_loss: GilbertElliott | None = None
+    limit_pkts: int | None = None
+
+    @property
+    def shaped(self) -> bool:
+        return (self.rate_bit_s is not None or self.delay_s > 0 or self.jitter_s > 0
+                or self.loss_frac > 0 or self.burst_loss is not None)
+
+    def to_doc(self) -> dict[str, Any]:
+        """Back to the YAML form (what `show` prints and `load` accepts)."""
+        doc: dict[str, Any] = {}
+        if self.rate_bit_s is not None:
+            doc["rate"] = units.format_rate(self.rate_bit_s)
+        if self.delay_s:
+            doc["delay"] = units.format_time(self.delay_s)
+        if self.jitter_s:
+            doc["jitter"] = units.format_time(self.jitter_s)
+        if self.loss_frac:
+            doc["loss"] = units.format_percent(self.loss_frac)
+        if self.burst_loss is not None:
+            ge = self.burst_loss
+            doc["burst_loss"] = {"p": units.format_percent(ge.p_frac), "r": units.format_percent(ge.r_frac),
+                                 "bad_loss": units.format_percent(ge.bad_loss_frac),
+                                 "good_loss": units.format_percent(ge.good_loss_frac)}
+        if self.limit_pkts is not None:
+            doc["limit"] = self.limit_pkts
+        return doc
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    up: LinkDir = LinkDir()
+    down: LinkDir = LinkDir()
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"up": self.up.to_doc(), "down": self.down.to_doc()}
+
+
+@dataclass(frozen=True)
+class Change:
+    """At ``at_s`` seconds after apply, links of ``target`` (learner | workers | wN) change."""
+    at_s: float
+    target: str
+    raw: Mapping[str, Any]  # link keys to merge over the target's current raw spec
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    source: str
+    default: Mapping[str, Any] = field(default_factory=dict)   # raw, validated
+    learner: Mapping[str, Any] = field(default_factory=dict)
+    workers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    schedule: tuple[Change, ...] = ()
+
+    def link(self, node: str, at_s: float = 0.0) -> LinkSpec:
+        """The link of ``node`` ("learner" or "wN") in force ``at_s`` seconds after apply."""
+        raw = _raw_for(self, node)
+        for change in self.schedule:
+            if change.at_s <= at_s and _targets(change.target, node):
+                raw = _merge(raw, change.raw)
+        return build_link(raw, f"{self.name}.{node}")
+
+    def change_times(self) -> list[float]:
+        return sorted({c.at_s for c in self.schedule})
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "description": self.description, "source": self.source,
+                               "defaults": _plain(self.default)}
+        if self.learner:
+            doc["learner"] = _plain(self.learner)
+        if self.workers:
+            doc["workers"] = {k: _plain(v) for k, v in self.workers.items()}
+        if self.schedule:
+            doc["schedule"] = [{"at": units.format_time(c.at_s), "target": c.target, **_plain(c.raw)}
+                               for c in self.schedule]
+        return doc
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _targets(target: str, node: str) -> bool:
+    return target == node or (target == "workers" and node != "learner")
+
+
+def _raw_for(profile: Profile, node: str) -> dict[str, Any]:
+    if node == "learner":
+        return dict(profile.learner)
+    if not _WORKER.match(node):
+        raise ProfileError(f"node: {node!r}: expected 'learner' or 'w<N>'")
+    return _merge(profile.default, profile.workers.get(node, {}))
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
+    for key, value in over.items():
+        if key in ("up", "down") and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _dir(raw: Mapping[str, Any], where: str) -> LinkDir:
+    def get(key, parse):
+        if key not in raw:
+            return None
+        try:
+            return parse(raw[key])
+        except units.UnitError as err:
+            raise ProfileError(f"{where}.{key}: {err}") from None
+
+    ge = None
+    if "burst_loss" in raw:
+        ge = _ge(raw["burst_loss"], f"{where}.burst_loss")
+    # every number within its physical range (units.py): rate 1 kbit/s-100 Gbit/s, delay and
+    # jitter 0-10 s, loss 0-<100 %, limit 1-2^31-1 packets; jitter <= delay below
+    link = LinkDir(rate_bit_s=get("rate", units.parse_rate),
+                   delay_s=get("delay", units.parse_delay) or 0.0,
+                   jitter_s=get("jitter", units.parse_delay) or 0.0,
+                   loss_frac=get("loss", units.parse_loss) or 0.0,
+                   burst_loss=ge, limit_pkts=get("limit", units.parse_count))
+    if link.jitter_s > link.delay_s:
+        raise ProfileError(f"{where}.jitter: {units.quote(raw.get('jitter'))} is larger than delay "
+                           f"{units.quote(raw.get('delay', 0))} (the delay would go negative)")
+    return link
+
+
+def _ge(raw: Any, where: str) -> GilbertElliott:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: {raw!r} must be a mapping with keys p, r, bad_loss, good_loss")
+    _check_keys(raw, _GE_KEYS, where)
+    if "p" not in raw or "r" not in raw:
+        raise ProfileError(f"{where}: {dict(raw)!r} needs both 'p' and 'r'")
+    vals = {}
+    for key in _GE_KEYS:
+        if key in raw:
+            try:
+                vals[key] = units.parse_percent(raw[key])
+            except units.UnitError as err:
+                raise ProfileError(f"{where}.{key}: {err}") from None
+    return GilbertElliott(vals["p"], vals["r"], vals.get("bad_loss", 1.0), vals.get("good_loss", 0.0))
+
+
+def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise ProfileError(f"{where}.{key}: unknown key (valid: {', '.join(sorted(allowed))})")
+
+
+def _check_link_raw(raw: Any, where: str) -> None:
+    if not isinstance(raw, Mapping):
+        raise ProfileError(f"{where}: {raw!r} must be a mapping of link keys")
+    _check_keys(raw, _LINK_KEYS | {"up", "down"}, where)
+    for direction in ("up", "down"):
+        if direction in raw:
+            if not isinstance(raw[direction], Mapping):
+                raise ProfileError(f"{where}.{direction}: {raw[direction]!r} must be a mapping of link keys")
+            _check_keys(raw[direction], _LINK_KEYS, f"{where}.{direction}")
+    build_link(raw, where)  # parse every value now: errors surface at load, not at apply
+
+
+def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:
+    flat = {k: v for k, v in raw.items() if k in _LINK_KEYS}
+    return LinkSpec(up=_dir({**flat, **raw.get("up", {})}, f"{where}.up"),
+                    down=_dir({**flat, **raw.get("down", {})}, f"{where}.down"))
+
+
+def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProfileError(f"{name}.schedule: {raw!r} must be a list")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"{name}.schedule[{i}]"
+        if not isinstance(item, Mapping):
+            raise ProfileError(f"{where}: {item!r} must be a mapping")
+        body = {k: v for k, v in item.items() if k not in ("at", "target")}
+        try:
+            at_s = units.parse_time(item.get("at"))
+        except units.UnitError as err:
+            raise ProfileError(f"{where}.at: {err}") from None
+        target = item.get("target", "workers")
+        if target not in ("learner", "workers") and not _WORKER.match(str(target)):
+            raise ProfileError(f"{where}.target: {target!r}: expected learner, workers or w<N>")
+        _check_link_raw(body, where)
+        out.append(Change(at_s, str(target), body))
+    return tuple(sorted(out, key=lambda c: c.at_s))
+
+
+def from_doc(doc: Any, name: str) -> Profile:
+    """Validate a parsed YAML document; raises ProfileError naming the first bad field."""
+    if not isinstance(doc, Mapping):
+        raise ProfileError(f"{name}: {doc!r} is not a mapping")
+    _check_keys(doc, _TOP_KEYS, name)
+    if doc.get("name", name) != name:
+        raise ProfileError(f"{name}.name: {doc.get('name')!r} differs from the file name {name!r}")
+    for key in ("description", "source"):
+        if not isinstance(doc.get(key, ""), str):
+            raise ProfileError(f"{name}.{key}: {doc.get(key)!r} must be a string")
+    default, learner = doc.get("defaults") or {}, doc.get("learner") or {}
+    _check_link_raw(default, f"{name}.defaults")
+    _check_link_raw(learner, f"{name}.learner")
+    workers = doc.get("workers") or {}
+    if not isinstance(workers, Mapping):
+        raise ProfileError(f"{name}.workers: {workers!r} must be a mapping of wN -> link")
+    for wname, wraw in workers.items():
+        if not _WORKER.match(str(wname)):
+            raise ProfileError(f"{name}.workers.{wname}: unknown worker name (expected w1, w2, ...)")
+        _check_link_raw(_merge(default, wraw) if isinstance(wraw, Mapping) else wraw, f"{name}.workers.{wname}")
+    return Profile(name=name, description=doc.get("description", ""), source=doc.get("source", ""),
+                   default=default, learner=learner, workers=dict(workers),
+                   schedule=_schedule(doc.get("schedule"), name))
+
+
+def list_profiles(directory: Path = PROFILE_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
+    """A shipped profile by name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = directory / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise ProfileError(f"profile: {str(name_or_path)!r} is unknown (valid: {', '.join(list_profiles(directory))})")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ProfileError(f"profile: {str(path)!r} cannot be read ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ProfileError(f"profile: {str(path)!r} is not valid YAML ({first})") from None
+    return from_doc(doc, path.stem)
+
+
+def with_link(profile: Profile, defaults: Mapping[str, Any]) -> Profile:
+    """A copy whose worker defaults are overridden by CLI-style flags (e.g. {'rate': '10mbit'})."""
+    merged = _merge(profile.default, defaults)
+    _check_link_raw(merged, f"{profile.name}.defaults")
+    return dataclasses.replace(profile, default=merged)

@@ -1,0 +1,201 @@
+"""The comparison: every method against the `full` baseline under the same link coordinates.
+
+Owns the names the comparison keys on (the baseline, the coordinate columns, a variant's label
+and its folder slug) and the numbers: per (coordinates, variant) seconds per update (median,
+IQR over every update of every seed), speedup (full's median / the method's), payload and wire
+bytes per update, payload as a fraction of `full`'s, link bytes per update, quality (the
+objective's metric over a seed's last updates, mean ± sd over seeds), policy lag (median, max;
+the pipelining depth is a coordinate), consistency, completeness, degraded cells (a worker lost).
+
+    results (parse run folders) -> compare (this) -> report (markdown/html), plots (figures)
+
+Works on DataFrames only: it reads no file (results does) and formats nothing (report does).
+Importing it is cheap (no pandas until a comparison is computed). A variant's label and folder
+slug are the spec's (`spec.variant_label`, `spec.variant_slug`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.results import quality
+from trainers import spec
+from trainers.events import atomic_write_json
+
+if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the names below, and
+    import pandas as pd  # every `harness` command imports config (pandas costs ~1 s on a busy 2-core box)
+
+    from harness.results.tables import RunTables
+
+BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
+COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
+QUALITY_LAST = 3   # quality of a seed = mean of its last 3 updates' metric
+
+
+def coords(df: pd.DataFrame) -> list[str]:
+    """The coordinate columns present in `df`: rows compare only when all of these are equal. Any
+    run-spec parameter that differs between the runs in `df` (a sweep over --lora-rank, say) is a
+    coordinate too."""
+    varying = [p.name for p in spec.PARAMS if not p.many and p.where != "link"  # results.spec_columns
+               and p.name in df.columns and p.name not in COORDS and df[p.name].astype(str).nunique() > 1]
+    return [c for c in COORDS if c in df.columns] + varying
+
+
+def _seed_quality(g: pd.DataFrame) -> pd.Series:
+    return g.sort_values("update").groupby("seed")["quality"].apply(lambda s: s.tail(QUALITY_LAST).mean())
+
+
+def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
+    spu = g["seconds_per_update"]
+    q = _seed_quality(g)
+    done = cells["updates_done"].sum() if len(cells) else 0
+    # Bytes per update: the median (every HiLo update ships one message). A data-parallel method
+    # that syncs every K steps ships nothing on most steps: its median would read 0, so it gets
+    # the mean per optimizer step (what dpreport's claimed-vs-measured table counts).
+    per = (lambda c: g[c].mean()) if spec.is_data_parallel(str(g["method"].iloc[0])) else (lambda c: g[c].median())
+    return {"method": g["method"].iloc[0], "budget": g["budget"].iloc[0],
+            "seeds": int(g["seed"].nunique()), "updates": int(len(g)),
+            "s_per_update_median": spu.median(), "s_per_update_q1": spu.quantile(0.25),
+            "s_per_update_q3": spu.quantile(0.75), "s_per_update_iqr": spu.quantile(0.75) - spu.quantile(0.25),
+            "payload_bytes_down": per("payload_bytes_down"), "wire_bytes_down": per("wire_bytes_down"),
+            "payload_bytes_up": per("payload_bytes_up"), "wire_bytes_up": per("wire_bytes_up"),
+            "link_bytes_down_per_update": _per_update(cells, "link_bytes_down", done),
+            "link_bytes_up_per_update": _per_update(cells, "link_bytes_up", done),
+            "quality_metric": g["quality_metric"].iloc[0], "quality_mean": q.mean(),
+            "quality_std": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
+            "lag_max": g["lag"].max(),
+            "consistent": bool(len(cells) and cells["consistent"].all()),
+            "complete": bool(len(cells) and cells["complete"].all()),
+            "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any())}
+
+
+def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
+    if col not in cells or cells[col].isna().all() or not done:
+        return None
+    return float(cells[col].sum()) / done
+
+
+def _same(df: pd.DataFrame, keys: list[str], values) -> pd.DataFrame:
+    """Rows of `df` equal to `values` on `keys` (NaN equals NaN: an unshaped run has no rate)."""
+    import pandas as pd
+
+    for k, v in zip(keys, values):
+        if k in df:
+            df = df[(df[k] == v) | (df[k].isna() & pd.isna(v))]
+    return df
+
+
+def comparison(updates: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (coordinates, variant), with speedup and byte fraction against the baseline and,
+    given the held-out `evals`, quality with CIs and time to quality (harness/results/quality.py)."""
+    import pandas as pd
+
+    if updates.empty:
+        return pd.DataFrame()
+    keys = coords(updates)
+    rows = []
+    for key, g in updates.groupby(keys + ["variant"], dropna=False, sort=False):
+        rows.append({**dict(zip(keys + ["variant"], key)), **_method_row(g, _same(cells, keys + ["variant"], key)),
+                     "baseline": g["baseline"].iloc[0] if "baseline" in g else BASELINE})
+    df = pd.DataFrame(rows)
+    base = df[df["method"] == df["baseline"]]  # each run's own --baseline (full unless said otherwise)
+    df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
+    df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
+    df = _equal_bytes(df, base, keys, updates)
+    return _with_quality(df, evals, keys)
+
+
+def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str]) -> pd.DataFrame:
+    """The held-out columns (quality.quality_table) joined on coordinates + variant; runs without
+    evaluations keep only the training-batch figure."""
+    if evals is None or evals.empty:
+        return df
+    q = quality.quality_table(evals, [k for k in keys if k in evals])
+    on = [k for k in keys if k in q] + ["variant"]
+    q = q.drop(columns=[c for c in q.columns if c in df.columns and c not in on])
+    for k in on:  # NaN coordinates (an unshaped run's rate) must join too
+        df[k], q[k] = df[k].astype(object), q[k].astype(object)
+    return df.merge(q, on=on, how="left")
+
+
+def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, inverse: bool = False):
+    """row[col] / full[col] (or full / row) under the same coordinates; None without a full baseline."""
+    hit = _same(base, keys, [row[k] for k in keys])
+    if hit.empty or not row[col] or not hit[col].iloc[0]:
+        return None
+    full = float(hit[col].iloc[0])
+    return full / float(row[col]) if inverse else float(row[col]) / full
+
+
+EQUAL_BYTES_TOL = 0.10    # a comparison whose payload bytes differ by more than this is flagged
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_BASE_DTYPE = {"full": "fp32", "full-bf16": "bf16"}   # what each full baseline ships
+
+
+def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates: pd.DataFrame) -> pd.DataFrame:
+    """Equal-bytes check of every budgeted row: `budget_target_bytes` (--budget-bytes, else the budget
+    fraction of the adapter in --reference-dtype, estimated from the full baseline's payload, whose
+    tensor table makes it a slight over-estimate), `bytes_vs_budget` (payload / target),
+    `bytes_spread` (largest / smallest payload among the methods at the same coordinates and budget)
+    and `unequal_bytes`: either differs from 1 by more than EQUAL_BYTES_TOL."""
+    import pandas as pd
+
+    first = lambda col, default: updates[col].iloc[0] if col in updates and len(updates) else default  # noqa: E731
+    target, spread = [], []
+    for _, r in df.iterrows():
+        budget = r.get("budget")
+        if budget is None or pd.isna(budget) or not spec.takes_budget(r["method"]):
+            target.append(None)
+            spread.append(None)
+            continue
+        fixed = r.get("budget_bytes", first("budget_bytes", None))
+        hit = _same(base, keys, [r[k] for k in keys])
+        if fixed is not None and pd.notna(fixed):
+            target.append(float(fixed))
+        elif not hit.empty and hit["method"].iloc[0] in _BASE_DTYPE:
+            ref = _DTYPE_BYTES.get(r.get("reference_dtype", first("reference_dtype", "bf16")), 2)
+            adapter = float(hit["payload_bytes_down"].iloc[0]) / _DTYPE_BYTES[_BASE_DTYPE[hit["method"].iloc[0]]]
+            target.append(spec.parse_budget(budget) * adapter * ref)
+        else:
+            target.append(None)
+        peers = _same(df[(df["budget"] == budget) & df["method"].map(spec.takes_budget)], keys,
+                      [r[k] for k in keys])["payload_bytes_down"]
+        spread.append(float(peers.max() / peers.min()) if len(peers) > 1 and peers.min() else None)
+    df["budget_target_bytes"] = target
+    df["bytes_vs_budget"] = [p / t if t else None for p, t in zip(df["payload_bytes_down"], target)]
+    df["bytes_spread"] = spread
+    df["unequal_bytes"] = [bool((v is not None and abs(v - 1) > EQUAL_BYTES_TOL)
+                                or (s is not None and s - 1 > EQUAL_BYTES_TOL))
+                           for v, s in zip(df["bytes_vs_budget"], spread)]
+    return df
+
+
+CELL_FIELDS = ("cell", "variant", "seed", "status", "complete", "degraded", "consistent", "updates_done",
+               "updates_planned", "workers_min", "drops", "restarts", "note")
+
+
+def _plain(v):
+    """numpy scalars -> Python, NaN -> None (for JSON)."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict)):
+        v = v.item()
+    return None if isinstance(v, float) and v != v else v
+
+
+def run_summary(tables: RunTables) -> dict:
+    """summary.json of one run: its status, the comparison (one record per variant) and the cells
+    (status, updates, lost workers and restarts); `degraded` lists cells that lost a worker."""
+    run = tables.runs[0]
+    comp = comparison(tables.updates, tables.cells, tables.evals)
+    cells = [{k: _plain(c.get(k)) for k in CELL_FIELDS} for c in tables.cells.to_dict(orient="records")]
+    for c in cells:
+        c["degraded_note"] = c.get("note") if c.get("degraded") else None
+    return {"run_id": run.dir.name, "status": run.meta.get("status"), "complete": bool(run.meta.get("complete")),
+            "profile": run.meta.get("profile"), "backend": run.meta.get("backend"),
+            "emulation": run.meta.get("emulation"), "errors": run.meta.get("errors") or [],
+            "degraded": [c["cell"] for c in cells if c.get("degraded")], "cells": cells,
+            "methods": comp.astype(object).where(comp.notna(), None).to_dict(orient="records")}
+
+
+def write_summary(run_dir: str | Path, tables: RunTables) -> Path:
+    """The run-level summary.json (what `harness run` checks for its exit code and `--json` prints)."""
+    return atomic_write_json(Path(run_dir) / "summary.json", run_summary(tables))

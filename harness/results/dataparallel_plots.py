@@ -1,0 +1,150 @@
+"""Figures of the data-parallel family (torch-free).
+
+The falsifier figure: subspace overlap per sync and the loss per step, mean and 95 % CI over
+seeds, for LoRDO-Global with QHM none vs full-rank, from `falsifier.csv` (the in-process runs of
+trainers/dataparallel/falsifier.py):
+
+    python -m harness.results.dataparallel_plots results/falsifier     # -> results/falsifier/figures/falsifier.pdf + .png
+
+From a `harness run` folder's tables (called by `plots.write`, same style and colours):
+`dp_ppl_vs_bytes` held-out perplexity vs wire bytes per optimizer step per worker (log x; mean and
+95 % CI over seeds) and `dp_overlap` the overlap per sync of every variant that has one (mean over
+seeds, shaded 95 % CI). Nothing is drawn for runs without data-parallel cells.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.results import dataparallel_report as dpreport  # noqa: E402
+from harness.results.style import save, style  # noqa: E402
+from harness.results.quality import ci95  # noqa: E402
+from trainers import spec  # noqa: E402
+
+LABELS = {"lordo-global-none": "global, QHM none", "lordo-global-fullrank": "global, full-rank QHM"}
+
+
+def band(df: pd.DataFrame) -> pd.DataFrame:
+    """Per index: mean and 95 % CI half-width over seeds."""
+    rows = [{"index": i, **dict(zip(("mean", "ci"), ci95(g["value"])))} for i, g in df.groupby("index")]
+    out = pd.DataFrame(rows)
+    out["ci"] = out["ci"].fillna(0.0)
+    return out
+
+
+def figure(folder: str | Path) -> list[Path]:
+    folder = Path(folder)
+    data = pd.read_csv(folder / "falsifier.csv")
+    plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})
+    fig, (ax_o, ax_l) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=150)  # style.save writes at the figure's dpi
+    for variant, g in data.groupby("variant"):
+        seeds = g["seed"].nunique()
+        for ax, kind in ((ax_o, "overlap"), (ax_l, "loss")):
+            b = band(g[g["kind"] == kind])
+            ax.plot(b["index"], b["mean"], label=f"{LABELS.get(variant, variant)} ({seeds} seeds)")
+            ax.fill_between(b["index"], b["mean"] - b["ci"], b["mean"] + b["ci"], alpha=0.25)
+    ax_o.set(xlabel="sync", ylabel="overlap  mean $\\sigma^2(Q_{t+1}^T Q_t)$", title="subspace overlap per sync")
+    ax_l.set(xlabel="optimizer step", ylabel="train loss (nats/token)", title="loss (mean, 95% CI)")
+    ax_o.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, folder / "figures", "falsifier")
+
+
+def _label(key: tuple, keys: list[str], vary: list[str]) -> str:
+    """The method, plus the link coordinates that differ between the runs plotted (a sweep)."""
+    d = dict(zip(keys, key))
+    fmt = {"rate_bit_s": lambda v: f"{v / 1e6:g} Mbit/s", "delay_s": lambda v: f"{v * 1e3:g} ms",
+           "loss_frac": lambda v: f"{v * 100:g}% loss", "workers": lambda v: f"{v:g} workers"}
+    extra = [fmt[k](d[k]) for k in vary if k in fmt and not pd.isna(d[k])]
+    return d["method"] + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _varying(df: pd.DataFrame) -> list[str]:
+    return [k for k in dpreport.KEYS if k in df and df[k].nunique(dropna=False) > 1]
+
+
+def ppl_points(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per (coordinates, method): wire bytes (up + down) per optimizer step per worker, mean
+    over seeds, and held-out perplexity: mean and 95 % CI half-width over seeds."""
+    seeds = dpreport.per_seed(updates) if "method" in updates else pd.DataFrame()
+    if seeds.empty:
+        return pd.DataFrame()
+    seeds = seeds.assign(bytes=seeds["wire_up"] + seeds["wire_down"])
+    keys = [k for k in dpreport.KEYS if k in seeds] + ["method"]
+    rows = []
+    for key, g in seeds.groupby(keys, dropna=False, sort=False):
+        mean, ci = ci95(g["heldout_ppl"])
+        rows.append({**dict(zip(keys, key)), "seeds": len(g), "bytes": g["bytes"].mean(), "ppl_mean": mean,
+                     "ppl_ci95": ci})
+    return pd.DataFrame(rows)
+
+
+def dp_ppl_vs_bytes(updates: pd.DataFrame, out: Path) -> list[Path]:
+    pts = ppl_points(updates)
+    if pts.empty:
+        return []
+    keys, vary = [k for k in dpreport.KEYS if k in pts] + ["method"], _varying(pts)
+    fig, ax = plt.subplots(figsize=(4.2, 3))
+    for _, r in pts.dropna(subset=["ppl_mean"]).iterrows():
+        colour, marker = style(r["method"])
+        err = None if r["ppl_ci95"] is None or pd.isna(r["ppl_ci95"]) else r["ppl_ci95"]
+        ax.errorbar(r["bytes"], r["ppl_mean"], yerr=err, color=colour, marker=marker, capsize=2,
+                    label=f"{_label(tuple(r[k] for k in keys), keys, vary)}, {r['seeds']} seeds")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes per optimizer step per worker (wire, up + down)")
+    ax.set_ylabel("held-out perplexity (mean, 95% CI)")
+    ax.legend(fontsize=6)
+    return save(fig, out, "dp_ppl_vs_bytes")
+
+
+def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
+    """Per (coordinates, method, optimizer step of a sync): overlap mean and 95 % CI over seeds."""
+    if "overlap" not in updates or "method" not in updates:
+        return pd.DataFrame()
+    df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
+    keys = [k for k in dpreport.KEYS if k in df] + ["method", "update"]
+    rows = []
+    for key, g in df.groupby(keys, dropna=False, sort=False):
+        mean, ci = ci95(g["overlap"])
+        rows.append({**dict(zip(keys, key)), "seeds": g["seed"].nunique(), "mean": mean,
+                     "ci95": 0.0 if ci is None else ci})
+    return pd.DataFrame(rows)
+
+
+def dp_overlap(updates: pd.DataFrame, out: Path) -> list[Path]:
+    b = overlap_bands(updates)
+    if b.empty:
+        return []
+    keys, vary = [k for k in dpreport.KEYS if k in b] + ["method"], _varying(b)
+    fig, ax = plt.subplots(figsize=(4.2, 3))
+    for key, g in b.groupby(keys, dropna=False, sort=False):
+        g = g.sort_values("update")
+        colour, marker = style(key[-1])
+        ax.plot(g["update"], g["mean"], color=colour, marker=marker, markersize=3,
+                label=f"{_label(key, keys, vary)}, {g['seeds'].max()} seeds")
+        ax.fill_between(g["update"], g["mean"] - g["ci95"], g["mean"] + g["ci95"], color=colour, alpha=0.2,
+                        linewidth=0)
+    ax.set_xlabel("optimizer step of the sync")
+    ax.set_ylabel("overlap  mean $\\sigma^2(Q_{t+1}^T Q_t)$")
+    ax.set_title("subspace overlap per sync (mean, 95% CI over seeds)", fontsize=8)
+    ax.legend(fontsize=6)
+    return save(fig, out, "dp_overlap")
+
+
+def figures(updates: pd.DataFrame, out: Path) -> list[Path]:
+    """The data-parallel figures of a run folder's updates table ([] without data-parallel cells)."""
+    return dp_ppl_vs_bytes(updates, out) + dp_overlap(updates, out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m harness.results.dataparallel_plots FOLDER (holding falsifier.csv)", file=sys.stderr)
+        raise SystemExit(2)
+    for p in figure(sys.argv[1]):
+        print(p)

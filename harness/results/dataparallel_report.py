@@ -1,0 +1,135 @@
+"""The data-parallel family's "claimed vs measured bytes" section of report.md (torch-free).
+
+Per variant (link coordinates, workers, method), over each seed's optimizer steps: bytes per
+optimizer step per worker, each direction, as the method's analytic formula claims (tensor data,
+4 bytes per fp32 element) and as measured where written (payload = the SYNC tensor-table body;
+wire = + the 44-byte frame header), the framing overhead (measured payload / claimed), and the
+ratio of the measured payload (up + down) to `lowrank-ddp`'s and `ddp`'s under the same
+coordinates and number of steps; seconds per optimizer step and held-out perplexity (mean and 95 %
+CI over seeds). Then, per variant whose workers refresh a projection (lordo-*, lowrank-ddp), the
+subspace overlap mean(sigma^2(Q_{t+1}^T Q_t)) per sync (results.py's `overlap` column): the mean over
+each seed's syncs (mean and 95 % CI over seeds) and the lowest sync of any seed (1 = Q did not move).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.results.quality import ci95
+from trainers import spec
+
+KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]
+
+
+def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per (coordinates, method, seed): byte totals per worker and per optimizer step."""
+    df = updates[updates["method"].map(spec.is_data_parallel) & updates.get("claimed_bytes_up", pd.Series(dtype=float)).notna()]
+    if df.empty:
+        return df
+    keys = [k for k in KEYS if k in df] + ["method", "seed"]
+    g = df.groupby(keys, dropna=False)
+    out = g.agg(steps=("update", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
+                payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
+                payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"),
+                s_per_step=("seconds_per_update", "mean"), heldout_ppl=("heldout_ppl", "last")).reset_index()
+    workers = out["workers"].astype(float)
+    for col in ("payload_up", "wire_up", "wire_down"):
+        out[col] = out[f"{col}_all"] / workers
+    for col in ("claimed_up", "claimed_down", "payload_up", "payload_down", "wire_up", "wire_down"):
+        out[col] = out[col] / out["steps"]
+    out["measured"] = out["payload_up"] + out["payload_down"]
+    return out
+
+
+def table(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant: per-step bytes (mean over seeds), ratios, seconds, perplexity."""
+    seeds = per_seed(updates)
+    if seeds.empty:
+        return seeds
+    keys = [k for k in KEYS if k in seeds] + ["method"]
+    cols = ["steps", "claimed_up", "payload_up", "wire_up", "claimed_down", "payload_down", "wire_down",
+            "measured", "s_per_step"]
+    rows = []
+    for key, g in seeds.groupby(keys, dropna=False, sort=False):
+        row = dict(zip(keys, key), seeds=len(g), **{c: g[c].mean() for c in cols})
+        row["ppl_mean"], row["ppl_ci95"] = ci95(g["heldout_ppl"])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    link = [k for k in KEYS if k in out]
+    for ref in ("lowrank-ddp", "ddp"):
+        base = out[out["method"] == ref][link + ["measured", "steps"]].rename(
+            columns={"measured": f"{ref}_measured", "steps": f"{ref}_steps"})
+        out = out.merge(base, on=link, how="left")
+        same = out[f"{ref}_steps"] == out["steps"]   # ratios only over the same number of optimizer steps
+        out[f"vs_{ref}"] = (out["measured"] / out[f"{ref}_measured"]).where(same)
+    return out
+
+
+def overlap_table(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant with overlap rows: seeds, syncs per seed, mean over each seed's syncs
+    (mean and 95 % CI over seeds), min and max over every sync of every seed."""
+    if "overlap" not in updates or "method" not in updates:
+        return pd.DataFrame()
+    df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
+    if df.empty:
+        return pd.DataFrame()
+    keys = [k for k in KEYS if k in df] + ["method"]
+    rows = []
+    for key, g in df.groupby(keys, dropna=False, sort=False):
+        seeds = g.groupby("seed")["overlap"]
+        mean, ci = ci95(seeds.mean())
+        rows.append(dict(zip(keys, key), seeds=seeds.ngroups, syncs=seeds.size().mean(), overlap_mean=mean,
+                         overlap_ci95=ci, overlap_min=g["overlap"].min(), overlap_max=g["overlap"].max()))
+    return pd.DataFrame(rows)
+
+
+def overlap_lines(updates: pd.DataFrame) -> list[str]:
+    t = overlap_table(updates)
+    if t.empty:
+        return []
+    head = ["workers", "method", "seeds x syncs", "overlap mean (± 95% CI over seeds)", "min", "max"]
+    lines = ["### Subspace overlap per sync", "",
+             "mean(σ²(Q_{t+1}ᵀ Q_t)) at each sync that refreshed the projection (mean over workers): 1 = the "
+             "new subspace is the old one (the review's stagnation without full-rank QHM); lower = Q moves. "
+             "Mean over each seed's syncs, then mean ± 95 % CI over seeds; min / max over every sync.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in t.iterrows():
+        mean = f"{r['overlap_mean']:.4f}" + (f" ± {r['overlap_ci95']:.4f}" if r["overlap_ci95"] is not None
+                                             and not pd.isna(r["overlap_ci95"]) else "")
+        workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
+        lines.append("| " + " | ".join([workers, r["method"], f"{r['seeds']} x {r['syncs']:g}", mean,
+                                        f"{r['overlap_min']:.4f}", f"{r['overlap_max']:.4f}"]) + " |")
+    return lines + [""]
+
+
+def _b(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
+
+
+def _x(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:.3f}x"
+
+
+def section(updates: pd.DataFrame) -> list[str]:
+    """Markdown lines (empty when the run has no data-parallel cell)."""
+    t = table(updates) if "method" in updates else pd.DataFrame()
+    if t.empty:
+        return []
+    head = ["workers", "method", "seeds x steps", "claimed B/step up", "measured payload up", "wire up",
+            "claimed B/step down", "measured payload down", "wire down", "payload / claimed",
+            "vs lowrank-ddp", "vs ddp", "s/step", "held-out ppl (mean ± 95% CI)"]
+    lines = ["## Data-parallel bytes: claimed vs measured", "",
+             "Bytes per optimizer step per worker (mean over the steps of each seed, then over seeds). Claimed = "
+             "the method's formula (fp32 tensor data); payload = the SYNC tensor-table body as written; wire = "
+             "+ frame header. Ratios: measured payload (up + down) / that of `lowrank-ddp` and `ddp` under the "
+             "same link and number of optimizer steps.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in t.iterrows():
+        claimed = r["claimed_up"] + r["claimed_down"]
+        ppl = "-" if r["ppl_mean"] is None else f"{r['ppl_mean']:.3f}" + (
+            f" ± {r['ppl_ci95']:.3f}" if r["ppl_ci95"] is not None else "")
+        cells = [str(int(r["workers"])), r["method"], f"{r['seeds']} x {r['steps']:.0f}", _b(r["claimed_up"]),
+                 _b(r["payload_up"]), _b(r["wire_up"]), _b(r["claimed_down"]), _b(r["payload_down"]),
+                 _b(r["wire_down"]), f"{r['measured'] / claimed:.4f}" if claimed else "-",
+                 _x(r["vs_lowrank-ddp"]), _x(r["vs_ddp"]), f"{r['s_per_step']:.3f}", ppl]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""] + overlap_lines(updates)

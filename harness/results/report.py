@@ -1,0 +1,297 @@
+"""Comparison report: compare.py's table as markdown + HTML, with the runs and their cells.
+
+    harness report results/<run-id>          -> results/<run-id>/report.md (+ report.html)
+    harness report results/<sweep-id>        -> one table over every grid point of the sweep
+
+Per (link coordinates, method): seconds per update (median [IQR]), speedup vs the run's
+`--baseline` (default `full-bf16`), payload and wire bytes per update, % of the baseline's, link
+bytes per update, held-out quality (final, mean ± 95 % CI over seeds) next to the training-batch
+metric, pipelining depth and policy lag (median / max), consistency (every replica's final hash
+equal to the learner's), completeness; then held-out quality and time to quality (pass@1, pass@k,
+the objective's metric; seconds and updates to the baseline-derived target; speedup to quality
+next to speedup per update, and a line for every method whose per-update speedup does not carry
+over); then one line per run (status, git, kernel, versions, the errors
+its samplers recorded), one per cell (status, updates, fewest workers, what happened to its
+workers), and one per degraded cell (which worker was lost at which version, how many remained).
+Numbers come from compare.py; this module only formats them.
+"""
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from harness.results import compare, dataparallel_report as dpreport, tables as results
+from harness.results.compare import BASELINE, QUALITY_LAST
+from trainers import spec
+from harness.results.quality import SIGNAL_SD
+
+
+# ---- formatting ------------------------------------------------------------------------------
+
+def _fmt(v, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "-"
+    if kind == "s":
+        return f"{v:.3f}"
+    if kind == "bytes":
+        return f"{v:,.0f}"
+    if kind == "x":
+        return f"{v:.2f}x"
+    if kind == "%":
+        return f"{100 * v:.2f}%"
+    if kind == "rate":
+        return "unshaped" if v is None else _rate(v)
+    return str(v)
+
+
+def _count(v) -> str:
+    return "-" if v is None or pd.isna(v) else format(v, "g") if isinstance(v, float) and not v.is_integer() else str(int(v))
+
+
+def _rate(bit_s: float) -> str:
+    for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bit_s >= div:
+            return f"{bit_s / div:g}{unit}"
+    return f"{bit_s:g}bit"
+
+
+def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    head = ["link", "workers", "method", "seeds x updates", "s/update median [IQR]", "speedup vs baseline",
+            "payload B/update down (1 worker)", "wire B/update down (all)", "wire B/update up (all)",
+            "link B/update down", "% of baseline", "bytes vs budget", "held-out quality (final, mean ± 95% CI)",
+            f"train-batch metric (last {QUALITY_LAST}, mean ± sd)", "pipeline",
+            "lag median / max", "consistent", "complete"]
+    rows = []
+    for _, r in comp.iterrows():
+        link = _link(r)
+        rows.append([link, _fmt(r.get("workers")), r["variant"], f"{r['seeds']} x {r['updates'] // max(1, r['seeds'])}",
+                     f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
+                     _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
+                     _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
+                     _fmt(r["fraction_of_full"], "%"), _bytes_check(r),
+                     _heldout(r), f"{r['quality_metric']} {r['quality_mean']:.4g} ± {r['quality_std']:.2g}",
+                     _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
+                     "yes" if r["consistent"] else "NO",
+                     ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])
+    return head, rows
+
+
+def _bytes_check(r) -> str:
+    """`98% of 4,603` (payload / budget target), with `UNEQUAL` when compare.py flags the row."""
+    v, t = r.get("bytes_vs_budget"), r.get("budget_target_bytes")
+    text = "-" if v is None or pd.isna(v) else f"{100 * v:.0f}% of {_fmt(t, 'bytes')}"
+    return text + (" UNEQUAL" if r.get("unequal_bytes") else "")
+
+
+def _equal_bytes_note(comp: pd.DataFrame) -> list[str]:
+    """A visible note under the table when methods are compared at bytes more than 10 % apart."""
+    if "unequal_bytes" not in comp or not comp["unequal_bytes"].fillna(False).astype(bool).any():
+        return []
+    bad = comp[comp["unequal_bytes"].fillna(False).astype(bool)]
+    items = ", ".join(f"`{r['variant']}` ({_fmt(r['payload_bytes_down'], 'bytes')} B, {_bytes_check(r)})"
+                      for _, r in bad.iterrows())
+    return [f"**Unequal bytes**: payload bytes per update differ by more than "
+            f"{100 * compare.EQUAL_BYTES_TOL:.0f} % from the budget or between methods at the same budget: {items}. "
+            "Compare their quality and speed with care.", ""]
+
+
+def _pm(mean, half, digits: str = ".3f") -> str:
+    if mean is None or pd.isna(mean):
+        return "-"
+    return f"{mean:{digits}}" + ("" if half is None or pd.isna(half) else f" ± {half:{digits}}")
+
+
+def _heldout(r) -> str:
+    """The held-out figure of a comparison row: `pass@4 0.412 ± 0.031 (3 seeds)`, or '-'."""
+    if pd.isna(r.get("heldout_mean", float("nan"))):
+        return "-"
+    return f"{r['heldout_name']} {_pm(r['heldout_mean'], r.get('heldout_ci95'))} (n={_count(r.get('heldout_seeds'))})"
+
+
+def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The held-out quality and time-to-quality table: one row per (link, variant)."""
+    head = ["link", "method", "pass@1 (final)", "pass@k (final)", "objective (final)", "target",
+            "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
+            "speedup per update"]
+    rows = []
+    for _, r in comp.iterrows():
+        if pd.isna(r.get("heldout_mean", float("nan"))):
+            continue
+        obj = {"reverse_kl": "reverse KL", "mean_reward": "reward"}.get(r.get("objective_name"), "objective")
+        rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95")),
+                     _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95")),
+                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g')}",
+                     "-" if pd.isna(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
+                     f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
+                     _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f"),
+                     _pm(r.get("ttq_updates_mean"), None, ".1f"), _fmt(r.get("ttq_speedup"), "x"),
+                     _fmt(r.get("speedup"), "x")])
+    return head, rows
+
+
+def _signal_text(comp: pd.DataFrame) -> str:
+    """How far the baseline's own held-out figure moved, in seed-to-seed sds, per link: below
+    SIGNAL_SD the run cannot tell a method's quality cost from seed noise, and the report says so."""
+
+    if "baseline_improvement_sd" not in comp:
+        return ""
+    base = comp[(comp["method"] == comp["baseline"]) & comp["baseline_improvement_sd"].notna()]
+    parts, weak = [], False
+    for _, r in base.iterrows():
+        sd = float(r["baseline_improvement_sd"])
+        weak |= sd < SIGNAL_SD
+        where = f" ({_link(r)})" if len(base) > 1 else ""
+        parts.append(f"{r['baseline_improvement']:+.3f} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
+                     f"{where}")
+    if not parts:
+        return ""
+    text = f" Baseline's {base['heldout_name'].iloc[0]} moved by {', '.join(parts)} over its seeds."
+    if weak:
+        text += (f" **Weak signal**: below {SIGNAL_SD:g} seed-to-seed sds a method's difference from the baseline "
+                 "is not told apart from noise (more updates, seeds or held-out problems).")
+    return text
+
+
+def _quality_notes(comp: pd.DataFrame) -> list[str]:
+    """One line per variant whose per-update speedup does not survive as a time-to-quality speedup."""
+    out = []
+    for _, r in comp.iterrows():
+        per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
+        if r.get("method") == r.get("baseline") or per_update is None or pd.isna(per_update):
+            continue
+        if pd.isna(r.get("heldout_target", float("nan"))):
+            continue
+        if r.get("ttq_reached", 0) < r.get("heldout_seeds", 0):
+            out.append(f"- **{r['variant']}**: {_fmt(per_update, 'x')} per update, but only "
+                       f"{_count(r['ttq_reached'])} of {_count(r['heldout_seeds'])} seeds reached the target.")
+        elif ttq is not None and not pd.isna(ttq) and ttq < per_update:
+            out.append(f"- **{r['variant']}**: {_fmt(per_update, 'x')} per update, {_fmt(ttq, 'x')} to quality "
+                       f"(it needs {r['ttq_updates_mean']:.1f} updates to the target).")
+    return out
+
+
+def _link(r) -> str:
+    if not r.get("emulated", True):
+        return "localhost (unshaped)"
+    return (f"{r['profile']}: {_fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
+            f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
+            f"{', loss ' + _fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
+
+
+def _run_header(run: results.Run) -> list[str]:
+    meta = run.meta
+    status = meta.get("status", "unknown")
+    flag = "" if meta.get("complete") else f" — **INCOMPLETE ({status})**: partial results"
+    if meta.get("status_note"):
+        flag += f" ({meta['status_note']})"
+    pk = meta.get("packages") if isinstance(meta.get("packages"), dict) else {}
+    lines = [f"- `{run.dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
+             f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
+             f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
+             f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
+    errors = meta.get("errors") or []
+    for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
+        lines.append(f"  - **error**: {' '.join(str(err).split())}")
+    return lines
+
+
+def _degraded(cells: pd.DataFrame) -> list[str]:
+    """One line per cell that lost a worker: who, at which version, how many remained."""
+    if cells.empty or "degraded" not in cells:
+        return []
+    rows = cells[cells["degraded"].fillna(False).astype(bool)]
+    lines = [f"- `{c['run_id']}` `{c['cell']}` ({c['status']}): {c['note']}"
+             f"{'; fewest workers in an update: ' + _count(c['workers_min']) if pd.notna(c.get('workers_min')) else ''}"
+             for _, c in rows.iterrows()]
+    return ["## Degraded cells (a worker was lost)", "", *lines, ""] if lines else []
+
+
+def _quality_section(comp: pd.DataFrame) -> list[str]:
+    head, rows = quality_rows(comp)
+    if not rows:
+        return []
+    r = comp[comp["heldout_mean"].notna()].iloc[0]
+    frac = r.get("quality_target") if "quality_target" in r and not pd.isna(r.get("quality_target")) else 0.9
+    text = (f"Held-out problems (never trained on; trainers/tasks/heldout.py), evaluated after each cell's training "
+            f"loop, so evaluation time is in no update's seconds. Final figures: mean ± 95 % CI over seeds. Target = "
+            f"{100 * frac:g} % of the baseline's final improvement in {r['heldout_name']} (mean over seeds). Training "
+            "s to target = the sum of seconds per update up to the first evaluation at or past it; speedup to "
+            "quality = the baseline's / the method's (only where every seed reached it).")
+    notes = _quality_notes(comp)
+    text += _signal_text(comp)
+    if comp["heldout_target"].isna().all():
+        text += (" **No target**: the baseline's held-out figure did not improve in this run, so no time to "
+                 "quality can be measured (more updates, or a task/model that learns: see the presets).")
+    return ["## Held-out quality and time to quality", "", text, "", markdown_table(head, rows), "",
+            *(["Per-update speedups that do not carry over to time to quality:", "", *notes, ""] if notes else [])]
+
+
+def _measured_links(doc: dict) -> list[str]:
+    """The "Container links (measured)" section from a run's calibration.json (the containers front
+    door measures each worker link like `harness calibrate` before the cells); [] without one."""
+    if not doc or not isinstance(doc.get("rows"), list):
+        return []
+    mbit = lambda v: "-" if v is None else f"{v / 1e6:.2f}"   # noqa: E731  (bit/s -> Mbit/s)
+    ms = lambda v: "-" if v is None else f"{v * 1e3:.1f}"      # noqa: E731  (s -> ms)
+    head = ["link", "direction", "rate (Mbit/s)", "goodput (Mbit/s)", "RTT want (ms)", "RTT median (ms)",
+            "loss want", "lost/sent"]
+    rows = [[r["node"], r["direction"], mbit(r["rate_bit_s"]), mbit(r["goodput_bit_s"]), ms(r["rtt_want_s"]),
+             ms(r["rtt_median_s"]), f"{r['loss_want']:.2%}", f"{r['loss_lost']}/{r['loss_sent']}"] for r in doc["rows"]]
+    return ["## Container links (measured)", "",
+            f"Each worker container's path to the learner container, measured like `harness calibrate` "
+            f"({doc.get('secs', 0):g} s of TCP per direction; profile {doc.get('profile')}, {doc.get('backend')} "
+            "backend).", "", markdown_table(head, rows), ""]
+
+
+def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
+    """(markdown, comparison table) over every run in `tables`."""
+    cells = tables.cells
+    comp = compare.comparison(tables.updates, cells, tables.evals)
+    head, rows = table_rows(comp)
+    title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
+    names = sorted(set(comp["baseline"]) - {spec.NO_BASELINE}) if "baseline" in comp else [BASELINE]
+    base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
+    md = [f"# Comparison against {base}: {title}", "", "## Runs", ""]
+    for r in tables.runs:
+        md += _run_header(r)
+    md += ["", "## Seconds per update, bytes and quality", "",
+           f"Speedup = median seconds per update of {base} / that of the method, under the same link. "
+           "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
+           "the worker links carried (IP packets). Quality over the last "
+           f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
+           *_quality_section(comp), *dpreport.section(tables.updates),
+           "## Cells", ""]
+    ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
+    crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
+             str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),
+             c.get("note") or ""] for _, c in cells.iterrows()]
+    md += [markdown_table(ch, crow), "", *_degraded(cells)]
+    for r in tables.runs:
+        md += _measured_links(r.calibration)
+    return "\n".join(md), comp
+
+
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> Path:
+    """report.md and report.html in `path`, covering every run under it (and `extra`); the runs are
+    parsed here unless `tables` (already read by the caller) is given."""
+    path = Path(path)
+    md, comp = build(tables if tables is not None else results.read([path, *extra]))
+    (path / "report.md").write_text(md)
+    head, rows = table_rows(comp)
+    body = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in r)}</tr>" for r in rows)
+    (path / "report.html").write_text(
+        "<!doctype html><meta charset=utf-8><title>report</title><style>td,th{padding:2px 8px;border:1px solid #ccc}"
+        "table{border-collapse:collapse;font:13px sans-serif}</style>"
+        f"<pre>{html.escape(md.split('## Seconds')[0])}</pre><table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}"
+        f"</tr>{body}</table>")
+    return path / "report.md"

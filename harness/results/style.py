@@ -1,0 +1,50 @@
+"""One look for every figure: the colour and marker of each method, the phase colours, the
+matplotlib settings (PDF Type-42 fonts), and `save` (PDF + PNG). plots.py and
+dataparallel_plots.py both draw with it; neither imports the other's privates."""
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Okabe & Ito (2008), the colour-blind-safe qualitative palette.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
+    "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "spar": ("#0072B2", "s"),
+    "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
+    "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
+}
+DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
+    "ddp": ("#000000", "d"), "lowrank-ddp": ("#0072B2", "8"), "diloco": ("#009E73", "H"),
+    "lordo-global": ("#D55E00", "^"), "lordo-global-fullrank": ("#D55E00", "D"),
+    "lordo-global-none": ("#E69F00", "v"), "lordo-global-lowrank": ("#F0E442", "<"),
+    "lordo-local": ("#CC79A7", "s"), "lordo-local-none": ("#56B4E9", "o"),
+}
+MARKERS = ">hp*"  # markers no fixed method uses: an unlisted method never looks like a listed one
+PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
+                 "train": "#0072B2", "encode": "#E69F00", "send_update": "#D55E00", "decode_replay": "#CC79A7",
+                 "hash": "#000000"}
+STYLE = {"pdf.fonttype": 42, "ps.fonttype": 42, "font.size": 9, "axes.spines.top": False,
+         "axes.spines.right": False, "figure.dpi": 150, "savefig.bbox": "tight", "legend.frameon": False}
+
+
+def style(method: str) -> tuple[str, str]:
+    """(colour, marker) of a method: fixed for the known ones; for the rest, a CRC of the name
+    (the same in every process, unlike hash()) picks a colour and, independently, a marker."""
+    if method in METHOD_STYLE or method in DP_STYLE:
+        return METHOD_STYLE.get(method) or DP_STYLE[method]
+    h = zlib.crc32(method.encode())
+    return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h // len(OKABE_ITO) % len(MARKERS)]
+
+
+def save(fig, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.pdf", out / f"{name}.png"]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,545 @@
+"""Results store: run folders -> tidy pandas tables, rebuilt from the files alone (no torch).
+
+A run folder (`harness run`) holds `config.json`, `meta.json` and one folder per cell
+(`cells/<method>-s<seed>/`) with the services' event files (`events-<process>.jsonl`), the
+learner's `summary.json` and, on the emulated network, the link counters (`links.csv`).
+A sweep folder holds `sweep.json` and one run folder per grid point under `runs/`.
+
+    from harness.results import tables as results
+    t = results.read("results/20261130-...")            # RunTables: .updates .phases .links .cells .runs
+    df = results.load(["results/a", "results/sweep1"])  # one table over many runs or sweeps
+
+Every file of a run is read once per `read`; the comparison (compare.py), the report and the
+figures take the RunTables instead of reading again. This module imports no other results-side
+module (compare, report, plots import it).
+
+Columns of `updates` (units in names: seconds, bytes, bit/s):
+    run_id, profile, backend, emulated, rate_bit_s, delay_s, loss_frac, workers, pipeline,
+    method, budget, variant, seed, update, complete, consistent,
+    seconds_per_update, t_start_s, t_end_s (from the cell's first event),
+    <phase>_s for the learner's phases (idle, train, encode, decode_replay, hash, send_update),
+    worker_<phase>_s (median over workers) for rollout, send_rollouts, receive, decode_replay,
+    payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
+    payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
+    lag (policy versions), loss, reward_mean, quality, quality_metric,
+    contributors (workers whose rollouts the update trained on);
+    data-parallel cells also: claimed_bytes_up / claimed_bytes_down, sync, heldout_ppl (DP_FIELDS) and
+    overlap = mean(sigma^2(Q_{t+1}^T Q_t)) at a sync that refreshed the projection (mean over the
+    workers' rows, trainers/dataparallel/worker.py; absent elsewhere).
+
+Columns of `evals` (one row per cell x held-out evaluation): the cell's coordinates, version,
+    pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill),
+    objective + objective_metric (reverse_kl or mean_reward), eval_s (not training time), wall_s
+    (training seconds up to that version: the sum of its updates' seconds per update).
+
+Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
+running | the learner's own words), complete, degraded (a worker was lost and never came back:
+the learner dropped it, or it never joined), consistent, updates_done (the learner's update
+events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
+contributors of an update), drops / restarts (lists of dicts, see `membership`), note (one line
+saying what happened to the cell's workers), link byte totals.
+
+Malformed files (a document that is not a JSON object, an event row without its time, ...)
+raise ResultsError, whose one line names the file: `harness report`/`plot` exit 2 with it.
+A run whose meta.json still says "running" while its owner process (meta.json "owner": pid and
+/proc start time) is gone is read as "interrupted".
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from harness import units  # pure parsing, no kernel
+from harness.owner import owner_alive as owner_record_alive, process_start_time  # stdlib only
+from trainers import events, spec  # the event files' own reader; the run spec (both torch-free)
+
+LEARNER_PHASES = ("idle", "train", "encode", "decode_replay", "hash", "send_update")
+WORKER_PHASES = ("rollout", "send_rollouts", "receive", "decode_replay")
+TABLES = ("updates", "phases", "links", "cells", "evals")
+# The data-parallel aggregator counts uploads at its own socket and states each step's formula.
+DP_FIELDS = ("payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down", "sync", "heldout_ppl")
+
+
+# ---- finding folders -------------------------------------------------------------------------
+
+def is_run(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "cells").is_dir()
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every run folder at or under the given paths (a run, a sweep, or a folder of them)."""
+    runs: list[Path] = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise FileNotFoundError(f"{p}: no such results folder")
+        found = [p] if is_run(p) else sorted(d.parent for d in p.rglob("config.json") if is_run(d.parent))
+        if not found:
+            raise FileNotFoundError(f"{p}: not a run or sweep folder (no config.json with cells/)")
+        runs += [r for r in found if r not in runs]
+    return runs
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used; the message is one line naming the file."""
+
+
+def read_json(path: Path, default=None):
+    """A JSON file (`default` when it does not exist); ResultsError when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ResultsError(f"{path}: not readable as JSON ({why})") from None
+
+
+def read_doc(path: Path) -> dict:
+    """A JSON object document (config.json, meta.json, summary.json); {} when absent."""
+    doc = read_json(path, {})
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found a {type(doc).__name__}")
+    return doc
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_rows(path: Path, rows: list) -> list[dict]:
+    """Event rows as the tables use them: objects with a numeric time `t`; update rows with an
+    integer version (learner: and seconds_per_update); the mappings they carry are mappings."""
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise ResultsError(f"{path}: row {i} is not a JSON object")
+        kind = r.get("kind")
+        if not _number(r.get("t")):
+            raise ResultsError(f"{path}: row {i} ({kind}) has no numeric time 't'")
+        if kind == "update":
+            if type(r.get("version")) is not int:
+                raise ResultsError(f"{path}: update row {i} has no integer 'version'")
+            if r.get("process") == "learner" and not _number(r.get("seconds_per_update")):
+                raise ResultsError(f"{path}: update row {i} has no numeric 'seconds_per_update'")
+        for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival"):
+            if r.get(key) is not None and not isinstance(r[key], dict):
+                raise ResultsError(f"{path}: row {i} ({kind}): {key!r} is not a JSON object")
+    return rows
+
+
+LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
+
+
+def read_links(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as err:  # pandas' EmptyDataError / ParserError are ValueErrors
+        raise ResultsError(f"{path}: not readable as CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in LINK_COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultsError(f"{path}: no column {missing[0]!r}")
+    return df
+
+
+# ---- is the run still going? ------------------------------------------------------------------
+
+def owner_alive(meta: dict) -> bool | None:
+    """Is the `harness run` that owns this run folder alive? meta.json "owner": {"pid", "start_time"
+    (/proc/<pid>/stat field 22)}: a pid that is gone, or that now belongs to a process started at
+    another time, is dead. None when it cannot be told (no owner recorded, another host)."""
+    owner = meta.get("owner")
+    if not isinstance(owner, dict) or type(owner.get("pid")) is not int or owner["pid"] <= 0:
+        return None
+    if meta.get("host") not in (None, platform.node()):
+        return None
+    if owner.get("start_time") is None:  # not recorded: the pid alone says
+        return process_start_time(owner["pid"]) is not None
+    return owner_record_alive(owner)
+
+
+def effective_meta(meta: dict) -> dict:
+    """meta.json as it stands now: "running" whose owner is dead reads as "interrupted"."""
+    if meta.get("status") == "running" and owner_alive(meta) is False:
+        pid = meta["owner"]["pid"]
+        return {**meta, "status": "interrupted", "complete": False,
+                "status_note": f"its harness process (pid {pid}) ended without finishing the run"}
+    return meta
+
+
+# ---- one cell: every file read once ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CellFiles:
+    """The raw files of one cell folder, each read once."""
+    dir: Path
+    learner: list[dict]              # events-learner.jsonl rows
+    workers: dict[str, list[dict]]   # worker name -> events-w<i>.jsonl rows
+    summary: dict                    # the learner's summary.json ({} if absent)
+    links: pd.DataFrame | None       # links.csv (link counters), None off the emulated network
+    harness: list[dict] = ()         # events-harness.jsonl: what the harness did (lost workers, restarts)
+
+    @property
+    def t0(self) -> float:
+        """The cell's time origin: its learner's first event (monotonic seconds, shared by the host)."""
+        return self.learner[0]["t"] if self.learner else 0.0
+
+
+def _events(path: Path) -> list[dict]:
+    return check_rows(path, events.read_events(path)) if path.exists() else []
+
+
+def read_cell(cell: Path) -> CellFiles:
+    learner, links = cell / "events-learner.jsonl", cell / "links.csv"
+    workers = {p.stem[len("events-"):]: _events(p) for p in sorted(cell.glob("events-w*.jsonl"))}
+    return CellFiles(dir=cell, learner=_events(learner), workers=workers, summary=read_doc(cell / "summary.json"),
+                     links=read_links(links) if links.exists() else None,
+                     harness=_events(cell / "events-harness.jsonl"))
+
+
+# ---- one run ---------------------------------------------------------------------------------
+
+def run_coords(run_dir: Path, cfg: dict, meta: dict) -> dict:
+    """The coordinates every row of this run shares (what a sweep varies)."""
+    doc = cfg.get("profile_doc") or {}
+    defaults = doc.get("defaults") or {}
+
+    def get(key, parse):
+        value = defaults.get(key)
+        return parse(value) if value is not None else (None if key == "rate" else 0.0)
+
+    return {"run_id": run_dir.name, "profile": cfg.get("profile_name"), "backend": meta.get("backend"),
+            "emulated": bool(meta.get("emulation", cfg.get("emulation"))),
+            "rate_bit_s": get("rate", units.parse_rate) if cfg.get("emulation", True) else None,
+            "delay_s": get("delay", units.parse_time), "loss_frac": get("loss", units.parse_percent),
+            "workers": cfg.get("workers"), "pipeline": cfg.get("pipeline"),
+            "run_complete": bool(meta.get("complete")), **spec_columns(cfg)}
+
+
+def spec_columns(cfg: dict) -> dict:
+    """Every single-valued run-spec parameter that is not a link flag, as a column (lora_rank, lr,
+    compressor options, ...): a parameter added to trainers/spec.py shows up here by itself.
+    (Link flags are resolved into the coordinates above; method, budget and seed are per cell.)"""
+    out = {p.name: cfg.get(p.name) for p in spec.PARAMS if not p.many and p.where != "link"}
+    return out
+
+
+def planned_cells(cfg: dict, meta: dict) -> dict[str, tuple[dict, int]]:
+    """Cell folder name -> (variant as in config.json, seed), in run order: meta.json lists the
+    planned folders for seeds x variants, in config order ({} if the two do not line up)."""
+    plan = [(v, s) for s in cfg.get("seeds", []) for v in cfg.get("variants", [])]
+    names = meta.get("cells") or []
+    if len(names) != len(plan) or not all(n.endswith(f"-s{s}") for n, (_, s) in zip(names, plan)):
+        return {}
+    return dict(zip(names, plan))
+
+
+def cell_dirs(run_dir: Path, planned: dict[str, tuple[dict, int]]) -> list[Path]:
+    order = list(planned)
+    dirs = [d for d in sorted((run_dir / "cells").iterdir()) if d.is_dir()]
+    return sorted(dirs, key=lambda d: order.index(d.name) if d.name in order else len(order))
+
+
+def cell_info(cell: CellFiles, cfg: dict, planned: dict[str, tuple[dict, int]]) -> dict:
+    """method, budget, variant, seed of a cell: as planned (config.json + meta.json), else from its
+    learner's start row or summary (a folder the harness did not plan keeps its name as variant)."""
+    start = next((r for r in cell.learner if r.get("kind") == "start"), None)
+    params = (start or {}).get("params") or cell.summary.get("params") or {}
+    variant, seed = planned.get(cell.dir.name, ({}, None))
+    stem, tail = cell.dir.name.rsplit("-s", 1) if "-s" in cell.dir.name else (cell.dir.name, "")
+    method = params.get("method") or variant.get("method") or stem
+    if seed is None:
+        seed = params.get("seed", int(tail) if tail.isdigit() else None)
+    return {"method": method, "budget": variant.get("budget", params.get("budget")),
+            "variant": variant.get("label") or stem, "seed": seed,
+            "objective": params.get("objective", cfg.get("objective"))}
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def update_rows(cell: CellFiles, info: dict) -> list[dict]:
+    learner = [r for r in cell.learner if r.get("kind") == "update"]
+    worker_rows = [w for rows in cell.workers.values() for w in rows]
+    # the data-parallel family trains a language model: its training-batch metric is the LM loss
+    metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
+              "distill_loss" if info.get("objective") == "distill" else "reward_mean")
+    rows = []
+    for r in learner:
+        v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
+        rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
+        applies = [w for w in worker_rows if w.get("kind") == "update" and w.get("version") == v]
+        row = {**info, "update": v, "complete": bool(cell.summary.get("complete")),
+               "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
+               "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
+               "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
+        row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
+        row.update({f"worker_{p}_s": _median(w.get("durations_s", {}).get(p) for w in rolls + applies
+                                             if p in w.get("durations_s", {})) for p in WORKER_PHASES})
+        frames = r.get("update_frame_bytes") or {}
+        row.update(payload_bytes_down=r.get("update_payload_bytes"), wire_bytes_down=sum(frames.values()),
+                   payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
+                   wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
+                   lag=r.get("lag"), loss=r.get("loss"), reward_mean=r.get("reward_mean"))
+        row.update(quality=row["reward_mean"] if metric == "reward_mean" else row["loss"], quality_metric=metric)
+        row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/dataparallel/aggregator.py)
+        overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
+        if overlaps:
+            row["overlap"] = sum(overlaps) / len(overlaps)
+        rows.append(row)
+    return rows
+
+
+EVAL_FIELDS = ("pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
+               "objective_metric", "eval_s")
+
+
+def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
+    """One row per held-out evaluation of the learner's policy at a version (trainers/tasks/heldout.py).
+    `wall_s` = the training seconds up to that version: the sum of its updates' seconds per update
+    (evaluation ran after the loop, so no evaluation time is in it)."""
+    spu = {r["version"]: r["seconds_per_update"] for r in cell.learner if r.get("kind") == "update"}
+    out = []
+    for r in cell.learner:
+        if r.get("kind") != "eval":
+            continue
+        v = r["version"]
+        out.append({**info, "version": v, **{k: r.get(k) for k in EVAL_FIELDS},
+                    "wall_s": sum(s for u, s in spu.items() if u <= v)})
+    return out
+
+
+def phase_rows(cell: CellFiles, info: dict) -> list[dict]:
+    """One row per (process, update, phase) span: what the Gantt timeline draws."""
+    out = []
+    for process, rows in {"learner": cell.learner, **cell.workers}.items():
+        for r in rows:
+            if r.get("kind") not in ("update", "rollouts"):
+                continue
+            update = r.get("version") if r["kind"] == "update" else r.get("batch", 0) + 1
+            for phase, (a, b) in (r.get("phases") or {}).items():
+                out.append({**info, "process": process, "update": update, "phase": phase,
+                            "start_s": a - cell.t0, "end_s": b - cell.t0})
+    return out
+
+
+def link_rows(cell: CellFiles, info: dict) -> list[dict]:
+    """Link counters as throughput per node and direction between consecutive samples."""
+    if cell.links is None or cell.links.empty:
+        return []
+    out = []
+    for (node, direction), g in cell.links.sort_values("t_s").groupby(["node", "direction"]):
+        g = g.drop_duplicates("t_s")
+        dt, db = g["t_s"].diff(), g["bytes"].diff()
+        for t, seconds, nbytes, total in zip(g["t_s"], dt, db, g["bytes"] - g["bytes"].iloc[0]):
+            if seconds and seconds > 0:
+                out.append({**info, "node": node, "direction": direction, "t_s": t - cell.t0,
+                            "bytes": int(total), "throughput_bit_s": 8 * nbytes / seconds})
+    return out
+
+
+def membership(cell: CellFiles) -> dict:
+    """Who took part, from the learner's events (and the harness's, for restarts):
+    drops: [{worker, version, disconnected_version, reason, remaining (members left), rejoined_version}],
+    restarts: [{worker, version, after (how it ended), rejoined_version}], lost: workers dropped
+    (or never joined) and not back, workers_min: fewest contributors of an update."""
+    members: set = set()
+    drops: list[dict] = []
+    lost: dict = {}
+    disconnected: dict = {}
+    for r in cell.learner:
+        kind, w = r.get("kind"), r.get("worker")
+        if kind == "joined":
+            members.add(w)
+            for d in drops:
+                if d["worker"] == w and d.get("rejoined_version") is None:
+                    d["rejoined_version"] = r.get("version")
+            lost.pop(w, None)
+        elif kind == "disconnected":
+            disconnected.setdefault(w, r.get("version"))
+        elif kind == "dropped":
+            members.discard(w)
+            drops.append({"worker": w, "version": r.get("version"), "disconnected_version": disconnected.pop(w, None),
+                          "reason": r.get("reason"), "remaining": len(members), "rejoined_version": None})
+            lost[w] = drops[-1]
+        elif kind == "join_timeout":
+            for m in r.get("missing") or []:
+                drops.append({"worker": m, "version": 0, "disconnected_version": None, "reason": "never joined",
+                              "remaining": len(members), "rejoined_version": None})
+                lost[m] = drops[-1]
+    if not any(r.get("kind") == "dropped" for r in cell.learner):  # no event file: the summary's list
+        for d in cell.summary.get("dropped") or []:
+            if isinstance(d, dict) and d.get("worker") not in lost:
+                drops.append({"worker": d.get("worker"), "version": d.get("version"), "disconnected_version": None,
+                              "reason": d.get("reason"), "remaining": None, "rejoined_version": None})
+                lost[d.get("worker")] = drops[-1]
+    restarts = []
+    for h in cell.harness:
+        if h.get("kind") == "restart":
+            back = next((r.get("version") for r in cell.learner if r.get("kind") == "joined"
+                         and r.get("worker") == h.get("worker") and r.get("t", 0) > h["t"]), None)
+            restarts.append({"worker": h.get("worker"), "version": h.get("version"), "after": h.get("after"),
+                             "rejoined_version": back})
+    counts = [len(r["rollout_arrival"]) for r in cell.learner if r.get("kind") == "update" and r.get("rollout_arrival")]
+    return {"drops": drops, "restarts": restarts, "lost": sorted(lost, key=str), "workers_min": min(counts, default=None)}
+
+
+def cell_note(m: dict, workers: int | None, failure: str | None, learner_exit: str | None) -> str:
+    """One line on what happened to a cell's processes ("" when nothing did)."""
+    bits = []
+    for d in m["drops"]:
+        where = "never joined" if d["reason"] == "never joined" else (
+            f"dropped at version {d['version']}"
+            + (f" (lost at version {d['disconnected_version']})"
+               if d.get("disconnected_version") not in (None, d["version"]) else "")
+            + (f": {d['reason']}" if d.get("reason") else ""))
+        left = (f"; {d['remaining']} of {workers} workers remained"
+                + (f" from update {d['version'] + 1}" if isinstance(d.get("version"), int) else "")
+                if d.get("remaining") is not None and workers else "")
+        back = f"; rejoined at version {d['rejoined_version']}" if d.get("rejoined_version") is not None else ""
+        bits.append(f"w{d['worker']} {where}{left}{back}")
+    for r in m["restarts"]:
+        back = (f", rejoined at version {r['rejoined_version']}" if r.get("rejoined_version") is not None
+                else ", did not rejoin")
+        bits.append(f"w{r['worker']} restarted at version {r['version']} ({r.get('after')}){back}")
+    if learner_exit:
+        bits.append(f"learner {learner_exit}")
+    if failure:
+        bits.append(f"cell stopped (--on-drop fail): {failure}")
+    return "; ".join(bits)
+
+
+def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
+    """The learner's summary (consistency, completeness), what happened to the workers, and the
+    link byte totals of one cell. `run_live`: the run is still going (a "running" summary is news)."""
+    s, link_bytes = cell.summary, _link_totals(cell.links)
+    m = membership(cell)
+    failure = next((h.get("reason") for h in cell.harness if h.get("kind") == "cell_failed"), None)
+    learner_exit = next((h.get("how") for h in cell.harness if h.get("kind") == "learner_exit"), None)
+    logged = max((r["version"] for r in cell.learner if r.get("kind") == "update"), default=0)
+    done = max(logged, s.get("updates") if type(s.get("updates")) is int else 0)
+    planned = s.get("updates_planned")
+    if planned is None:
+        start = next((r for r in cell.learner if r.get("kind") == "start"), {})
+        planned = (start.get("params") or {}).get("updates") if isinstance(start.get("params"), dict) else None
+    status = str(s.get("status", "no summary"))
+    complete = bool(s.get("complete"))
+    degraded = bool(m["lost"])
+    if failure:
+        status, complete = "failed", False
+    elif complete and degraded:
+        status = "degraded"
+    elif status in ("running", "no summary") and not run_live:  # the learner never wrote its last summary
+        status = f"learner {learner_exit}" if learner_exit else "interrupted"
+    workers = info.get("workers") or (s.get("workers") if type(s.get("workers")) is int else None)
+    return {**info, "complete": complete, "status": status, "degraded": degraded,
+            "consistent": bool(s.get("consistent")), "updates_done": done,
+            "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
+            "workers_min": m["workers_min"], "drops": m["drops"], "restarts": m["restarts"],
+            "note": cell_note(m, workers, failure, learner_exit),
+            "link_bytes_down": link_bytes.get("down"), "link_bytes_up": link_bytes.get("up")}
+
+
+def _link_totals(links: pd.DataFrame | None) -> dict[str, int]:
+    """Bytes the worker links carried during the cell (IP packets: headers and retransmissions included)."""
+    if links is None or links.empty:
+        return {}
+    df = links[links["node"] != "learner"]
+    if df.empty:
+        return {}
+    span = df.groupby(["node", "direction"])["bytes"].agg(lambda s: int(s.max() - s.min()))
+    return {d: int(span.xs(d, level="direction").sum()) for d in ("down", "up") if d in span.index.get_level_values(1)}
+
+
+# ---- runs -> tables --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder's run-level documents."""
+    dir: Path
+    config: dict
+    meta: dict
+    calibration: dict = field(default_factory=dict)  # calibration.json: links measured before the cells (containers)
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """Every table of one or more runs, parsed once: what the comparison, report and figures read."""
+    runs: list[Run]
+    updates: pd.DataFrame   # one row per cell x update (columns: see the module docstring)
+    phases: pd.DataFrame    # one row per process x update x phase span
+    links: pd.DataFrame     # one row per link counter sample: node, direction, t_s, bytes, throughput_bit_s
+    cells: pd.DataFrame     # one row per cell: status, consistent, updates done/planned, link byte totals
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per cell x evaluated version (held out)
+
+
+def read_run(run_dir: str | Path) -> RunTables:
+    """The tables of one run folder, every file of it read once."""
+    run_dir = Path(run_dir)
+    calibration = run_dir / "calibration.json"
+    run = Run(run_dir, read_doc(run_dir / "config.json"), effective_meta(read_doc(run_dir / "meta.json")),
+              read_doc(calibration) if calibration.exists() else {})
+    try:
+        coords = run_coords(run_dir, run.config, run.meta)
+        planned = planned_cells(run.config, run.meta)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # config.json's profile, seeds, variants
+        raise ResultsError(f"{run_dir / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
+    live = run.meta.get("status") == "running"
+    updates, phases, links, cells, evals = [], [], [], [], []
+    for cell_dir in cell_dirs(run_dir, planned):
+        cell = read_cell(cell_dir)
+        try:
+            info = {**coords, **cell_info(cell, run.config, planned), "cell": cell_dir.name}
+            updates += update_rows(cell, info)
+            phases += phase_rows(cell, info)
+            links += link_rows(cell, info)
+            cells.append(cell_row(cell, info, run_live=live))
+            evals += eval_rows(cell, info)
+        except ResultsError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as err:  # a shape check_rows lets through
+            raise ResultsError(f"{cell_dir}: malformed results ({type(err).__name__}: {err})") from None
+    frame = pd.DataFrame
+    return RunTables([run], frame(updates), frame(phases), frame(links), frame(cells), frame(evals))
+
+
+def read(paths: str | Path | Iterable[str | Path]) -> RunTables:
+    """The tables of every run at or under `paths` (runs, sweeps, folders of them), concatenated."""
+    parts = [read_run(r) for r in find_runs([paths] if isinstance(paths, (str, Path)) else paths)]
+    return RunTables([run for p in parts for run in p.runs],
+                     *(_concat([getattr(p, name) for p in parts]) for name in TABLES))
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def load(paths: str | Path | Iterable[str | Path], table: str = "updates") -> pd.DataFrame:
+    """One table (updates, phases, links or cells) over every run at or under `paths` (for notebooks)."""
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; valid tables: {', '.join(TABLES)}")
+    return getattr(read(paths), table)
+
+
+def load_cells(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    return load(paths, "cells")
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+def write_tables(run_dir: str | Path, tables: RunTables | None = None) -> RunTables:
+    """updates/phases/links of one run as parquet + CSV in its folder (parsed here unless given)."""
+    run_dir = Path(run_dir)
+    tables = tables if tables is not None else read_run(run_dir)
+    for name in ("updates", "phases", "links", "evals"):
+        df = getattr(tables, name)
+        df.to_parquet(run_dir / f"{name}.parquet", index=False)
+        df.to_csv(run_dir / f"{name}.csv", index=False)
+    return tables

@@ -1,0 +1,267 @@
+"""Bodies of `harness run`, `harness sweep`, `harness report` and `harness plot`, kept out of
+cli.py so that file stays a thin list of commands. Usage errors raise ConfigError (cli.py turns
+them into one line and exit code 2)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.run import config, launch
+from harness.run.config import ConfigError, RunConfig
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # interrupted: 128 + the signal (SIGTERM 143)
+
+
+# ---- live progress ---------------------------------------------------------------------------
+
+class Live:
+    """A rich progress display: one bar per cell, with updates done, s/update and bytes per update."""
+
+    def __init__(self, cfg: RunConfig, enabled: bool):
+        self.cfg, self.enabled = cfg, enabled
+        self.offsets: dict[str, int] = {}
+        self.rows: dict[str, list[dict]] = {}
+        self.tasks: dict[str, Any] = {}
+        self.progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                     console=Console(stderr=True), transient=False)
+
+    def __enter__(self):
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress is not None:
+            self.progress.stop()
+
+    def _new_rows(self, cell: launch.Cell, cell_dir: Path) -> list[dict]:
+        from trainers.events import tail_events  # torch-free: the writer's own reader
+
+        rows, self.offsets[cell.name] = tail_events(cell_dir / "events-learner.jsonl", self.offsets.get(cell.name, 0))
+        return [r for r in rows if r.get("kind") == "update"]
+
+    def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
+        rows = self.rows.setdefault(cell.name, [])
+        rows += self._new_rows(cell, cell_dir)
+        if self.progress is None:
+            return
+        if cell.name not in self.tasks:
+            self.tasks[cell.name] = self.progress.add_task(cell.name, total=self.cfg.updates, info="starting")
+        info = "waiting for workers"
+        if rows:
+            spu = sorted(r["seconds_per_update"] for r in rows)[len(rows) // 2]
+            down = sum((rows[-1].get("update_frame_bytes") or {}).values())
+            info = f"{spu:.3f} s/update (median), {down:,} B/update down"
+        self.progress.update(self.tasks[cell.name], completed=len(rows), info=info)
+
+
+# ---- run -------------------------------------------------------------------------------------
+
+def dry_run_text(cfg: RunConfig) -> str:
+    """The resolved config, the shaping plan and the processes that would start; touches nothing."""
+    from harness.net import backend, plan, topology
+
+    lines = ["config:", json.dumps(cfg.to_json(), indent=1, default=str)]
+    if cfg.emulation:
+        topo = topology.Topology.plan("0000", cfg.workers)
+        chosen = backend.decide(cfg.backend, create=False)  # a dry run creates nothing to probe
+        lines += [f"shaping plan (run id 0000, backend {chosen.name}"
+                  f"{': kernel config unreadable, assumed' if chosen.assumed else ''}):",
+                  plan.build_plan(cfg.load_profile(), topo, chosen.name).to_json()]
+    for cell in launch.cells(cfg):
+        lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(launch.run_flags(cfg, cell))}")
+    return "\n".join(lines)
+
+
+def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
+    if dry_run:
+        print(dry_run_text(cfg))
+        return EXIT_OK
+    try:
+        launch.check_privileges(cfg)
+    except launch.PreflightFailed as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_USAGE
+    if cfg.run_id is None:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, run_id=launch.new_run_id(cfg))
+    if not quiet and not as_json:
+        print(f"run {cfg.run_id}: {', '.join(v.label for v in cfg.variants)} x seeds {list(cfg.seeds)}, "
+              f"{cfg.workers} workers, {cfg.updates} updates, "
+              f"{'profile ' + cfg.profile_name if cfg.emulation else 'localhost, unshaped'} -> {cfg.run_dir}",
+              file=sys.stderr)
+    try:
+        with Live(cfg, enabled=not quiet and not as_json) as live:
+            run_dir = launch.execute(cfg, progress=live)
+    except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
+        from harness.signals import exit_code
+
+        print(f"interrupted: network torn down; partial results (marked incomplete) in {cfg.run_dir}", file=sys.stderr)
+        return exit_code(err)
+    except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
+        print(f"harness run failed: {err}; network torn down, partial results in {cfg.run_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    return finish(run_dir, quiet, as_json)
+
+
+def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    ok = bool(summary.get("complete")) and all(m.get("consistent") for m in summary.get("methods", []))
+    degraded = [c for c in summary.get("cells", []) if c.get("degraded")]
+    if degraded:  # --on-drop continue: the run completes, but says so
+        print(f"warning: {len(degraded)} degraded cell(s), a worker was lost: "
+              + "; ".join(f"{c['cell']}: {c.get('degraded_note')}" for c in degraded) + " (see report.md)", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"run_dir": str(run_dir), **summary}, default=str))
+    elif quiet:
+        print(run_dir)
+    else:
+        print((run_dir / "report.md").read_text() if (run_dir / "report.md").exists() else "")
+        print(f"results: {run_dir}  (report.md, updates.parquet, figures/)", file=sys.stderr)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+# ---- sweep -----------------------------------------------------------------------------------
+
+def load_grid(path: str | None, flags: dict[str, Any]) -> dict[str, Any]:
+    """Run-spec values from a YAML file, overridden by the flags given (None: not given). Keys
+    are spec names (`seeds` for the seed list, as on the command line, is accepted too)."""
+    from trainers import spec
+
+    doc: dict[str, Any] = {}
+    if path:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"--grid: {path!r} cannot be read as YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"--grid: {path!r} must be a mapping of parameter -> value or list")
+        aliases = {p.flag_name: p.name for p in spec.PARAMS if p.flag_name}
+        doc = {aliases.get(k, k): v for k, v in doc.items()}
+        allowed = sorted(p.name for p in spec.PARAMS)
+        unknown = sorted(str(k) for k in doc if k not in allowed)
+        if unknown:
+            raise ConfigError(f"--grid: unknown key {unknown[0]!r} (valid: {', '.join(allowed)})")
+    doc.update({k: v for k, v in flags.items() if v is not None})
+    return doc
+
+
+def _axis(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str):
+        return [x.strip() for x in value.split(",") if x.strip()]
+    return [value]
+
+
+def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(run id, values) per point. A `many` parameter (method, budget, seeds) is held by every
+    run; any other parameter with several values is an axis, and names the runs by coordinates
+    (link axes first: `bw10mbit-w2`)."""
+    from trainers import spec
+
+    many = {p.name for p in spec.PARAMS if p.many}
+    axes = {k: _axis(v) for k, v in grid.items() if k not in many and len(_axis(v)) > 1}
+    order = [p.name for p in spec.params("link")] + [p.name for p in spec.PARAMS if p.where != "link"]
+    keys = sorted(axes, key=order.index)
+    points = []
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        coords = "-".join(f"{'w' if k == 'workers' else k}{v}".replace("%", "pct") for k, v in zip(keys, combo))
+        points.append((coords or "default", {**grid, **dict(zip(keys, combo))}))
+    return points
+
+
+def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
+    """One validated RunConfig per grid point (all validated before anything runs)."""
+    cfgs = []
+    for run_id, values in grid_points(grid):
+        try:
+            cfgs.append(config.build(**values, run_id=run_id, out_dir=str(out / "runs")))
+        except ValueError as err:
+            raise ConfigError(f"grid point {run_id}: {err}") from None
+    return cfgs
+
+
+def is_complete(run_dir: Path) -> bool:
+    from harness.results import tables as results
+
+    try:
+        meta = results.read_json(run_dir / "meta.json", {})
+    except results.ResultsError:  # unreadable: run the grid point again
+        return False
+    return isinstance(meta, dict) and bool(meta.get("complete"))
+
+
+def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
+                                                "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
+    failed = 0
+    for cfg in cfgs:
+        if is_complete(cfg.run_dir):
+            if not quiet and not as_json:
+                print(f"sweep: {cfg.run_id} already complete, skipped", file=sys.stderr)
+            continue
+        if cfg.run_dir.exists():
+            shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt: run the grid point again from scratch
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False)  # --json: stdout holds one document
+        if code > 128:  # interrupted (128 + the signal): stop the sweep too
+            return code
+        failed += code != EXIT_OK
+    from harness.results import plots, report, tables as results
+
+    try:
+        tables = results.read([out])  # parsed once, for the report and the figures
+        report.write(out, tables=tables)
+        plots.write(out, tables=tables)
+    except (FileNotFoundError, results.ResultsError) as err:  # no run got far enough, or a malformed file
+        print(f"harness sweep: no combined report: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    if as_json:
+        print(json.dumps({"sweep_dir": str(out), "runs": [str(c.run_dir) for c in cfgs], "failed": failed}))
+    elif not quiet:
+        print((out / "report.md").read_text())
+    return EXIT_OK if not failed else EXIT_FAILED
+
+
+# ---- report / plot ---------------------------------------------------------------------------
+
+def report_cmd(paths: list[str], quiet: bool) -> int:
+    from harness.results import report, tables as results
+
+    try:
+        results.find_runs(paths)
+        target = report.write(paths[0], extra=paths[1:])
+    except (FileNotFoundError, results.ResultsError) as err:  # a malformed file: one line naming it, exit 2
+        raise ConfigError(str(err)) from None
+    if not quiet:
+        print(target.read_text())
+    return EXIT_OK
+
+
+def plot_cmd(paths: list[str], quiet: bool) -> int:
+    from harness.results import plots, tables as results
+
+    try:
+        results.find_runs(paths)
+        files = plots.write(paths[0], extra=paths[1:])
+    except (FileNotFoundError, ValueError) as err:  # results.ResultsError (a malformed file) is a ValueError
+        raise ConfigError(str(err)) from None
+    if not quiet:
+        print("\n".join(map(str, files)))
+    return EXIT_OK

@@ -1,0 +1,185 @@
+"""RunConfig: `harness run` / `harness sweep` values + a WAN profile -> one frozen, validated value.
+
+Every parameter is declared once in `trainers/spec.py` (name, type, unit, default, range, help);
+this module parses the values it is given against that table, resolves the profile with the
+link flags over it, and expands methods x budgets into variants. Any bad value raises
+:class:`ConfigError` whose one line names the flag and the value, before anything touches the
+kernel or starts a process. Torch is never imported here (the spec is torch-free), so
+`harness run --dry-run` and `harness profiles` start in a fraction of a second.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import units
+from harness.net import profiles
+from trainers import spec, tasks
+from trainers.spec import SpecError as ConfigError
+from harness.run import presets
+
+_LINK_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss"}
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One method as it runs: the name (results column, legend) and its budget, if any."""
+    method: str
+    budget: str | None = None
+
+    @property
+    def label(self) -> str:
+        return spec.variant_label(self.method, self.budget)
+
+    @property
+    def slug(self) -> str:
+        return spec.variant_slug(self.label)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run. `values` holds every spec parameter, parsed (lists as tuples); they read
+    as attributes too (`cfg.workers`, `cfg.pipeline`, `cfg.lora_rank`)."""
+    values: dict[str, Any]
+    variants: tuple[Variant, ...]             # the method(s) under test, the baseline appended last
+    profile_doc: dict[str, Any] = field(default_factory=dict)   # the resolved profile, link flags applied
+    profile_name: str = spec.get("profile").default
+    overrides: dict[str, str] = field(default_factory=dict)  # link flags given, as typed
+    rate_bit_s: float | None = None           # the worker link rate (down), for the physical floor
+    run_id: str | None = None
+    out_dir: str = "results"
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "values")
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return self.values["seed"]
+
+    def service_values(self, variant: Variant, seed: int) -> dict[str, Any]:
+        """The service parameters of one cell (what the learner's argv and WELCOME carry)."""
+        one = {p.name: self.values[p.name] for p in spec.params("service")}
+        one.update(method=variant.method, seed=seed, budget=variant.budget or spec.get("budget").service_default)
+        return one
+
+    def to_json(self) -> dict[str, Any]:
+        """config.json: every spec parameter under its flag's name, plus what was resolved."""
+        doc = {(p.flag_name or p.name): list(v) if isinstance(v := self.values[p.name], tuple) else v
+               for p in spec.PARAMS}
+        doc.update(variants=[{"method": v.method, "budget": v.budget, "label": v.label} for v in self.variants],
+                   profile_doc=self.profile_doc, profile_name=self.profile_name, overrides=dict(self.overrides),
+                   rate_bit_s=self.rate_bit_s, run_id=self.run_id, out_dir=self.out_dir)
+        return doc
+
+    def load_profile(self) -> profiles.Profile:
+        return profiles.from_doc(self.profile_doc, self.profile_name)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / str(self.run_id)
+
+
+# ---- parsing --------------------------------------------------------------------------------
+
+def parse_values(given: dict[str, Any]) -> dict[str, Any]:
+    """Raw values (flags as typed, YAML values) keyed by spec name -> every parameter, parsed."""
+    names = {p.name for p in spec.PARAMS}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), sorted(names), n=3)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise ConfigError(f"unknown parameter {spec.quote(unknown[0])} ({hint}`harness run --help` lists all "
+                          f"{len(names)})")
+    out = {}
+    for p in spec.PARAMS:
+        raw = given.get(p.name)
+        if raw is None:
+            out[p.name] = p.default
+        elif p.name == "method":  # names are checked below, against the method list; repeats collapse
+            items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+            out[p.name] = tuple(dict.fromkeys(p.parse(m) for m in items if not (isinstance(m, str) and not m.strip())))
+            if not out[p.name]:
+                raise ConfigError("--method: no method given")
+        else:
+            out[p.name] = spec.parse_value(p.name, raw)
+    return out
+
+
+def _check_task(task: str) -> None:
+    if task not in tasks.available():
+        raise ConfigError(f"--task: unknown task {spec.quote(task)}; valid tasks: {', '.join(tasks.available())}")
+
+
+def _variants(values: dict[str, Any]) -> list[Variant]:
+    methods = [spec.check_method(m) for m in values["method"]]
+    baseline = values["baseline"]
+    if baseline != spec.NO_BASELINE:
+        try:
+            spec.check_method(baseline)
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("--method", "--baseline")) from None
+    pairs = [(m, b if spec.takes_budget(m, values) else None) for m in methods for b in values["budget"]]
+    variants = [Variant(m, b) for m, b in dict.fromkeys(pairs)]
+    if baseline != spec.NO_BASELINE and baseline not in methods:
+        variants.append(Variant(baseline))
+    return variants
+
+
+def _resolve_profile(name: str, flags: dict[str, str | None]) -> tuple[profiles.Profile, dict[str, str]]:
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        prof = profiles.load(name)
+    except profiles.ProfileError as err:
+        raise ConfigError(f"--profile: {err}") from None
+    _check_unambiguous(prof, given)
+    try:
+        return (profiles.with_link(prof, given) if given else prof), given
+    except (profiles.ProfileError, units.UnitError) as err:
+        key = next((k for k in given if k in str(err)), "rate")
+        raise ConfigError(f"{_LINK_FLAGS[key]}: {err}") from None
+
+
+def _check_unambiguous(prof: profiles.Profile, given: dict[str, str]) -> None:
+    """A flag that the profile would silently override for some link is ambiguous: refuse it."""
+    for key in given:
+        where = [f"workers.{w}" for w, raw in prof.workers.items() if _mentions(raw, key)]
+        where += [f"schedule at {c.at_s:g}s" for c in prof.schedule if _mentions(c.raw, key)]
+        where += ["defaults.up/down"] if any(_mentions(prof.default.get(d, {}), key) for d in ("up", "down")) else []
+        if where:
+            raise ConfigError(f"{_LINK_FLAGS[key]}: contradicts profile {prof.name!r}, which sets {key} per link "
+                              f"({', '.join(where)}); edit a copy of the profile instead")
+
+
+def _mentions(raw: Any, key: str) -> bool:
+    if not isinstance(raw, dict):
+        return False
+    return key in raw or any(_mentions(raw.get(d), key) for d in ("up", "down"))
+
+
+def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
+    """Validate every value (spec names; raw strings or typed values); return the frozen config
+    or raise ConfigError (one line)."""
+
+    values = parse_values(presets.apply(given))
+    spec.check_model(values["model"])
+    _check_task(values["task"])
+    try:
+        tasks.check_task_options(values["task"], values["task_options"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    spec.check_combinations(values)
+    if run_id is not None and not _RUN_ID.match(run_id):
+        raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
+    variants = _variants(values)
+    link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"]}
+    prof, overrides = _resolve_profile(values["profile"], link)
+    return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
+                     overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
+                     out_dir=out_dir)

@@ -1,0 +1,443 @@
+"""Launch: one `harness run` from a RunConfig to a finished results folder.
+
+    results/<run-id>/
+      config.json  meta.json  summary.json  updates.parquet/.csv  phases.*  links.*  report.md  figures/
+      cells/<method>-s<seed>/   events-learner.jsonl  events-w<i>.jsonl  summary.json  links.csv  *.log
+
+Order of work: write config.json and meta.json (status "running"); build the topology and apply
+the shaping once (every cell runs under the same link); for each seed, for each variant (the
+method(s) first, `full` last) start the learner and the workers as processes inside their
+namespaces, sample the link counters while they run, wait for them; then aggregate tables,
+report and figures. Teardown (processes, shaping, namespaces) runs in `finally`, so Ctrl-C,
+SIGTERM or a crash leave no namespace, qdisc, rule or process behind, and the partial results
+are aggregated and marked incomplete.
+
+With `emulation=False` the same processes run on 127.0.0.1, unshaped, and the run is recorded
+as such (meta.json: "emulation": false, "backend": "none").
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from harness.run.config import RunConfig, Variant
+from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
+from trainers import spec
+from harness.owner import owner_record
+from trainers.events import EventLog
+from trainers.events import tail_events
+from harness.net import shaper
+from harness.net import doctor
+from harness.signals import signals_raise
+from harness.net.linkstats import LinkSampler
+from harness.results import compare, plots, report, tables as results
+
+ROOT = Path(__file__).resolve().parents[2]
+LEARNER_PORT = 29500
+PACKAGES = ("torch", "peft", "transformers", "pyroute2", "numpy", "pandas", "pyarrow", "matplotlib", "wan-harness")
+CELL_TIMEOUT_S = 1800.0     # a cell that has not finished in 30 min is stopped and marked incomplete
+JOIN_TIMEOUT_S = 180.0      # seconds the learner waits for its workers (model building on 2 cores)
+
+
+class PreflightFailed(RuntimeError):
+    """The emulated network cannot be built here: not root, or a kernel feature or binary is missing (harness doctor)."""
+
+@dataclass(frozen=True)
+class Cell:
+    variant: Variant
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant.slug}-s{self.seed}"
+
+
+def cells(cfg: RunConfig) -> list[Cell]:
+    return [Cell(v, s) for s in cfg.seeds for v in cfg.variants]
+
+
+# ---- metadata --------------------------------------------------------------------------------
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def meta(cfg: RunConfig, backend: str) -> dict:
+
+    uname = platform.uname()
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"run_id": cfg.run_id, "status": "running", "complete": False,
+            "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "git_sha": _git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,
+            "packages": {p: _version(p) for p in PACKAGES}, "python": platform.python_version(),
+            "kernel": uname.release, "host": uname.node, "machine": uname.machine, "cpus": os.cpu_count(),
+            "emulation": cfg.emulation, "backend": backend, "profile": cfg.profile_name,
+            "cells": [c.name for c in cells(cfg)], "cells_complete": [],
+            # who runs it (pid + /proc start time: a recycled pid is not the owner); `harness clean`
+            # reads the same record from /run/wan-harness/<netns run id>.json (harness/net/topology.py)
+            "owner": owner_record(),
+            "errors": []}  # one line per failure that did not stop the run (e.g. a link counter)
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+def cache_dir(cfg: RunConfig) -> Path:
+    """Where a run's services find (and the harness builds) the cached pre-trained models."""
+    return Path(cfg.out_dir).resolve() / ".cache"
+
+
+def python_env(cache: Path, threads: int) -> dict:
+    """The environment of a `python -m trainers...` process the harness starts."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore", WAN_CACHE_DIR=str(cache))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def service_env(token: str, cache: Path) -> dict:
+    return dict(python_env(cache, threads=1), RUN_TOKEN=token)
+
+
+def service_modules(method: str) -> tuple[str, str]:
+    """(centre, worker) modules of a method: the data-parallel family runs the aggregator on the
+    learner's node and dp workers on the worker nodes; every other method the learner and workers."""
+    if spec.is_data_parallel(method):
+        return "trainers.dataparallel.aggregator", "trainers.dataparallel.worker"
+    return "trainers.hilo.learner", "trainers.hilo.worker"
+
+
+def run_flags(cfg: RunConfig, cell: Cell) -> list[str]:
+    """The learner's argv for one cell: every service parameter of the spec, explicitly."""
+    return spec.to_argv(cfg.service_values(cell.variant, cell.seed))
+
+
+class Processes:
+    """The learner and workers of one cell; `stop()` always leaves none running."""
+    def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None):
+        self.spawn = spawn or _local_spawn  # None: plain processes on this host (no namespaces)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.launches: dict[str, tuple] = {}  # name -> (node, argv, cell_dir, env): what `restart` repeats
+
+    def start(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> subprocess.Popen:
+        """Start `argv` as process `name` on `node`, its output appended to `cell_dir/<name>.log`."""
+        self.launches[name] = (node, argv, cell_dir, env)
+        with open(cell_dir / f"{name}.log", "ab") as log:
+            self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True)  # Ctrl-C reaches us; we stop them in order
+        return self.procs[name]
+
+    def restart(self, name: str) -> subprocess.Popen:
+        """Start process `name`, which has exited, again: same node, argv and environment."""
+        if self.procs[name].poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        return self.start(name, *self.launches[name])
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the learner first (it writes an incomplete summary), then the rest; SIGKILL stragglers."""
+        for name in sorted(self.alive(), key=lambda n: n != "learner"):
+            with contextlib.suppress(ProcessLookupError):
+                self.procs[name].send_signal(signal.SIGTERM)
+                self.procs[name].send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) process must see it too
+        end = time.monotonic() + grace_s
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _local_spawn(_node: str, argv: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(argv, **kw)
+
+
+def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0) -> str:
+    """The learner's HOST:PORT once it listens (after building its model and, for distill, its
+    teacher: minutes on a busy 2-core box the first time; a learner that exits fails at once)."""
+    end = time.monotonic() + timeout_s
+    while not path.exists():
+        if learner.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"the learner did not start (see {path.parent / 'learner.log'})")
+        time.sleep(0.05)
+    return path.read_text().strip()
+
+
+MAX_RESTARTS = 3            # --on-drop restart: restarts per worker and cell; after that the worker stays lost
+
+
+class CellFailed(RuntimeError):
+    """--on-drop fail: a worker was lost, so the cell was stopped; the run stops there (exit 1)."""
+
+def describe_exit(code: int) -> str:
+    """A process's return code in words: `killed by SIGKILL`, `exit code 1`."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class DropWatch:
+    """What `run_cell` does about lost workers (`--on-drop`), recorded in the cell's
+    `events-harness.jsonl` (written only when there is something to say):
+    - `worker_exit`: a worker process ended with an error or a signal while the learner ran;
+    - `restart` (restart): it was started again with the same argv; it says HELLO with the same
+      worker id, and the learner replaces the lost member and catches it up (snapshot + log);
+    - `cell_failed` (fail): a worker process ended, or the learner dropped one: the cell is stopped;
+    - `learner_exit`: the learner ended with an error before the harness stopped it;
+    - `cell_timeout`: the cell ran past CELL_TIMEOUT_S and was stopped.
+    `version` in each row is the learner's newest update when the harness noticed."""
+
+    def __init__(self, policy: str, cell_dir: Path):
+        self.policy, self.cell_dir = policy, cell_dir
+        self.offset, self.version = 0, 0
+        self.restarts: dict[str, int] = {}
+        self.seen: set[int] = set()  # pids whose exit is recorded
+        self.log = None
+
+    def write(self, kind: str, **fields) -> None:
+
+        if self.log is None:
+            self.log = EventLog(self.cell_dir, "harness")
+        self.log.write(kind, **fields)
+
+    def check(self, procs: Processes) -> str | None:
+        """Called while the learner runs: restart what --on-drop restart restarts; returns why
+        the cell fails under --on-drop fail, else None."""
+
+        rows, self.offset = tail_events(self.cell_dir / "events-learner.jsonl", self.offset)
+        failure = None
+        for r in rows:
+            if r.get("kind") == "update" and isinstance(r.get("version"), int):
+                self.version = r["version"]
+            elif r.get("kind") == "dropped" and failure is None:
+                failure = f"the learner dropped worker w{r.get('worker')} at version {r.get('version')} ({r.get('reason')})"
+        for name, proc in list(procs.procs.items()):
+            code = proc.poll()
+            if name == "learner" or code in (None, 0) or proc.pid in self.seen:
+                continue
+            self.seen.add(proc.pid)
+            worker = int(name[1:])
+            self.write("worker_exit", worker=worker, returncode=code, how=describe_exit(code), version=self.version)
+            if self.policy == "fail":
+                failure = failure or f"worker {name} {describe_exit(code)} at version {self.version}"
+            elif self.policy == "restart" and self.restarts.get(name, 0) < MAX_RESTARTS:
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                procs.restart(name)
+                self.write("restart", worker=worker, attempt=self.restarts[name], version=self.version,
+                           after=describe_exit(code))
+        if failure is not None and self.policy == "fail":
+            self.write("cell_failed", reason=failure, version=self.version)
+            return failure
+        return None
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, token: str,
+             progress: Callable[[Cell, Path], None]) -> dict:
+    """Start the learner and the workers, wait for all of them (acting on lost workers as
+    `--on-drop` says, see DropWatch); returns the learner's summary. Raises CellFailed under
+    `--on-drop fail` once a worker is lost (the cell's processes are stopped first)."""
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    env = service_env(token, cache_dir(cfg))
+    procs = Processes(spawn)
+    watch = DropWatch(cfg.on_drop, cell_dir)
+    py = sys.executable
+    try:
+        centre, worker = service_modules(cell.variant.method)
+        procs.start("learner", "learner", [py, "-m", centre, "--run-dir", str(cell_dir), "--listen", listen,
+                                           "--join-timeout", str(JOIN_TIMEOUT_S), "--worker-timeout",
+                                           str(cfg.worker_timeout), *run_flags(cfg, cell)], cell_dir, env)
+        address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
+        for w in range(1, cfg.workers + 1):
+            procs.start(f"w{w}", f"w{w}", [py, "-m", worker, "--learner", address, "--worker-id", str(w),
+                                           "--run-dir", str(cell_dir)], cell_dir, env)
+        end = time.monotonic() + CELL_TIMEOUT_S
+        while procs.alive() and time.monotonic() < end:
+            progress(cell, cell_dir)
+            if procs.procs["learner"].poll() is not None:  # the learner is done: workers get a short grace
+                end = min(end, time.monotonic() + 15)
+            elif (failure := watch.check(procs)) is not None:
+                raise CellFailed(f"cell {cell.name}: {failure} (--on-drop fail)")
+            time.sleep(0.25)
+        if procs.procs["learner"].poll() is None:
+            watch.write("cell_timeout", seconds=CELL_TIMEOUT_S, version=watch.version)
+        progress(cell, cell_dir)
+    finally:
+        code = procs.procs["learner"].poll() if "learner" in procs.procs else None
+        if code not in (None, 0):  # it ended on its own (the harness has not signalled it yet)
+            watch.write("learner_exit", returncode=code, how=describe_exit(code))
+        procs.stop()
+        watch.close()
+    summary_path = cell_dir / "summary.json"
+    return json.loads(summary_path.read_text()) if summary_path.exists() else {"complete": False, "status": "no summary"}
+
+
+# ---- the network -----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def network(cfg: RunConfig) -> Iterator[tuple[object, str]]:
+    """(topology, backend) with shaping applied; torn down on exit. Without emulation: (None, 'none')."""
+    if not cfg.emulation:
+        yield None, "none"
+        return
+
+    with shaper.emulate(cfg.load_profile(), cfg.workers, backend=cfg.backend) as (topo, shp):
+        yield topo, shp.plan.backend
+
+
+def check_privileges(cfg: RunConfig) -> None:
+    """The preflight (before anything is built): root, then `harness doctor`'s checks for this
+    run's backend and plan; PreflightFailed with one line per missing piece (exit 2)."""
+    if cfg.emulation and os.geteuid() != 0:
+        raise PreflightFailed("harness run: building the emulated network needs root (network namespaces); "
+                              "run as root, or add --no-emulation to run the same on localhost, unshaped")
+    if cfg.emulation:
+
+        missing = doctor.problems(cfg.backend, profile=cfg.load_profile(), workers=cfg.workers,
+                                  out_dir=cfg.out_dir, root=True)
+        if missing:
+            raise PreflightFailed("\n".join(missing))
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}"
+
+
+def models_to_build(cfg: RunConfig) -> list[dict]:
+    """One cell's service values per distinct pre-trained model set the run loads: the student's base
+    (`PRETRAINED_MODELS` with `base_steps` > 0) and, for distill, the teacher. Neither depends on the
+    method, budget or seed (trainers/model/run_models.py), so a 3-seed, 3-variant run needs one entry."""
+    out, seen = [], set()
+    for cell in cells(cfg):
+        values = cfg.service_values(cell.variant, cell.seed)
+        if spec.is_data_parallel(values["method"]) or values["model"] not in spec.PRETRAINED_MODELS:
+            continue  # data-parallel replicas are built as given (seeded); micro's teacher is cheap enough for its cell
+        if values["base_steps"] == 0 and values["objective"] != "distill":
+            continue
+        key = tuple(values[k] for k in ("task", "task_options", "model", "base_steps", "objective", "teacher_steps"))
+        if key not in seen:
+            seen.add(key)
+            out.append(values)
+    return out
+
+
+def prepare_models(cfg: RunConfig, cache: Path) -> None:
+    """Build (or find) the cached models the cells load, before the first cell, with every core.
+
+    Inside a cell the learner would build them with its one thread while the cell's processes wait:
+    a 1500-step teacher (the hilo-kk preset) is ~20 min there, past `wait_address`'s limit. Here it
+    runs once, in its own process (the harness stays torch-free), its progress lines on our stderr;
+    the services then load the same files. A cache hit costs one process start."""
+    threads = os.cpu_count() or 1
+    for values in models_to_build(cfg):
+        argv = [sys.executable, "-m", "trainers.model.run_models", "--threads", str(threads),
+                "--run-params", json.dumps(spec.RunParams(**values).to_json())]
+        done = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
+
+
+def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None) -> Path:
+    """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
+    tearing down and writing partial results when interrupted. `net(cfg)`: the network context
+    (default `network`; harness/run/containers.py passes the containers' one)."""
+    check_privileges(cfg)
+    run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / "config.json", cfg.to_json())
+    token = secrets.token_hex(16)
+    doc = meta(cfg, "pending")
+    status = "interrupted"
+
+    try:
+        with signals_raise():
+            try:
+                prepare_models(cfg, cache_dir(cfg))
+            except RuntimeError as e:
+                status = "failed"
+                doc["errors"].append(str(e))
+                raise
+        with signals_raise(), (net or network)(cfg) as (topo, backend):
+            doc["backend"] = backend
+            doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
+            atomic_write_json(run_dir / "meta.json", doc)
+            for cell in cells(cfg):
+                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"])
+                if summary.get("complete"):
+                    doc["cells_complete"].append(cell.name)
+                atomic_write_json(run_dir / "meta.json", doc)
+        status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "incomplete"
+    except CellFailed:  # --on-drop fail: the run stops at the first lost worker
+        status = "failed"
+        raise
+    finally:
+        doc.update(status=status, complete=status == "complete",
+                   finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        atomic_write_json(run_dir / "meta.json", doc)
+        finalize(run_dir)
+    return run_dir
+
+
+def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progress,
+             errors: list[str] | None = None) -> dict:
+    """One cell; on the emulated network with the link counters sampled. A counter that could not
+    be read is appended to ``errors`` (meta.json "errors") as '<cell>: <line>'."""
+    cell_dir = run_dir / "cells" / cell.name
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    if topo is None:
+        return run_cell(cfg, cell, cell_dir, _local_spawn, "127.0.0.1:0", token, progress)
+
+    listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
+    sampler = LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5)  # failures also go to stderr
+    try:
+        with sampler:
+            return run_cell(cfg, cell, cell_dir, topo.run_in, listen, token, progress)
+    finally:
+        if errors is not None:
+            errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
+
+
+def finalize(run_dir: Path) -> None:
+    """Tables, summary, report and figures from the folder alone (also for partial runs); the
+    folder's files are parsed once and the tables handed to each."""
+
+    try:
+        tables = results.write_tables(run_dir)
+        compare.write_summary(run_dir, tables)
+        report.write(run_dir, tables=tables)
+        plots.write(run_dir, tables=tables)
+    except Exception as err:  # a partial run may have too little to plot; the raw files stay
+        print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
+              file=sys.stderr)
+

@@ -1,0 +1,73 @@
+"""The report's claimed-vs-measured table on a hand-made updates table (numbers checked by hand)."""
+import pandas as pd
+import pytest
+
+from harness.results import dataparallel_report as dpreport
+
+
+def rows(method, seed, syncs, claimed, payload, steps=4, workers=2, ppl=10.0):
+    """`steps` update rows; on sync steps each worker uploads and downloads `payload` bytes."""
+    out = []
+    for v in range(1, steps + 1):
+        s = v in syncs
+        out.append({"profile": "p", "rate_bit_s": 62.5e6, "delay_s": 0.0, "loss_frac": 0.0, "workers": workers,
+                    "method": method, "seed": seed, "update": v, "seconds_per_update": 0.5,
+                    "claimed_bytes_up": claimed if s else 0, "claimed_bytes_down": claimed if s else 0,
+                    "payload_bytes_up": workers * payload if s else 0, "wire_bytes_up": workers * (payload + 44) if s else 0,
+                    "payload_bytes_down": payload if s else 0, "wire_bytes_down": workers * (payload + 44) if s else 0,
+                    "heldout_ppl": ppl + seed if v == steps else None})
+    return out
+
+
+def test_per_step_bytes_and_ratios():
+    df = pd.DataFrame(rows("ddp", 1, {1, 2, 3, 4}, 1000, 1100) + rows("ddp", 2, {1, 2, 3, 4}, 1000, 1100)
+                      + rows("lowrank-ddp", 1, {1, 2, 3, 4}, 200, 250) + rows("lowrank-ddp", 2, {1, 2, 3, 4}, 200, 250)
+                      + rows("lordo-global", 1, {4}, 1600, 1700) + rows("lordo-global", 2, {4}, 1600, 1700))
+    t = dpreport.table(df).set_index("method")
+    lordo = t.loc["lordo-global"]
+    assert lordo["claimed_up"] == 400 and lordo["payload_up"] == 425 and lordo["wire_up"] == 436
+    assert lordo["vs_ddp"] == pytest.approx(850 / 2200) and lordo["vs_lowrank-ddp"] == pytest.approx(850 / 500)
+    assert lordo["ppl_mean"] == pytest.approx(11.5) and lordo["ppl_ci95"] == pytest.approx(12.706 * 0.5)
+    md = "\n".join(dpreport.section(df))
+    assert "| 2 | lordo-global | 2 x 4 | 400 | 425 | 436 |" in md
+
+
+def test_ratios_need_the_same_number_of_steps():
+    df = pd.DataFrame(rows("ddp", 1, {1, 2}, 1000, 1100, steps=2) + rows("lordo-global", 1, {4}, 1600, 1700))
+    assert pd.isna(dpreport.table(df).set_index("method").loc["lordo-global", "vs_ddp"])
+
+
+def test_no_data_parallel_cells_no_section():
+    assert dpreport.section(pd.DataFrame({"method": ["spar"], "update": [1]})) == []
+
+
+def test_falsifier_figure_from_csv(tmp_path):
+    from harness.results import dataparallel_plots as dpplots
+
+    data = [{"variant": v, "seed": s, "kind": k, "index": i, "value": 1.0 if v.endswith("none") else 0.9 - 0.01 * s}
+            for v in ("lordo-global-none", "lordo-global-fullrank") for s in (1, 2, 3)
+            for k in ("overlap", "loss") for i in range(1, 5)]
+    pd.DataFrame(data).to_csv(tmp_path / "falsifier.csv", index=False)
+    b = dpplots.band(pd.DataFrame(data).query("kind == 'overlap' and variant == 'lordo-global-fullrank'"))
+    assert b["mean"].tolist() == pytest.approx([0.88] * 4) and (b["ci"] > 0).all()
+    paths = dpplots.figure(tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths) and paths[0].read_bytes()[:4] == b"%PDF"
+
+
+def test_main_table_counts_a_k_step_method_per_optimizer_step_not_its_median_zero():
+    """lordo ships at 1 step in 4: the main table's bytes per update are the mean per step (425 up
+    per worker), as in the claimed-vs-measured table, never the median over steps (0)."""
+    from harness.results import compare
+
+    g = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
+    for c in ("lag", "quality"):
+        g[c] = 0.0
+    g["budget"], g["quality_metric"] = None, "lm_loss"
+    r = compare._method_row(g, pd.DataFrame())
+    assert r["payload_bytes_down"] == pytest.approx(1700 / 4) and r["payload_bytes_up"] == pytest.approx(2 * 1700 / 4)
+    h = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
+    h["method"] = "full"
+    for c in ("lag", "quality"):
+        h[c] = 0.0
+    h["budget"], h["quality_metric"] = None, "distill_loss"
+    assert compare._method_row(h, pd.DataFrame())["payload_bytes_down"] == 0     # HiLo rows: the median

@@ -1,0 +1,250 @@
+"""The data-parallel aggregator: the star's centre for `ddp`, `lowrank-ddp`, `diloco`, `lordo-*`.
+
+    RUN_TOKEN=... python -m trainers.dataparallel.aggregator --listen 0.0.0.0:29500 --run-dir DIR --method lordo-global ...
+
+It takes the learner's place (same flags, same `learner.addr`, same `events-learner.jsonl` and
+`summary.json`, so harness/results/tables.py reads it like a learner): workers (trainers/dataparallel/worker.py) say
+HELLO, get WELCOME {"params": RunParams}, then at every sync each uploads one SYNC tensor table;
+the aggregator combines (trainers/dataparallel: the method's Aggregator) and sends one SYNC table
+back to each. After the last step every worker sends a final SYNC (no tensors; meta: parameter
+hash, held-out perplexity) and gets STOP.
+
+Event rows: one `update` row per optimizer step (version = step), the interval between two syncs
+spread evenly over its K steps (seconds_per_update = seconds per optimizer step); the sync step's
+row carries the bytes: update_payload_bytes / update_frame_bytes (download, per worker),
+payload_bytes_up / wire_bytes_up (uploads, all workers, counted at this socket), claimed_bytes_up /
+claimed_bytes_down (the method's formula, per worker); the subspace overlap is in the dp workers' rows.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from trainers.protocol import messages, wire
+from trainers.dataparallel import get_method
+from trainers.dataparallel.inprocess import replica
+from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
+from trainers.events import EventLog, PhaseTimer, atomic_write_text, write_summary
+from trainers.process import log, parse_addr, run_token, set_threads
+from trainers.spec import RunParams, add_run_args, run_params_from_args
+from trainers.protocol.wire import Connection, MessageType
+
+PROCESS = "learner"          # the event file's name: results.py reads the star's centre as the learner
+MAX_META_BYTES = 64 * 1024   # a SYNC table's meta (losses of K steps, a hash)
+
+
+class ProtocolError(wire.WireError):
+    """A worker sent something the protocol does not allow here; the run stops (a data-parallel
+    sync cannot proceed without every worker's share)."""
+
+
+def check_upload(frame: wire.Frame, step: int, worker: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """A worker's SYNC frame for `step`: tensors fp32 and finite, meta small and well-formed."""
+    if frame.type != MessageType.SYNC or frame.version != step:
+        raise ProtocolError(f"w{worker}: expected SYNC for step {step}, got {frame.type.name} v{frame.version}")
+    tensors, meta = wire.unpack_tensors(frame.body)
+    if len(wire.pack_json(meta)) > MAX_META_BYTES or not isinstance(meta.get("losses", []), list):
+        raise ProtocolError(f"w{worker}: SYNC meta too large or malformed")
+    for name, t in tensors.items():
+        if t.dtype != torch.float32 or not torch.isfinite(t).all():
+            raise ProtocolError(f"w{worker}: tensor {name!r} is not finite fp32")
+    return tensors, meta
+
+
+def same_tables(ups: list[dict[str, torch.Tensor]]) -> None:
+    layout = [(n, tuple(t.shape)) for n, t in ups[0].items()]
+    for w, u in enumerate(ups[1:], 2):
+        if [(n, tuple(t.shape)) for n, t in u.items()] != layout:
+            raise ProtocolError(f"w{w}: its tensor table differs from w1's")
+
+
+class Aggregator:
+    def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
+                 worker_timeout_s: float = 120.0):
+        self.p, self.token, self.run_dir = params, token, run_dir
+        self.worker_timeout_s = worker_timeout_s  # a silent worker stops the run (a sync needs every share)
+        self.cfg = dp_config(params)
+        with BUILD_LOCK:
+            _, tensors = replica(params.model, params.seed, params.dp_train, params.lora_rank)
+        self.method = get_method(params.method, tensors, self.cfg)
+        self.combiner = self.method.make_aggregator()
+        self.events = EventLog(run_dir, PROCESS)
+        self.counter = wire.ByteCounter()
+        self.conns: dict[int, Connection] = {}
+        self.pool = ThreadPoolExecutor(max_workers=params.workers)
+        self.rows: list[dict] = []
+        self.finals: dict[int, dict] = {}
+        self.sock = socket.create_server(listen)
+        self.address = self.sock.getsockname()[:2]
+
+    # ---- membership: all M workers, once ----------------------------------------------------
+    def accept(self, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while len(self.conns) < self.p.workers:
+            self.sock.settimeout(max(0.1, end - time.monotonic()))
+            try:
+                s, _ = self.sock.accept()
+            except socket.timeout:
+                raise TimeoutError(f"{len(self.conns)} of {self.p.workers} workers joined in {timeout_s:g} s") from None
+            s.settimeout(None)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(s, token=self.token, sender=0, peer="new", counter=self.counter)
+            try:
+                hello = conn.recv(deadline=time.monotonic() + 10)
+                worker = messages.decode(MessageType.HELLO, hello.body)["worker"] if hello.type == MessageType.HELLO else 0
+                if not 1 <= worker <= self.p.workers or worker in self.conns:
+                    raise wire.WireError(f"bad or duplicate worker id {worker}")
+            except (wire.WireError, OSError) as err:
+                self.events.write("rejected", reason=str(err))
+                conn.close()
+                continue
+            conn.sock.settimeout(None)
+            self.counter.rename("new", f"w{worker}")
+            conn.peer = f"w{worker}"
+            conn.send(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json()}))
+            self.conns[worker] = conn
+            self.events.write("joined", worker=worker)
+
+    def recv(self, worker: int) -> wire.Frame:
+        conn = self.conns[worker]
+        try:
+            return conn.recv(deadline=time.monotonic() + self.worker_timeout_s)
+        finally:
+            conn.sock.settimeout(None)  # the deadline's timeout must not cut the next (long) send
+
+    # ---- one sync -----------------------------------------------------------------------------
+    def sync(self, step: int, timer: PhaseTimer) -> dict:
+        workers = sorted(self.conns)
+        up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in workers}
+        up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in workers}
+        with timer.phase("idle"):  # waiting for the slowest upload (compute + link)
+            frames = list(self.pool.map(self.recv, workers))
+        with timer.phase("decode_replay"):
+            got = [check_upload(f, step, w) for f, w in zip(frames, workers)]
+            ups = [t for t, _ in got]
+            same_tables(ups)
+            down = self.combiner.combine(step, ups)
+            body = wire.pack_tensors(down, meta={"step": step})
+        with timer.phase("send_update"):
+            sent = dict(zip(workers, self.pool.map(
+                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), workers)))
+        up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in workers)
+        up_pay = sum(self.counter.total(peer=f"w{w}", direction="received", field="payload") - up_payload[w]
+                     for w in workers)
+        losses = [m.get("losses", []) for _, m in got]
+        claimed = self.method.claimed_bytes(step)
+        return {"update_payload_bytes": len(body), "update_frame_bytes": {str(w): n for w, n in sent.items()},
+                "payload_bytes_up": up_pay, "wire_bytes_up": up_wire, "claimed_bytes_up": claimed[0],
+                "claimed_bytes_down": claimed[1], "losses": losses}
+
+    def write_rows(self, first: int, step: int, t_prev: float, now: float, timer: PhaseTimer, info: dict) -> None:
+        """One update row per optimizer step first..step; the sync's bytes and phases on the last."""
+        k = step - first + 1
+        per = (now - t_prev) / k
+        losses = info.pop("losses")
+        for i, v in enumerate(range(first, step + 1)):
+            loss = [ls[i] for ls in losses if i < len(ls)]
+            row = {"version": v, "batch": v - 1, "seconds_per_update": per, "t": t_prev + per * (i + 1),
+                   "loss": sum(loss) / len(loss) if loss else None, "sync": v == step, "lag": 0}
+            if v == step:
+                row.update(timer.row(), **info)
+            else:
+                row.update(update_payload_bytes=0, update_frame_bytes={}, payload_bytes_up=0, wire_bytes_up=0,
+                           claimed_bytes_up=0, claimed_bytes_down=0, durations_s={}, phases={})
+            self.rows.append(self.events.write("update", **row))
+
+    def run(self) -> dict:
+        self.write_summary(False, "running")
+        t_prev, first, last = time.monotonic(), 1, None
+        for step in range(1, self.p.updates + 1):
+            if not self.method.is_sync(step):
+                continue
+            timer = PhaseTimer()
+            info = self.sync(step, timer)
+            last = (first, step, t_prev, time.monotonic(), timer, info)
+            if step < self.p.updates:
+                self.write_rows(*last)
+            t_prev, first = last[3], step + 1
+        self.finish()
+        last[-1]["heldout_ppl"] = self.finals[min(self.finals)].get("heldout_ppl")  # results.DP_FIELDS
+        self.write_rows(*last)  # the last sync's rows wait for the held-out perplexity (evaluated untimed)
+        return self.write_summary(True, "complete")
+
+    def finish(self) -> None:
+        """Every worker's final report (parameter hash, held-out perplexity), then STOP."""
+        workers = sorted(self.conns)
+        frames = list(self.pool.map(self.recv, workers))
+        for f, w in zip(frames, workers):
+            _, meta = check_upload(f, self.p.updates + 1, w)
+            self.finals[w] = meta
+        ppl = self.finals[workers[0]].get("heldout_ppl")
+        self.events.write("heldout", version=self.p.updates, heldout_ppl=ppl)  # not "eval": that is pass@k's
+        for w in workers:
+            self.conns[w].send(MessageType.STOP, wire.pack_json({"reason": "complete"}))
+
+    def write_summary(self, complete: bool, status: str) -> dict:
+        hashes = {str(w): m.get("hash") for w, m in self.finals.items()}
+        consistent = bool(hashes) and len(set(hashes.values())) == 1
+        summary = {"complete": complete, "status": status, "method": self.p.method, "protocol": "data-parallel",
+                   "params": self.p.to_json(), "updates": len(self.rows), "updates_planned": self.p.updates,
+                   "workers": self.p.workers, "consistent": consistent, "hashes": hashes, "hash_checks": 1 if hashes else 0,
+                   "heldout_ppl": next((m.get("heldout_ppl") for m in self.finals.values()), None),
+                   "bytes": self.counter.rows()}
+        write_summary(self.run_dir, summary)
+        return summary
+
+    def close(self) -> None:
+        for c in self.conns.values():
+            c.close()
+        self.sock.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.events.close()
+
+
+def _terminate(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.aggregator", description=__doc__.split("\n")[0])
+    ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    ap.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
+    ap.add_argument("--worker-timeout", type=float, default=120.0, help="seconds a sync waits for a worker's upload")
+    ap.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for every worker to join")
+    add_run_args(ap, required=True)
+    args = ap.parse_args(argv)
+    try:
+        params = run_params_from_args(args)
+        dp_config(params)
+        token = run_token()
+    except ValueError as err:
+        print(f"aggregator: {err}", file=sys.stderr)
+        return 2
+    set_threads(1)
+    signal.signal(signal.SIGTERM, _terminate)
+    agg = Aggregator(params, token, args.run_dir, parse_addr(args.listen), args.worker_timeout)
+    atomic_write_text(f"{args.run_dir}/learner.addr", f"{agg.address[0]}:{agg.address[1]}\n")
+    log(PROCESS, f"aggregator on {agg.address[0]}:{agg.address[1]}, method {params.method}, {params.workers} workers")
+    try:
+        agg.events.write("start", params=params.to_json(), role="aggregator")
+        agg.accept(args.join_timeout)
+        summary = agg.run()
+        return 0 if summary["consistent"] else 3
+    except BaseException as err:
+        agg.write_summary(False, f"failed: {type(err).__name__}: {err}")
+        if isinstance(err, Exception):
+            log(PROCESS, f"failed: {type(err).__name__}: {err}")
+            return 1
+        raise
+    finally:
+        agg.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

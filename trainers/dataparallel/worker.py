@@ -1,0 +1,116 @@
+"""A data-parallel worker: a full replica that trains on its own shard of the generated corpus
+and synchronises with the aggregator (trainers/dataparallel/aggregator.py) as its method says.
+
+    RUN_TOKEN=... python -m trainers.dataparallel.worker --aggregator 10.88.0.2:29500 --worker-id 1 --run-dir DIR
+
+Per optimizer step: train (forward, backward, clip, the method's local step), and at a sync:
+encode (the upload as a tensor table), send_update, idle (until the download's first byte),
+receive, decode_replay (the method's finish). One `update` row per step in events-w<i>.jsonl with
+those phases, the loss, and at a sync the bytes written and read at this socket and the overlap.
+After the last step: the parameter hash and (worker 1) the held-out perplexity in a final SYNC.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+from trainers.protocol import messages, wire
+from trainers.dataparallel.corpus import Corpus, perplexity
+from trainers.dataparallel import get_method
+from trainers.dataparallel.inprocess import gradients, replica
+from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
+from trainers.events import EventLog, PhaseTimer
+from trainers.process import connect, log, parse_addr, run_token, set_threads
+from trainers.spec import RunParams
+from trainers.protocol.wire import Connection, MessageType
+
+
+def join(addr: str, worker: int, token: str, timeout_s: float) -> tuple[Connection, RunParams]:
+    conn = Connection(connect(parse_addr(addr), timeout_s), token=token, sender=worker, peer="aggregator")
+    conn.send(MessageType.HELLO, wire.pack_json({"worker": worker}))
+    frame = conn.recv(deadline=time.monotonic() + timeout_s)
+    conn.sock.settimeout(None)
+    if frame.type != MessageType.WELCOME:
+        raise wire.WireError(f"expected WELCOME, got {frame.type.name}")
+    return conn, RunParams.from_json(wire.unpack_json(frame.body).get("params"))
+
+
+def sync(conn: Connection, method, step: int, up: dict, losses: list[float], timer: PhaseTimer) -> dict:
+    """Upload, wait, download, apply; returns the row's byte fields and the method's metrics."""
+    with timer.phase("encode"):
+        body = wire.pack_tensors(up, meta={"step": step, "losses": losses})
+    with timer.phase("send_update"):
+        sent = conn.send(MessageType.SYNC, body, version=step)
+    t0 = time.monotonic()
+    frame = conn.recv()
+    t_header, t_end = frame.received
+    timer.add("idle", t0, t_header)
+    timer.add("receive", t_header, t_end)
+    with timer.phase("decode_replay"):
+        if frame.type != MessageType.SYNC or frame.version != step:
+            raise wire.WireError(f"expected SYNC for step {step}, got {frame.type.name} v{frame.version}")
+        down, _ = wire.unpack_tensors(frame.body)
+        metrics = method.finish(step, down)
+    return {"payload_bytes": len(body), "bytes": {"sent": {"SYNC": sent}, "received": {"SYNC": frame.nbytes}},
+            "payload_bytes_down": len(frame.body), **metrics}
+
+
+def train(conn: Connection, p: RunParams, worker: int, events: EventLog) -> None:
+    with BUILD_LOCK:   # identical initial replicas: same seed everywhere
+        model, params = replica(p.model, p.seed, p.dp_train, p.lora_rank)
+    method = get_method(p.method, params, dp_config(p), worker)
+    corpus = Corpus(p.seed, p.dp_seq_len)
+    losses: list[float] = []
+    for step in range(1, p.updates + 1):
+        timer = PhaseTimer()
+        with timer.phase("train"):
+            loss, grads = gradients(model, params, corpus.batch(worker, step, p.dp_batch))
+            up = method.step(step, grads)
+        losses.append(loss)
+        row = {"version": step, "type": "DP", "loss": loss, "sync": up is not None}
+        if up is not None:
+            row.update(sync(conn, method, step, up, losses, timer))
+            losses = []
+        events.write("update", **row, **timer.row())
+    final = {"hash": params_hash(params)}
+    if worker == 1:
+        final["heldout_ppl"] = perplexity(model, corpus.heldout(p.dp_heldout))
+    conn.send(MessageType.SYNC, wire.pack_tensors({}, meta=final), version=p.updates + 1)
+    stop = conn.recv()
+    events.write("stop", reason=messages.decode(MessageType.STOP, stop.body)["reason"], **final)
+
+
+def _terminate(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.worker", description=__doc__.split("\n")[0])
+    ap.add_argument("--aggregator", "--learner", dest="aggregator", required=True, help="HOST:PORT of the aggregator")
+    ap.add_argument("--worker-id", type=int, required=True)
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--connect-timeout", type=float, default=300.0)
+    args = ap.parse_args(argv)
+    set_threads(1)
+    signal.signal(signal.SIGTERM, _terminate)
+    name = f"w{args.worker_id}"
+    events = EventLog(args.run_dir, name)
+    try:
+        conn, params = join(args.aggregator, args.worker_id, run_token(), args.connect_timeout)
+        events.write("start", params=params.to_json(), role="dpworker")
+        train(conn, params, args.worker_id, events)
+        conn.close()
+        return 0
+    except (wire.WireError, OSError, ValueError) as err:
+        log(name, f"failed: {type(err).__name__}: {err}")
+        events.write("error", reason=f"{type(err).__name__}: {err}")
+        return 1
+    finally:
+        events.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

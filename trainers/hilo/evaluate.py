@@ -1,0 +1,92 @@
+"""Held-out evaluation: sample n completions per problem, report pass@1, pass@k, mean reward.
+
+pass@k per problem uses the unbiased estimator of Chen et al. (2021),
+    pass@k = 1 - C(n - c, k) / C(n, k)
+for n samples of which c are correct, computed as a stable product; the reported figure is
+its mean over problems. pass@1 is then the mean fraction correct.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from trainers.model.rollout import generate_rollouts
+from trainers.objectives.distill import Distill
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples, drawn without replacement from n with c
+    correct, is correct."""
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        raise ValueError(f"pass_at_k needs ints, got n={n!r} c={c!r} k={k!r}")
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):  # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+@dataclass
+class EvalResult:
+    """Figures over the held-out problems; `correct[i]` counts correct samples of problem i."""
+
+    n: int
+    k: int
+    pass_at_1: float
+    pass_at_k: float
+    mean_reward: float
+    num_problems: int
+    reverse_kl: float | None = None  # per completion token, to the teacher (when one was given)
+    correct: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("correct")
+        return d
+
+
+def evaluate(model, tokenizer, task, problems: Sequence[Any], n: int = 4, k: int = 4,
+             max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 0,
+             batch_problems: int = 8, teacher=None) -> EvalResult:
+    """Sample `n` completions for each problem, `batch_problems` problems at a time. With a
+    `teacher`, also the full-vocabulary reverse KL(policy || teacher) per completion token on
+    those samples (distillation's own held-out metric)."""
+    if not problems:
+        raise ValueError("evaluate: no problems")
+    if not (1 <= k <= n):
+        raise ValueError(f"evaluate: need 1 <= k <= n, got k={k}, n={n}")
+    if batch_problems < 1:
+        raise ValueError(f"evaluate: batch_problems must be >= 1, got {batch_problems}")
+    correct, rewards, kl_sum, kl_tokens = [], [], 0.0, 0.0
+    for start in range(0, len(problems), batch_problems):
+        chunk = problems[start:start + batch_problems]
+        with torch.no_grad():
+            r = generate_rollouts(model, tokenizer, task, chunk, group_size=n, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, seed=seed + start)
+            if teacher is not None:
+                kl, tokens = _reverse_kl(model, teacher, r)
+                kl_sum, kl_tokens = kl_sum + kl * tokens, kl_tokens + tokens
+        for g, problem in enumerate(chunk):
+            texts = r.texts[g * n:(g + 1) * n]
+            correct.append(sum(task.is_correct(problem, t) for t in texts))
+        rewards += r.rewards
+    return EvalResult(n=n, k=k, pass_at_1=_mean([pass_at_k(n, c, 1) for c in correct]),
+                      pass_at_k=_mean([pass_at_k(n, c, k) for c in correct]),
+                      mean_reward=_mean(rewards), num_problems=len(problems), correct=correct,
+                      reverse_kl=kl_sum / kl_tokens if kl_tokens else None)
+
+
+def _reverse_kl(model, teacher, rollouts) -> tuple[float, float]:
+    """(mean reverse KL per completion token, completion tokens) of `rollouts`; the distillation
+    loss's own full-vocabulary estimator, without its gradient."""
+    _, metrics = Distill(teacher).loss(model, rollouts)
+    return float(metrics["kl"]), float(metrics["tokens"])
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0

@@ -1,0 +1,420 @@
+"""The learner service: collects rollouts, trains, encodes, steps itself, ships the update.
+
+    RUN_TOKEN=... python -m trainers.hilo.learner --listen 0.0.0.0:29500 --run-dir results/run1 \
+        --workers 8 --method spar --budget 1.6% --model micro --updates 20 --pipeline 1
+
+Per update t (ALGORITHMS.md section 1):
+    collect batch t from every member worker (in worker order, whatever order they arrive in)
+    G = gradient of the objective on the batch                   (exact)
+    replay methods: msg = encode(G); step on decode(msg)         (never on G)
+    full methods:   step on G; msg = the adapter in the ship dtype
+    log msg, snapshot every S versions, hash every K versions, send msg to every member
+
+This file is the loop and the training state. Who takes part (connections, joins and catch-up,
+disconnects, drops, sends) is `trainers/hilo/membership.py`; the hash checks and the consistency
+verdict are `trainers/hilo/consistency.py`. Reader threads only validate frames and queue them: the
+main thread owns all state and acts on what arrived in `pump`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+
+import torch
+
+from trainers.protocol import messages, wire
+from trainers.hilo.consistency import Consistency
+from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
+from trainers.hilo.membership import MAX_PENDING_CONNECTIONS, Membership, Peer, ReplayLog
+from trainers.model.models import lora_gradients
+from trainers.model.rollout import Rollouts, concat
+from trainers import tasks
+from trainers.hilo import methods, stack
+from trainers.hilo.evaluate import evaluate
+from trainers.model.models import lora_parameters
+from trainers.model.run_models import teacher_for
+from trainers.objectives import available as objectives, get_objective
+from trainers.process import log, parse_addr, run_token, set_threads
+from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
+from trainers.spec import RunParams, add_run_args, run_params_from_args
+from trainers.protocol.wire import MessageType, WireError
+
+PROCESS = "learner"
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT: stop, write an incomplete summary, let the workers go. A BaseException (like
+    KeyboardInterrupt), so that the `except Exception` that keeps one bad peer from stopping the
+    learner never swallows it."""
+
+
+class Learner:
+    def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
+                 worker_timeout_s: float = 120.0, join_timeout_s: float = 300.0,
+                 handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
+                 max_pending_connections: int = MAX_PENDING_CONNECTIONS):
+        self.params, self.run_dir = params, run_dir
+        self.worker_timeout_s, self.join_timeout_s = worker_timeout_s, join_timeout_s
+        built = stack.build(params)  # task, tokenizer, method, model + replica: once per process
+        self.task, self.tokenizer, self.method = built.task, built.tokenizer, built.method
+        self.model, self.replica = built.model, built.replica
+        self.compressor = self.method.make_compressor() if self.method.replay else None
+        self.objective = build_objective(params, self.task)
+        self.vocab = self.model.get_input_embeddings().num_embeddings
+        self.events = EventLog(run_dir, PROCESS)
+        self.counter = wire.ByteCounter()
+        self.replay_log = ReplayLog(self.replica.snapshot())
+        self.consistency = Consistency(self.replica, self.method, self.events)
+        self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
+                                  self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
+                                  max_pending_connections, send_timeout_s=worker_timeout_s)
+        self.address = self.members.address
+        self.rows: list[dict] = []  # the update rows written so far
+        self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
+        self.evals: list[dict] = []  # held-out evaluation rows, written after the loop
+        self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict:
+        p = self.params
+        self.write_summary(complete=False, status="running")
+        self.members.listen()
+        self.events.write("start", params=p.to_json(), address=list(self.address))
+        log(PROCESS, f"listening on {self.address[0]}:{self.address[1]}, method {p.method}, {p.workers} workers")
+        self.wait_for_workers()
+        self.keep_policy(0)
+        last_done, last_harness = time.monotonic(), self.harness_seconds()
+        for t in range(p.updates):
+            timer = PhaseTimer()
+            with timer.phase("idle"):  # waiting for rollouts: the learner's share of the critical path
+                batch = self.collect(t)
+            before = self.counter.by_type()
+            msg, info = self.train_step(batch, timer)
+            version = self.replica.version
+            self.replay_log.append(version, msg)
+            with timer.phase("hash"):
+                if version % p.hash_every == 0 or version == p.updates:
+                    self.consistency.record(version)
+                if version % p.snapshot_every == 0:
+                    self.replay_log.snapshot(version, self.replica.snapshot())
+            with timer.phase("send_update"):
+                written = self.members.broadcast(msg, version)
+            done = time.monotonic()
+            # The harness's own work this update: framing + checksums, parsing rollouts, hashing,
+            # snapshots, and writing the previous row; what the method's time must not include.
+            now_harness = self.harness_seconds()  # this row's own write is charged to the next row
+            harness = now_harness - last_harness + timer.durations.get("hash", 0.0)
+            self.rows.append(self.events.write(
+                "update", version=version, batch=t, **timer.row(), **info,
+                seconds_per_update=round(done - last_done, 6), update_payload_bytes=len(msg),
+                update_frame_bytes=written, workers=sorted(written),
+                bytes=bytes_delta(before, self.counter.by_type()),
+                rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
+                hash=self.consistency.learner_hash(version), harness_s=round(harness, 6)))
+            # A copy of the policy to evaluate later; its time is moved out of the next update's.
+            last_done, last_harness = done + self.keep_policy(version), now_harness
+            self.pump(0)
+        self.finish()
+        self.evaluate()
+        return self.write_summary(complete=True, status="complete")
+
+    # ------------------------------------------------------------------ the phases
+
+    def wait_for_workers(self) -> None:
+        """Before the first update: wait (bounded) until every configured worker has joined."""
+        end = time.monotonic() + self.join_timeout_s
+        while len(self.members.peers) < self.params.workers and time.monotonic() < end:
+            self.pump(0.1)
+        if not self.members.peers:
+            raise RuntimeError(f"no worker joined within {self.join_timeout_s} s")
+        missing = sorted(set(range(1, self.params.workers + 1)) - set(self.members.peers))
+        if missing:
+            self.events.write("join_timeout", missing=missing)
+
+    def collect(self, batch: int) -> list[tuple[int, Rollouts, float]]:
+        """Batch `batch` from every member, in worker order; members that do not answer are dropped."""
+        start = time.monotonic()
+        while True:
+            members = self.members.contributors(batch)
+            missing = [p.worker for p in members if batch not in p.rollouts]
+            if members and not missing:
+                return [(p.worker, *p.rollouts.pop(batch)) for p in members]
+            if time.monotonic() - start > self.worker_timeout_s:
+                for w in missing:
+                    self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s")
+                if not self.members.peers:
+                    raise RuntimeError(f"no worker left at batch {batch}")
+                start = time.monotonic()  # the rest get a fresh timeout
+            self.pump(0.05)
+
+    def train_step(self, batch: list[tuple[int, Rollouts, float]], timer: PhaseTimer) -> tuple[bytes, dict]:
+        """One update from one batch; returns (the update message, metrics)."""
+        parts = [r for _, r, _ in batch]
+        versions = [r.policy_version for r in parts]
+        # concat wants one policy version per batch; a late joiner's rows may be one version newer.
+        rollouts = concat([Rollouts(**{**vars(r), "policy_version": min(versions)}) for r in parts])
+        with timer.phase("train"):
+            self.model.zero_grad(set_to_none=True)
+            loss, metrics = self.objective.loss(self.model, rollouts)
+            loss.backward()
+            grads = lora_gradients(self.model)
+        if self.method.replay:
+            with timer.phase("encode"):
+                msg = self.compressor.encode(grads)
+            with timer.phase("decode_replay"):
+                self.replica.step(self.compressor.decode(msg))
+        else:
+            with timer.phase("decode_replay"):
+                self.replica.step(grads)
+            with timer.phase("encode"):
+                adapter = {n: t.to(self.method.ship_dtype) for n, t in self.replica.adapter().items()}
+                msg = wire.pack_tensors(adapter, meta={"version": self.replica.version})
+        rewards = rollouts.rewards
+        info = {"loss": float(loss.detach()), "reward_mean": sum(rewards) / len(rewards),
+                "rows": len(rollouts), "metrics": metrics,
+                "policy_versions": {f"w{w}": r.policy_version for w, r, _ in batch},
+                "lag": self.replica.version - 1 - min(versions)}
+        return msg, info
+
+    # ------------------------------------------------------------------ held-out quality
+
+    def keep_policy(self, version: int) -> float:
+        """Keep a copy of the policy at the versions the run evaluates (0, every E, the last);
+        returns the seconds it took. It is the policy the workers sample with: the bf16-rounded
+        adapter under full-bf16."""
+        p, t0 = self.params, time.perf_counter()
+        if not p.eval_problems:
+            return 0.0
+        if version in (0, p.updates) or (p.eval_every and version % p.eval_every == 0):
+            dtype = self.method.ship_dtype if not self.method.replay else None
+            adapter = self.replica.adapter()
+            if dtype is not None:
+                adapter = {n: t.to(dtype).to(t.dtype) for n, t in adapter.items()}
+            self.policies.append((version, adapter))
+        return time.perf_counter() - t0
+
+    def evaluate(self) -> None:
+        """After the loop (the workers have stopped, so nothing here is in seconds per update):
+        every kept policy on the same held-out problems with the same sampling seed (common random
+        numbers across methods and run seeds: heldout.EVAL_SAMPLING_SEED), one `eval` event each."""
+        p = self.params
+        if not self.policies:
+            return
+        task = self.task
+        problems = heldout_problems(task, p.eval_problems)
+        teacher = getattr(self.objective, "teacher", None)
+        lora = lora_parameters(self.model)
+        for version, adapter in self.policies:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for name, param in lora.items():
+                    param.copy_(adapter[name])
+            r = evaluate(self.model, self.tokenizer, task, problems, n=p.eval_samples, k=p.pass_k,
+                         max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=EVAL_SAMPLING_SEED,
+                         teacher=teacher)
+            objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
+            self.evals.append(self.events.write(
+                "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
+                problems=r.num_problems, mean_reward=r.mean_reward, reverse_kl=r.reverse_kl,
+                objective_metric="reverse_kl" if p.objective == "distill" else "mean_reward",
+                objective=objective, eval_s=round(time.perf_counter() - t0, 6)))
+        self.policies.clear()
+
+    def finish(self) -> None:
+        """Wait (bounded) for every member's final hash, then tell everyone to stop."""
+        final = self.replica.version
+        end = time.monotonic() + self.worker_timeout_s
+        while time.monotonic() < end:
+            if all(self.consistency.reported(p.name, final) for p in self.members.peers.values()):
+                break
+            self.pump(0.05)
+        else:
+            for p in list(self.members.peers.values()):
+                if not self.consistency.reported(p.name, final):
+                    self.members.drop(p.worker, f"no final hash within {self.worker_timeout_s} s")
+        self.members.stop_all("complete")
+
+    # ------------------------------------------------------------------ what the workers send
+
+    def pump(self, timeout: float) -> None:
+        """Act on what arrived within `timeout` s: joins and departures, rollouts, hash reports.
+        Whatever a member's frame makes go wrong drops that member; the learner goes on."""
+        for peer, frame in self.members.pump(timeout):
+            try:
+                self.on_frame(peer, frame)
+            except (WireError, ValueError) as e:  # a frame that breaks the protocol
+                self.members.drop(peer.worker, f"bad {frame.type.name} frame: {e}")
+            except Exception as e:  # nobody foresaw it: log it in full, drop the peer, keep running
+                log(PROCESS, f"{type(e).__name__} while handling {frame.type.name} from {peer.name}: {e}\n"
+                             f"{traceback.format_exc()}")
+                self.members.drop(peer.worker, f"{type(e).__name__} while handling its {frame.type.name} frame: {e}")
+
+    def on_frame(self, peer: Peer, frame: wire.Frame) -> None:
+        """A member's frame: rollouts for a coming batch (validated before they are kept), or a hash report.
+        Every JSON part passes its schema (`trainers.protocol.messages`) before it is used."""
+        if frame.type == MessageType.HASH:
+            return self.consistency.check(peer.name, messages.decode(MessageType.HASH, frame.body))
+        if frame.type != MessageType.ROLLOUTS:
+            raise WireError(f"unexpected {frame.type.name} from a worker")
+        t0 = time.perf_counter()
+        tensors, meta = wire.unpack_tensors(frame.body)
+        meta = messages.check_meta(MessageType.ROLLOUTS, meta)
+        batch, version = meta["batch"], self.replica.version
+        if meta.get("worker", peer.worker) != peer.worker:
+            raise WireError(f"rollouts from {peer.name} say they are from worker {meta['worker']}")
+        if not 0 <= batch < self.params.updates:
+            raise WireError(f"rollouts for batch {batch} outside 0..{self.params.updates - 1}")
+        if batch < version:
+            self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version)
+            return
+        if batch > version + self.params.pipeline + 1 or batch in peer.rollouts:
+            raise WireError(f"rollouts for batch {batch} while at version {version}")
+        rollouts = Rollouts.from_tensors(tensors)
+        self.check_rollouts(rollouts)
+        peer.rollouts[batch] = (rollouts, time.monotonic())
+        self.parse_seconds += time.perf_counter() - t0
+
+    def check_rollouts(self, rollouts: Rollouts) -> None:
+        """What the training step relies on, checked against the run's parameters: token ids in
+        the vocabulary, no more rows or completion tokens than the run samples, the run's
+        temperature (concat refuses mixed ones), a policy version the learner has produced."""
+        p = self.params
+        ids = [t for row in rollouts.prompt_ids + rollouts.completion_ids for t in row]
+        if ids and not 0 <= min(ids) <= max(ids) < self.vocab:
+            raise WireError(f"rollouts hold token ids outside the vocabulary 0..{self.vocab - 1}")
+        most = p.problems_per_worker * p.samples_per_problem
+        if not 0 < len(rollouts) <= most:
+            raise WireError(f"{len(rollouts)} rollout rows, expected 1..{most}")
+        if max(len(c) for c in rollouts.completion_ids) > p.max_new_tokens:
+            raise WireError(f"a completion longer than max_new_tokens={p.max_new_tokens}")
+        if rollouts.temperature != p.temperature:
+            raise WireError(f"rollouts sampled at temperature {rollouts.temperature}, the run's is {p.temperature}")
+        if not 0 <= rollouts.policy_version <= self.replica.version:
+            raise WireError(f"rollouts from policy version {rollouts.policy_version}, "
+                            f"the learner is at {self.replica.version}")
+
+    # ------------------------------------------------------------------ metrics
+
+    def harness_seconds(self) -> float:
+        """Cumulative seconds of harness work outside the phase timers (framing, parsing, logging)."""
+        return self.counter.seconds + self.parse_seconds + self.events.seconds
+
+    def write_summary(self, complete: bool, status: str) -> dict:
+        p = self.params
+        summary = {"complete": complete, "status": status, "method": p.method, "protocol": self.method.protocol,
+                   "workers": p.workers, "params": p.to_json(), "updates": self.replica.version,
+                   "updates_planned": p.updates, **update_stats(self.rows), **self.consistency.summary(complete),
+                   "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows(),
+                   "eval": self.evals[-1] if self.evals else None}
+        write_summary(self.run_dir, summary)
+        return summary
+
+    def close(self) -> None:
+        self.members.close()
+        self.events.close()
+
+
+def update_stats(rows: list[dict]) -> dict:
+    """The timing, byte and lag medians of summary.json, from the update rows."""
+    one = [v for r in rows for v in r["update_frame_bytes"].values()]
+    return {
+        "seconds_per_update_median": median(r["seconds_per_update"] for r in rows),
+        # framing, checksums, rollout validation, hashing, snapshots, event rows (learner side)
+        "harness_fraction_median": median(r["harness_s"] / r["seconds_per_update"] for r in rows
+                                          if r["seconds_per_update"] > 0),
+        "payload_bytes_per_update": {
+            "update_payload": median(r["update_payload_bytes"] for r in rows),
+            "learner_to_one_worker": median(one),
+            "learner_to_workers_total": median(sum(r["update_frame_bytes"].values()) for r in rows),
+        },
+        "lag": {"median": median(r["lag"] for r in rows), "max": max((r["lag"] for r in rows), default=None)},
+    }
+
+
+def bytes_delta(before: dict, after: dict) -> dict:
+    """{direction: {message type: frame bytes}} between two `ByteCounter.by_type()` readings."""
+    out: dict = {}
+    for (direction, msg_type), value in after.items():
+        delta = value - before.get((direction, msg_type), 0)
+        if delta:
+            out.setdefault(direction, {})[msg_type] = delta
+    return out
+
+
+def build_objective(params: RunParams, task):
+    if params.objective == "distill":
+        return get_objective("distill", teacher=teacher_for(params, task))  # cached; one teacher for every seed
+    return get_objective(params.objective)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainers.hilo.learner", description=__doc__.split("\n")[0])
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
+    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a silent worker is dropped (no rollouts; or a send it takes no byte of)")
+    p.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for workers to join")
+    p.add_argument("--handshake-timeout", type=float, default=10.0,
+                   help="seconds a new connection has to send its whole HELLO (a total deadline)")
+    p.add_argument("--max-pending-connections", type=int, default=MAX_PENDING_CONNECTIONS,
+                   help="connections allowed in their handshake at once; one more is closed at once")
+    p.add_argument("--max-frame-bytes", type=int, default=64 * 2**20, help="largest frame body accepted from a worker")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    add_run_args(p, required=True)
+    args = p.parse_args(argv)
+    try:
+        params = run_params_from_args(args)
+        methods.method_for(params)
+        tasks.build_task(params)  # an unknown task or objective fails here, not in every worker
+        if params.objective not in objectives():
+            raise ValueError(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
+        token = run_token()
+        listen = parse_addr(args.listen)
+        if not args.handshake_timeout > 0 or not math.isfinite(args.handshake_timeout):
+            raise ValueError(f"--handshake-timeout must be a positive number of seconds, got {args.handshake_timeout}")
+        if args.max_pending_connections < 1:
+            raise ValueError(f"--max-pending-connections must be >= 1, got {args.max_pending_connections}")
+    except ValueError as e:
+        p.error(str(e))
+    set_threads(args.threads)
+    learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
+                      join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
+                      max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections)
+    # The address file lets a caller that asked for port 0 find the learner.
+    atomic_write_text(f"{args.run_dir}/learner.addr", f"{learner.address[0]}:{learner.address[1]}\n")
+
+    def interrupt(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        summary = learner.run()
+        log(PROCESS, f"done: {summary['updates']} updates, consistent={summary['consistent']}")
+        return 0 if summary["consistent"] else 3
+    except (Interrupted, RuntimeError) as e:
+        log(PROCESS, f"stopped early: {e}")
+        learner.events.write("interrupted", reason=str(e))
+        learner.members.stop_all(f"learner stopped: {e}")
+        learner.write_summary(complete=False, status=f"interrupted: {e}")
+        return 1
+    except Exception as e:  # a bug: say so in summary.json too, never leave it "running"
+        log(PROCESS, f"failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+        learner.events.write("failed", reason=f"{type(e).__name__}: {e}")
+        learner.members.stop_all(f"learner failed: {type(e).__name__}")
+        learner.write_summary(complete=False, status=f"failed: {type(e).__name__}: {e}")
+        return 1
+    finally:
+        learner.close()
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush(), sys.stderr.flush()
+    # Skip interpreter teardown: daemon reader threads blocked in recv() must not race it (files are closed).
+    os._exit(code)

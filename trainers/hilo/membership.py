@@ -1,0 +1,373 @@
+"""Membership: which workers take part in a run, as the learner sees it.
+
+Threads: one listener accepts connections; one reader per connection checks the handshake
+(the first frame must be a valid HELLO, whole, within the handshake timeout: a total deadline,
+not one per recv) and then every frame, and puts what it got in the inbox. Only the learner's
+main thread acts on the inbox, through `Membership.pump`, which handles joins and departures
+here and hands the members' frames (rollouts, hash reports) to the caller in arrival order.
+
+Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
+- at most `max_pending` connections may be in their handshake at once; one more is closed at
+  once and logged as `rejected` (once per burst, with the count when the burst ends);
+- accept() errors (EMFILE, ENFILE, ECONNABORTED, ...) are retried with back-off, logged once
+  per burst (`accept_error`, then `accept_recovered`): the listener ends only with the learner;
+- a connection that breaks (EOF, reset) is a disconnect; one that breaks the protocol (a bad
+  frame, a HELLO or any JSON that fails its schema in `trainers.protocol.messages`, any unexpected
+  exception in its reader) is `rejected` before it joined and `dropped` after; an exception
+  while the main thread handles a peer's event drops that peer, never the learner.
+
+- Join: a worker that says HELLO is admitted at the learner's current version v: WELCOME,
+  then the catch-up from the replay log (replay methods: the newest snapshot at or below v and
+  every logged update after it, in order; full methods: the newest shipped adapter). A second
+  HELLO from the same worker id replaces the old connection.
+- Disconnect: a member whose connection breaks stays a member, without a connection and without
+  the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
+- Drop: the learner gives up on a worker (a timeout, a bad frame, a failed send); timeouts are
+  the caller's to decide. A dropped worker that says HELLO again is admitted afresh.
+"""
+from __future__ import annotations
+
+import errno
+import queue
+import socket
+import struct
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from trainers.protocol import messages, wire
+from trainers.hilo.consistency import Consistency
+from trainers.events import EventLog
+from trainers.hilo.methods import Method
+from trainers.model.replica import Replica
+from trainers.model.rollout import Rollouts
+from trainers.process import log
+from trainers.spec import RunParams
+from trainers.protocol.wire import Connection, DeadlineExceeded, MessageType, PeerClosed, WireError
+
+PROCESS = "learner"
+HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said a valid HELLO
+MAX_PENDING_CONNECTIONS = 16  # connections in their handshake at once (learner flag --max-pending-connections)
+ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
+
+
+@dataclass
+class Peer:
+    worker: int
+    conn: Connection | None  # None: disconnected, waiting for it to come back or time out
+    start_batch: int  # the first batch this worker contributes to
+    joined_t: float = field(default_factory=time.monotonic)
+    lost_t: float | None = None
+    rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
+
+    @property
+    def name(self) -> str:
+        return f"w{self.worker}"
+
+
+class ReplayLog:
+    """What a late worker replays: snapshots every S versions and the update messages after them
+    (the two newest snapshots are kept, and every update after the older one)."""
+
+    def __init__(self, snapshot0: bytes):
+        self.snapshots: dict[int, bytes] = {0: snapshot0}
+        self.updates: dict[int, bytes] = {}  # version -> the update message that produced it
+
+    def append(self, version: int, msg: bytes) -> None:
+        self.updates[version] = msg
+
+    def snapshot(self, version: int, blob: bytes) -> None:
+        self.snapshots[version] = blob
+        keep = sorted(self.snapshots)[-2:]
+        for v in [v for v in self.snapshots if v not in keep]:
+            del self.snapshots[v]
+        for v in [v for v in self.updates if v <= keep[0]]:
+            del self.updates[v]
+
+    def base(self, version: int, replay: bool) -> int:
+        """The version a worker joining at `version` is caught up from."""
+        if not replay:  # full sync: the newest shipped adapter is the whole policy
+            return max(version - 1, 0)
+        return max(v for v in self.snapshots if v <= version)
+
+
+class Membership:
+    """The listener, the readers, the inbox and the members (`peers`, by worker id)."""
+
+    def __init__(self, params: RunParams, method: Method, token: str, listen: tuple[str, int], replica: Replica,
+                 replay_log: ReplayLog, consistency: Consistency, events: EventLog, counter: wire.ByteCounter,
+                 handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
+                 max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0):
+        self.params, self.method, self.token = params, method, token
+        self.replica, self.replay_log, self.consistency = replica, replay_log, consistency
+        self.events, self.counter = events, counter
+        self.handshake_timeout_s, self.max_frame_bytes = handshake_timeout_s, max_frame_bytes
+        self.max_pending, self.send_timeout_s = max_pending, send_timeout_s
+        self._pending = 0  # connections in their handshake now (listener and reader threads)
+        self._pending_lock = threading.Lock()
+        self._over_cap = 0  # connections refused over the cap in the current burst (listener thread)
+        self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the readers
+        self.peers: dict[int, Peer] = {}  # current members by worker id
+        self.dropped: list[dict] = []
+        self.server = socket.create_server(listen, reuse_port=False)
+        self.address = self.server.getsockname()[:2]
+        self.pool = ThreadPoolExecutor(max_workers=max(1, params.workers))  # parallel sends
+        self._stopping = False
+
+    # ------------------------------------------------------------------ connections (threads)
+
+    def listen(self) -> None:
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        """Accept connections until stopped; each gets its own reader thread. An accept() error
+        (out of file descriptors, an aborted connection, ...) never ends it: it backs off and
+        retries, logging once per burst of errors."""
+        backoff, errors = 0.0, 0
+        while not self._stopping:
+            try:
+                sock, addr = self.server.accept()
+            except OSError as e:
+                if self._stopping:
+                    return
+                errors += 1
+                if errors == 1:
+                    self.events.write("accept_error", errno=e.errno, error=str(e))
+                    log(PROCESS, f"accept failed: {e}; retrying with back-off")
+                if e.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN):
+                    backoff = min(max(2 * backoff, ACCEPT_BACKOFF_S[0]), ACCEPT_BACKOFF_S[1])
+                    time.sleep(backoff)
+                continue
+            if errors:
+                self.events.write("accept_recovered", errors=errors)
+                log(PROCESS, f"accept works again after {errors} failed attempts")
+                backoff, errors = 0.0, 0
+            try:
+                self.start_reader(sock, addr)
+            except Exception as e:  # e.g. no thread could be started: this connection only
+                sock.close()
+                log(PROCESS, f"could not serve a connection from {addr}: {type(e).__name__}: {e}")
+
+    def start_reader(self, sock: socket.socket, addr) -> None:
+        """A reader thread for a new connection, unless `max_pending` are in their handshake already."""
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
+        with self._pending_lock:
+            full = self._pending >= self.max_pending
+            if not full:
+                self._pending += 1
+        if full:
+            sock.close()
+            self._over_cap += 1
+            if self._over_cap == 1:
+                reason = f"over the cap of {self.max_pending} pending connections"
+                self.events.write("rejected", peer=peer, worker=None, reason=reason)
+                log(PROCESS, f"rejected connection from {peer}: {reason}")
+            return
+        if self._over_cap > 1:
+            self.events.write("rejected", peer=None, worker=None, count=self._over_cap - 1,
+                              reason=f"{self._over_cap - 1} more connections over the cap of {self.max_pending}")
+        self._over_cap = 0
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(sock, token=self.token, sender=0, peer=peer, counter=self.counter,
+                              max_body_bytes=HANDSHAKE_MAX_BODY)
+            threading.Thread(target=self.read, args=(conn,), daemon=True).start()
+        except BaseException:
+            self._release_pending()
+            raise
+
+    def _release_pending(self) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+
+    def read(self, conn: Connection) -> None:
+        """Reader thread: handshake, then every frame into the inbox. It always ends by queueing
+        ("error" (the connection broke) or "bad" (it broke the protocol), worker, conn, reason) and
+        closing the connection, whatever was raised."""
+        worker, kind = None, "error"
+        try:
+            try:
+                worker = self.handshake(conn)
+            finally:
+                self._release_pending()
+            conn.sock.settimeout(None)
+            # A member that takes no bytes for this long fails the send (and is dropped), instead of
+            # blocking the learner's sends to it forever. SO_SNDTIMEO bounds each send() without
+            # progress, not a whole frame: a slow link that keeps moving is never cut.
+            secs = max(self.send_timeout_s, 0.001)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                 struct.pack("ll", int(secs), int(secs % 1 * 1e6)))
+            conn.max_body_bytes = self.max_frame_bytes
+            self.inbox.put(("hello", worker, conn, None))
+            while True:
+                self.inbox.put(("frame", worker, conn, conn.recv()))
+        except (PeerClosed, OSError) as e:
+            reason = str(e) or type(e).__name__
+        except DeadlineExceeded as e:
+            kind, reason = "bad", f"handshake timed out: no whole HELLO within {self.handshake_timeout_s} s ({e})"
+        except WireError as e:
+            kind, reason = "bad", str(e) or type(e).__name__
+        except Exception as e:  # a bug or a case nobody foresaw: this connection ends, the learner goes on
+            kind, reason = "bad", f"{type(e).__name__}: {e}"
+            log(PROCESS, f"reader of {conn.peer}: {reason}\n{traceback.format_exc()}")
+        finally:
+            conn.close()
+        self.inbox.put((kind, worker, conn, reason))
+
+    def handshake(self, conn: Connection) -> int:
+        frame = conn.recv(deadline=time.monotonic() + self.handshake_timeout_s)
+        if frame.type != MessageType.HELLO:
+            raise WireError(f"expected HELLO as the first frame, got {frame.type.name}")
+        worker = messages.decode(MessageType.HELLO, frame.body)["worker"]
+        if worker > self.params.workers:
+            raise WireError(f"HELLO names worker {worker}, expected 1..{self.params.workers}")
+        if frame.sender != worker:
+            raise WireError(f"HELLO from sender {frame.sender} claims to be worker {worker}")
+        self.counter.rename(conn.peer, f"w{worker}")
+        conn.peer = f"w{worker}"
+        return worker
+
+    # ------------------------------------------------------------------ the inbox (main thread)
+
+    def pump(self, timeout: float) -> Iterator[tuple[Peer, wire.Frame]]:
+        """Handle inbox events for up to `timeout` seconds (stops after the first batch of them);
+        yields (member, frame) for each frame of a current member, in arrival order."""
+        try:
+            item = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            try:
+                peer = self._handle(*item)
+            except Exception as e:  # one peer's event must not take the learner down
+                self._failed(item, e)
+                peer = None
+            if peer is not None:
+                yield peer, item[3]
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, kind: str, worker: int | None, conn: Connection, payload) -> Peer | None:
+        """One inbox event; returns the member a frame is from, None when there is nothing to pass on."""
+        if kind == "hello":
+            self.admit(worker, conn)
+            return None
+        current = self.peers.get(worker)
+        if current is None or current.conn is None or current.conn is not conn:
+            if kind in ("error", "bad") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: log and forget
+                self.events.write("rejected", peer=conn.peer, worker=worker, reason=payload)
+                log(PROCESS, f"rejected connection from {conn.peer}: {payload}")
+            return None
+        if kind == "error":
+            self.disconnect(current, payload)
+            return None
+        if kind == "bad":
+            self.drop(worker, f"bad frame: {payload}")
+            return None
+        return current
+
+    def _failed(self, item: tuple, e: Exception) -> None:
+        """An exception while handling an inbox event: drop (or reject) that peer, log what it was."""
+        kind, worker, conn, _ = item
+        reason = f"{type(e).__name__} while handling {kind}: {e}"
+        log(PROCESS, f"{reason}\n{traceback.format_exc()}")
+        current = self.peers.get(worker)
+        if current is not None and current.conn is conn:
+            self.drop(worker, reason)
+        else:
+            conn.dropped_by_learner = True
+            conn.close()
+            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
+
+    # ------------------------------------------------------------------ joins and departures
+
+    def admit(self, worker: int, conn: Connection) -> None:
+        """A worker said HELLO: welcome it, bring it to the current version, make it a member."""
+        old = self.peers.pop(worker, None)
+        if old is not None and old.conn is not None:
+            old.conn.dropped_by_learner = True
+            old.conn.close()
+            self.events.write("replaced", worker=worker)
+        version, replay = self.replica.version, self.method.replay
+        # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
+        # snapshot 0 is never shipped: it replays the log from there instead.
+        base = self.replay_log.base(version, replay)
+        welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
+                   "snapshot_version": base}
+        try:
+            conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
+            if base > 0 and replay:
+                conn.send(MessageType.SNAPSHOT, self.replay_log.snapshots[base], base)
+            for v in range(base + 1, version + 1):  # never skip: every logged update in order
+                conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
+        except OSError as e:
+            self.events.write("rejected", worker=worker, reason=f"catch-up failed: {e}")
+            conn.close()
+            return
+        self.peers[worker] = Peer(worker, conn, start_batch=version)
+        if version not in self.consistency.hashes:
+            self.consistency.record(version)  # so the worker's post-catch-up report can be checked
+        self.events.write("joined", worker=worker, version=version, snapshot_version=base,
+                          replayed=version - base)
+        log(PROCESS, f"worker {worker} joined at version {version} (snapshot {base} + {version - base} updates)")
+
+    def disconnect(self, peer: Peer, reason: str) -> None:
+        """Still a member: it may come back (a restarted worker says HELLO again) before the
+        caller's timeout drops it. What it had sent is forgotten: it resends after its catch-up."""
+        peer.conn, peer.lost_t = None, time.monotonic()
+        peer.rollouts.clear()
+        self.events.write("disconnected", worker=peer.worker, version=self.replica.version, reason=reason)
+        log(PROCESS, f"worker {peer.worker} disconnected at version {self.replica.version}: {reason}")
+
+    def drop(self, worker: int, reason: str) -> None:
+        peer = self.peers.pop(worker, None)
+        if peer is None:
+            return
+        if peer.conn is not None:
+            peer.conn.dropped_by_learner = True  # its reader's error is then expected, not news
+            peer.conn.close()
+        self.dropped.append({"worker": worker, "version": self.replica.version, "reason": reason})
+        self.events.write("dropped", worker=worker, version=self.replica.version, reason=reason)
+        log(PROCESS, f"dropped worker {worker} at version {self.replica.version}: {reason}")
+
+    def contributors(self, batch: int) -> list[Peer]:
+        """The members that contribute to batch `batch`, in worker order."""
+        return [self.peers[w] for w in sorted(self.peers) if self.peers[w].start_batch <= batch]
+
+    # ------------------------------------------------------------------ sending
+
+    def broadcast(self, msg: bytes, version: int) -> dict[str, int]:
+        """Send update `version` to every connected member at once; returns frame bytes written per worker."""
+        peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
+        futures = {p.worker: self.pool.submit(p.conn.send, MessageType.UPDATE, msg, version) for p in peers}
+        written = {}
+        for worker, fut in futures.items():
+            try:
+                written[f"w{worker}"] = fut.result()
+            except OSError as e:
+                self.drop(worker, f"send failed: {e}")
+        return written
+
+    def stop_all(self, reason: str) -> None:
+        """Tell every connected member to stop (best effort)."""
+        for peer in [p for p in self.peers.values() if p.conn is not None]:
+            try:
+                peer.conn.send(MessageType.STOP, wire.pack_json({"reason": reason[:1000]}), self.replica.version)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stopping = True
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the listener thread
+        except OSError:
+            pass
+        self.server.close()
+        for peer in [p for p in self.peers.values() if p.conn is not None]:
+            peer.conn.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a send blocked on a dead peer must not hold us

@@ -1,0 +1,66 @@
+"""Methods by name: which protocol the learner and workers run, and with what options.
+
+The name is the interface: the same string is the CLI choice, the results column and the
+plot legend.
+
+- `full`: the learner trains on the exact gradient and ships the whole adapter in its
+  training dtype (fp32 here), so that every replica holds the learner's adapter bit for bit.
+- `full-bf16`: the same, shipped in bfloat16 (half the bytes); workers then sample with the
+  bf16-rounded adapter, and that rounded adapter is the policy whose hash is compared.
+- `rank-R` (or `rankR`, e.g. `rank-1`): train at LoRA rank R and ship the whole small
+  adapter like `full` (the lower-rank baseline).
+- every registered compressor (`identity`, `spar`, `powersgd`, `topk`, `int8`, ...): HiLo
+  replay. The learner ships `compressor.encode(G)`; every replica, the learner included,
+  runs the same AdamW step on `compressor.decode(payload)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from trainers import compress, spec
+
+FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}   # names: spec.FULL_METHODS
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    protocol: str  # "full" (ship the adapter) or "replay" (ship a compressed gradient, replay AdamW)
+    compressor: str | None = None
+    compressor_options: dict = field(default_factory=dict)
+    ship_dtype: torch.dtype | None = None  # full protocol: dtype of the shipped adapter
+    lora_rank: int | None = None  # rank-R: overrides the run's LoRA rank
+
+    @property
+    def replay(self) -> bool:
+        return self.protocol == "replay"
+
+    def make_compressor(self):
+        return compress.get_compressor(self.compressor, **self.compressor_options)
+
+
+def available() -> list[str]:
+    return spec.method_names()
+
+
+def method_for(params: spec.RunParams) -> Method:
+    """The method of a run's parameters, with its compressor options."""
+    return get_method(params.method, **params.compressor_options())
+
+
+def get_method(name: str, **compressor_options) -> Method:
+    """The method called `name`; an unknown name fails with the list of valid ones."""
+    if name in FULL_DTYPES:
+        return Method(name, "full", ship_dtype=FULL_DTYPES[name])
+    m = spec.RANK_METHOD.match(name)
+    if m:
+        return Method(name, "full", ship_dtype=torch.float32, lora_rank=int(m.group(1)))
+    if name in compress.available():
+        method = Method(name, "replay", compressor=name, compressor_options=dict(compressor_options))
+        method.make_compressor()  # bad options fail here, before any process starts
+        return method
+    if spec.is_data_parallel(name):  # not a learner/worker protocol: trainers/dataparallel/aggregator.py + trainers/dataparallel/worker.py
+        raise ValueError(f"method {name!r} is data-parallel: it runs as python -m trainers.dataparallel.aggregator / trainers.dataparallel.worker")
+    raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(available())}")

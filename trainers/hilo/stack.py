@@ -1,0 +1,57 @@
+"""What the learner and the workers of a HiLo run build from its parameters: one `build(params)`.
+
+A run's parameters (`trainers/spec.py` RunParams) travel from the learner to each worker in the
+WELCOME message, so that every replica builds the same model, adapter, optimizer and task from
+one source of truth; a worker that was started with a flag contradicting them refuses to run.
+Each process builds its stack once and hands the pieces down (the task, the tokenizer, the
+method, the policy model with its Replica).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trainers import tasks
+from trainers.hilo import methods
+from trainers.model.models import LoraSpec, attach_lora, build_tokenizer, lora_parameters
+from trainers.model.replica import OptimConfig, Replica
+from trainers.model.run_models import base_for
+from trainers.spec import RunParams
+
+
+@dataclass
+class Stack:
+    """Everything a HiLo service process builds from RunParams, built once."""
+    params: RunParams
+    task: tasks.Task
+    tokenizer: object
+    method: methods.Method
+    model: torch.nn.Module  # the base with the run's LoRA adapter attached
+    replica: Replica
+
+
+def build(params: RunParams) -> Stack:
+    task = tasks.build_task(params)
+    method = methods.method_for(params)
+    model, replica = build_replica(params, method, task)
+    return Stack(params, task, build_tokenizer(params.model), method, model, replica)
+
+
+def build_replica(params: RunParams, method: methods.Method, task: tasks.Task | None = None):
+    """The policy model and its Replica, identical on every process built from `params`."""
+    task = task if task is not None else tasks.build_task(params)
+    rank = method.lora_rank or params.lora_rank
+    model = attach_lora(base_for(params, task), LoraSpec(rank=rank, seed=params.seed))  # base: pre-trained, cached
+    return model, Replica(lora_parameters(model), OptimConfig(lr=params.lr))
+
+
+def rollout_seed(seed: int, worker: int, batch: int) -> int:
+    """The sampling seed of worker `worker`'s rollouts for batch `batch` (= update batch + 1)."""
+    return ((seed * 1_000_003 + worker) * 1_000_003 + batch) % (2**63 - 1)
+
+
+def shipped_policy_hash(adapter: dict[str, torch.Tensor], dtype: torch.dtype) -> str:
+    """The policy hash a worker will report after loading `adapter` shipped in `dtype`."""
+    params = {n: torch.nn.Parameter(t.to(dtype).to(t.dtype), requires_grad=True) for n, t in adapter.items()}
+    return Replica(params).policy_hash()

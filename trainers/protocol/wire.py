@@ -1,0 +1,554 @@
+"""The wire format: length-prefixed binary frames over TCP, with byte counting at the socket.
+
+A frame is a fixed 44-byte header followed by `body_len` bytes of body:
+
+    offset size field
+    0      4    magic           b"HILO"
+    4      1    format version  FORMAT_VERSION; any other value is rejected
+    5      1    message type    one of MessageType
+    6      2    flags           reserved, must be 0
+    8      8    token check     first 8 bytes of HMAC-SHA256(run token, TOKEN_CONTEXT): proves the
+                                sender knows the run token without ever sending the token itself
+    16     4    sender          0 = learner, 1..N = worker id
+    20     8    policy version  the adapter version the message refers to
+    28     8    sequence number per connection and direction, starts at 0, +1 per frame
+    36     4    body length     bytes; bounded by the receiver's max_body_bytes before reading
+    40     4    checksum        CRC-32C (Castagnoli) of header bytes 0..39 followed by the body
+
+All integers are big-endian. What the body holds depends on the message type (see the
+message table in `MESSAGE_BODIES`): opaque bytes (a compressor payload, a safetensors
+snapshot), a JSON object, or a tensor table built by `pack_tensors`:
+
+    u32 table length | JSON table {"meta": {...}, "tensors": [{"name", "dtype", "shape"}, ...]}
+    | the raw little-endian bytes of each tensor, in table order, back to back
+
+Dtype names ("fp32", "bf16", "int64", ...) come from the one table in `trainers.protocol.dtypes`.
+
+Received bytes are never unpickled and never passed to `torch.load`: a tensor is rebuilt with
+`torch.frombuffer`, after its dtype (whitelist), shape and byte count have been checked
+against the bytes actually present.
+
+No whole-payload copies (format 3). A body is one buffer or a list of buffers (`Body`); a
+frame goes out as [header, *body buffers] in scatter-gather `sendmsg` calls, so the bytes
+of a payload or of the tensors of `pack_tensor_parts` go from their own storage to the
+kernel. The receiver reads the header, checks it (the length against its cap) and only then
+allocates one uninitialised buffer of the announced length and `recv_into`s it, computing
+the checksum chunk by chunk as the bytes arrive; `Frame.body` is a writable memoryview of
+that buffer, and `unpack_tensors` (like the compressors' `unpack`) builds its tensors as
+views over it when their offset is aligned for their dtype (else a private copy). The
+buffer's END is 64-byte aligned: the tensors of a table and a payload's segments lie at the
+end of the body, so a tensor followed by a whole number of its own elements (an fp32-only
+table or payload, always) lands aligned. The CRC-32C runs in hardware (SSE4.2 / ARMv8; the
+`crc32c` package): ~11 GB/s here against ~2-3 GB/s for zlib's CRC-32, which made the checksum
+the largest cost of a frame in format 2.
+
+JSON from a peer is parsed by `unpack_json` only: its size is capped and its nesting depth is
+measured on the raw bytes (`check_json_depth`, no recursion) before `json.loads` sees it, and
+NaN/Infinity, non-finite floats, integers of more than 40 digits and duplicate keys are refused.
+What each message must hold is checked next, by its schema in `trainers.protocol.messages`.
+
+Every malformed, forged, oversized or out-of-sequence frame raises `WireError` with a
+one-line reason; the caller logs it and closes that connection only. `Connection.recv` takes
+an optional total deadline (the handshake's): a peer that trickles bytes is cut when it passes.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import itertools
+import json
+import math
+import re
+import socket
+import struct
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import crc32c
+import torch
+
+from trainers.protocol import dtypes
+
+MAGIC = b"HILO"
+FORMAT_VERSION = 3  # 2: tensor tables name dtypes as in trainers.protocol.dtypes; 3: CRC-32C instead of CRC-32
+TOKEN_CONTEXT = b"wan-harness/wire/token-check/v1"
+HEADER = struct.Struct("!4sBBH8sIQQII")  # see the module docstring for the layout
+HEADER_BYTES = HEADER.size  # 44
+DEFAULT_MAX_BODY_BYTES = 256 * 2**20  # 256 MiB: a rank-64 adapter of a 7B model fits; a forged length does not
+MAX_TABLE_BYTES = 4 * 2**20  # the JSON table of a tensor body
+MAX_TENSORS = 65536
+MAX_DIMS = 8
+MAX_JSON_BYTES = 1 * 2**20  # a JSON-bodied control message (each type has a smaller cap: trainers/protocol/messages.py)
+MAX_JSON_DEPTH = 16  # nesting of any JSON we parse; checked on the raw bytes, so json.loads never recurses deeper
+MAX_JSON_INT_DIGITS = 40  # an integer literal longer than this is refused before int() parses it
+MAX_IOV = 512  # buffers per sendmsg call; Linux refuses more than IOV_MAX (1024)
+RECV_ALIGN = 64  # bytes; the receive buffer's end is aligned to this (a cache line, any dtype)
+
+# A frame body: one bytes-like object, or a list/tuple of them sent back to back (never joined).
+Body = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]
+
+
+class MessageType(enum.IntEnum):
+    HELLO = 1  # worker -> learner, JSON {"worker": id}; must be the first frame of a connection
+    WELCOME = 2  # learner -> worker, JSON: the run's parameters and where to start
+    ROLLOUTS = 3  # worker -> learner, tensor table: one batch of rollouts (+ meta: batch, policy version)
+    UPDATE = 4  # learner -> worker, opaque bytes: the method's payload for version v-1 -> v
+    SNAPSHOT = 5  # learner -> worker, opaque bytes: safetensors of adapter + optimizer at version v
+    HASH = 6  # worker -> learner, JSON: state hashes at version v
+    STOP = 7  # learner -> worker, JSON {"reason": ...}: no more updates, exit cleanly
+    SYNC = 8  # dp worker <-> aggregator, tensor table: one sync's upload or download (trainers/dataparallel)
+
+
+# How a receiver parses each body; "raw" bodies are handed on as bytes.
+MESSAGE_BODIES = {
+    MessageType.HELLO: "json", MessageType.WELCOME: "json", MessageType.ROLLOUTS: "tensors",
+    MessageType.UPDATE: "raw", MessageType.SNAPSHOT: "raw", MessageType.HASH: "json",
+    MessageType.STOP: "json", MessageType.SYNC: "tensors",
+}
+
+
+
+class WireError(Exception):
+    """A frame or body that must be rejected; the message is the one-line reason."""
+
+
+class PeerClosed(WireError):
+    """The peer closed the connection (cleanly, between frames, or in the middle of one)."""
+
+
+class DeadlineExceeded(WireError):
+    """A whole frame did not arrive before the receiver's deadline (`Connection.recv(deadline=...)`)."""
+
+
+def token_check(token: str | bytes) -> bytes:
+    """8 bytes derived from the run token; the token itself never goes on the wire."""
+    key = token.encode() if isinstance(token, str) else token
+    return hmac.new(key, TOKEN_CONTEXT, hashlib.sha256).digest()[:8]
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: MessageType
+    sender: int
+    version: int
+    seq: int
+    body: bytes | memoryview  # as received: a writable memoryview over this frame's own buffer
+    # Monotonic seconds when the header was complete and when the last body byte arrived:
+    # the receive phase of a large frame on a slow link.
+    received: tuple[float, float] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this frame occupies on the socket."""
+        return HEADER_BYTES + len(self.body)
+
+
+# ----------------------------------------------------------------------------- frames
+
+
+def checksum(data, value: int = 0) -> int:
+    """CRC-32C of `data` (any bytes-like), continuing from `value`; reads the buffer in place."""
+    return crc32c.crc32c(data, value)
+
+
+def body_parts(body: Body) -> list[memoryview]:
+    """The body as flat byte views, empty ones left out; no byte is copied."""
+    out = []
+    for part in (body if isinstance(body, (list, tuple)) else (body,)):
+        view = memoryview(part)
+        if not view.c_contiguous:
+            raise ValueError("a frame body buffer must be C-contiguous")
+        view = view.cast("B") if (view.format, view.ndim) != ("B", 1) else view
+        if len(view):
+            out.append(view)
+    return out
+
+
+def body_len(body: Body) -> int:
+    """Bytes of a body, one buffer or several."""
+    return sum(view.nbytes for view in map(memoryview, body if isinstance(body, (list, tuple)) else (body,)))
+
+
+def frame_header(msg_type: MessageType, parts: list[memoryview], *, check: bytes, sender: int, version: int,
+                 seq: int) -> bytes:
+    """The 44-byte header of a frame whose body is `parts`, checksum included (one pass over the body)."""
+    prefix = HEADER.pack(MAGIC, FORMAT_VERSION, int(msg_type), 0, check, sender, version, seq,
+                         sum(len(p) for p in parts), 0)[:-4]
+    crc = checksum(prefix)
+    for part in parts:
+        crc = checksum(part, crc)
+    return prefix + struct.pack("!I", crc)
+
+
+def encode_frame_parts(msg_type: MessageType, body: Body, *, check: bytes, sender: int, version: int,
+                       seq: int) -> list[memoryview]:
+    """[header, *body views]: a frame for `send_parts`, with no copy of the body."""
+    parts = body_parts(body)
+    return [memoryview(frame_header(msg_type, parts, check=check, sender=sender, version=version, seq=seq)), *parts]
+
+
+def encode_frame(msg_type: MessageType, body: Body, *, check: bytes, sender: int, version: int,
+                 seq: int) -> bytes:
+    """Header + body as one bytes object (a copy; `Connection.send` sends the parts instead)."""
+    return b"".join(encode_frame_parts(msg_type, body, check=check, sender=sender, version=version, seq=seq))
+
+
+def send_parts(sock: socket.socket, parts: list[memoryview]) -> int:
+    """Write every buffer of `parts` to `sock` in order, in scatter-gather `sendmsg` calls; returns
+    the bytes written. A partial send (a socket timeout, SO_SNDTIMEO after some progress, a signal)
+    resumes where it stopped; a call that moves no byte raises, as `sendall` does."""
+    parts, i, written = list(parts), 0, 0
+    while i < len(parts):
+        n = sock.sendmsg(parts[i:i + MAX_IOV])
+        if n <= 0:
+            raise ConnectionError("sendmsg wrote no byte")
+        written += n
+        while n:  # drop what went out; keep the unsent tail of a buffer sent in part
+            if n >= len(parts[i]):
+                n -= len(parts[i])
+                i += 1
+            else:
+                parts[i], n = parts[i][n:], 0
+    return written
+
+
+def recv_buffer(n: int) -> memoryview:
+    """A writable, uninitialised n-byte buffer whose end is RECV_ALIGN-aligned (see the module
+    docstring). Uninitialised: recv_into writes every byte before anyone reads it, so a zero
+    fill would only be one more pass over the whole body."""
+    if n == 0:
+        return memoryview(bytearray())
+    raw = torch.empty(n + RECV_ALIGN - 1, dtype=torch.uint8)
+    start = -(raw.data_ptr() + n) % RECV_ALIGN
+    return memoryview(raw.numpy())[start:start + n]
+
+
+def parse_header(header: bytes, *, check: bytes, expected_seq: int, max_body_bytes: int):
+    """Validate a 44-byte header; returns (type, sender, version, seq, body_len, crc).
+
+    Checked before any body byte is read, so a forged length never allocates memory.
+    """
+    if len(header) != HEADER_BYTES:
+        raise WireError(f"truncated header: {len(header)} of {HEADER_BYTES} bytes")
+    magic, fmt, mtype, flags, tok, sender, version, seq, body_len, crc = HEADER.unpack(header)
+    if magic != MAGIC:
+        raise WireError(f"bad magic {magic!r}, expected {MAGIC!r}")
+    if fmt != FORMAT_VERSION:
+        raise WireError(f"unsupported format version {fmt}, expected {FORMAT_VERSION}")
+    if not hmac.compare_digest(tok, check):
+        raise WireError("wrong run token")
+    if mtype not in MessageType._value2member_map_:
+        raise WireError(f"unknown message type {mtype}")
+    if flags != 0:
+        raise WireError(f"reserved flags set: {flags:#x}")
+    if body_len > max_body_bytes:
+        raise WireError(f"frame too large: body of {body_len} bytes exceeds the limit of {max_body_bytes}")
+    if seq != expected_seq:
+        raise WireError(f"out of sequence: expected {expected_seq}, got {seq}")
+    return MessageType(mtype), sender, version, seq, body_len, crc
+
+
+def verify_checksum(header: bytes, body, crc: int) -> None:
+    """Raise WireError unless `crc` is the checksum of header bytes 0..39 and `body` (bytes-like)."""
+    if checksum(body, checksum(memoryview(header)[:-4])) != crc:
+        raise WireError("checksum mismatch")
+
+
+# ----------------------------------------------------------------------------- bodies
+
+
+def pack_json(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+_JSON_ESCAPE = re.compile(rb"\\.", re.S)  # a backslash and the byte after it
+_JSON_STRING = re.compile(rb'"[^"]*"')  # once escapes are gone; linear: no backtracking
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [0] * 256
+_DEPTH_STEP[ord("[")] = _DEPTH_STEP[ord("{")] = 1
+_DEPTH_STEP[ord("]")] = _DEPTH_STEP[ord("}")] = -1
+
+
+def check_json_depth(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than `max_depth`, measured on the raw bytes without recursing.
+
+    Escapes are removed first, then strings, so that brackets inside strings do not count; what
+    is left is scanned as +1/-1 steps. Exact for valid JSON; invalid JSON is refused by the parser
+    anyway. Linear in the body (regular expressions without backtracking, C-level scans).
+    """
+    brackets = _JSON_STRING.sub(b"", _JSON_ESCAPE.sub(b"", body)).translate(None, _NOT_BRACKET)
+    if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
+        return  # cannot nest deeper than it opens
+    depth = max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)))
+    if depth > max_depth:
+        raise WireError(f"JSON nested {depth} deep, more than {max_depth}")
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_object(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("duplicate key in an object")
+    return obj
+
+
+def unpack_json(body: bytes, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> dict:
+    """A JSON object from untrusted bytes: size and depth checked before parsing; strict JSON
+    (no NaN/Infinity, finite floats, integers of at most 40 digits, no duplicate keys).
+    Raises WireError only. What the object must hold is `trainers.protocol.messages`' business."""
+    if len(body) > max_bytes:
+        raise WireError(f"JSON body of {len(body)} bytes exceeds {max_bytes}")
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WireError(f"body is not valid JSON: {e}") from None
+    check_json_depth(bytes(body), max_depth)
+    try:
+        obj = json.loads(text, parse_float=_json_float, parse_int=_json_int, parse_constant=_json_constant,
+                         object_pairs_hook=_json_object)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError; RecursionError: never, by the depth check
+        raise WireError(f"body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise WireError(f"JSON body must be an object, got {type(obj).__name__}")
+    return obj
+
+
+def pack_tensor_parts(tensors: dict[str, torch.Tensor], meta: dict | None = None) -> list[memoryview]:
+    """A tensor table as a body of buffers: the length and JSON table, then a view over each
+    tensor's own storage (no copy for contiguous CPU tensors; keep them unchanged until sent)."""
+    entries, views = [], []
+    for name, t in tensors.items():
+        if t.dtype not in dtypes.NAMES:
+            raise ValueError(f"tensor {name!r}: dtype {t.dtype} is not in the wire whitelist {sorted(dtypes.DTYPES)}")
+        entries.append({"name": name, "dtype": dtypes.NAMES[t.dtype], "shape": list(t.shape)})
+        views.append(dtypes.byte_view(t))
+    table = pack_json({"meta": meta or {}, "tensors": entries})
+    return [memoryview(struct.pack("!I", len(table)) + table), *views]
+
+
+def pack_tensors(tensors: dict[str, torch.Tensor], meta: dict | None = None) -> bytes:
+    """A tensor table: names, dtypes and shapes as JSON, then the raw bytes (little-endian, C order).
+    One bytes object (one copy of the tensors); `pack_tensor_parts` makes none."""
+    return b"".join(pack_tensor_parts(tensors, meta))
+
+
+def _check_entry(entry) -> tuple[str, str, tuple[int, ...], int]:
+    """Validate one table entry; returns (name, dtype name, shape, nbytes)."""
+    if not isinstance(entry, dict) or set(entry) != {"name", "dtype", "shape"}:
+        raise WireError(f"tensor table entry must have exactly name/dtype/shape, got {entry!r:.80}")
+    name, dtype_name, shape = entry["name"], entry["dtype"], entry["shape"]
+    if not isinstance(name, str) or not name or len(name) > 512:
+        raise WireError(f"bad tensor name {name!r:.80}")
+    if dtype_name not in dtypes.DTYPES:
+        raise WireError(f"tensor {name!r}: dtype {dtype_name!r:.40} not in the whitelist {sorted(dtypes.DTYPES)}")
+    if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+            or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):
+        raise WireError(f"tensor {name!r}: bad shape {shape!r:.80}")
+    nbytes = math.prod(shape) * dtypes.itemsize(dtype_name)  # exact Python ints: no overflow
+    return name, dtype_name, tuple(shape), nbytes
+
+
+def unpack_tensors(body: bytes | memoryview) -> tuple[dict[str, torch.Tensor], dict]:
+    """Parse a tensor table; every size is checked against the bytes present first. From a
+    writable body (`Frame.body`) the tensors are views over it where aligned (no copy); from
+    read-only bytes they are private copies."""
+    if len(body) < 4:
+        raise WireError(f"tensor body of {len(body)} bytes has no table length")
+    (table_len,) = struct.unpack_from("!I", body)
+    if table_len > MAX_TABLE_BYTES or 4 + table_len > len(body):
+        raise WireError(f"tensor table length {table_len} does not fit the body of {len(body)} bytes")
+    table = unpack_json(body[4:4 + table_len], max_bytes=MAX_TABLE_BYTES)
+    if set(table) != {"meta", "tensors"} or not isinstance(table["meta"], dict) \
+            or not isinstance(table["tensors"], list):
+        raise WireError("tensor table must be {'meta': {...}, 'tensors': [...]}")
+    if len(table["tensors"]) > MAX_TENSORS:
+        raise WireError(f"{len(table['tensors'])} tensors exceed the limit of {MAX_TENSORS}")
+    entries = [_check_entry(e) for e in table["tensors"]]
+    names = [e[0] for e in entries]
+    if len(set(names)) != len(names):
+        raise WireError("duplicate tensor names in the table")
+    data_bytes = len(body) - 4 - table_len
+    if sum(e[3] for e in entries) != data_bytes:
+        raise WireError(f"tensor table declares {sum(e[3] for e in entries)} bytes, body carries {data_bytes}")
+    out, offset = {}, 4 + table_len
+    view = memoryview(body)
+    for name, dtype_name, shape, nbytes in entries:
+        out[name] = dtypes.over_bytes(view[offset:offset + nbytes], dtype_name).reshape(shape)
+        offset += nbytes
+    return out, table["meta"]
+
+
+# ----------------------------------------------------------------------------- byte counting
+
+
+class ByteCounter:
+    """Bytes and frames per (peer, direction, message type), counted where they hit the socket.
+
+    `frame` bytes are header + body, exactly what `sendall` wrote (or `recv` read);
+    `payload` bytes are the body alone. Thread-safe: senders run on several threads.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.seconds = 0.0  # CPU-side framing work: building frames, checking headers and checksums
+
+    def add_seconds(self, dt: float) -> None:
+        with self._lock:
+            self.seconds += dt
+
+    def add(self, peer: str, direction: str, msg_type: MessageType, frame_bytes: int, payload_bytes: int):
+        with self._lock:
+            c = self._counts[(peer, direction, msg_type.name)]
+            c[0] += frame_bytes
+            c[1] += payload_bytes
+            c[2] += 1
+
+    def rename(self, old: str, new: str) -> None:
+        """Move the counts of `old` to `new` (a connection is named once its handshake says who it is)."""
+        with self._lock:
+            for (p, d, t) in [k for k in self._counts if k[0] == old]:
+                c, into = self._counts.pop((p, d, t)), self._counts[(new, d, t)]
+                for i in range(3):
+                    into[i] += c[i]
+
+    def total(self, *, peer: str | None = None, direction: str | None = None,
+              msg_type: str | None = None, field: str = "frame") -> int:
+        i = {"frame": 0, "payload": 1, "frames": 2}[field]
+        with self._lock:
+            return sum(c[i] for (p, d, t), c in self._counts.items()
+                       if (peer is None or p == peer) and (direction is None or d == direction)
+                       and (msg_type is None or t == msg_type))
+
+    def by_type(self) -> dict[tuple[str, str], int]:
+        """Frame bytes so far by (direction, message type), summed over peers."""
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        with self._lock:
+            for (_, d, t), c in self._counts.items():
+                out[(d, t)] += c[0]
+        return dict(out)
+
+    def rows(self) -> list[dict]:
+        with self._lock:
+            return [{"peer": p, "direction": d, "type": t, "frame_bytes": c[0], "payload_bytes": c[1],
+                     "frames": c[2]} for (p, d, t), c in sorted(self._counts.items())]
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+class Connection:
+    """One TCP connection speaking the frame format: counted sends, validated receives.
+
+    `send` is thread-safe (one lock per connection). `recv` is meant for a single reader
+    thread. Sequence numbers are tracked per direction: a frame whose number is not exactly
+    the next one (a replay, a gap) is rejected.
+    """
+
+    def __init__(self, sock: socket.socket, *, token: str | bytes, sender: int, peer: str,
+                 counter: ByteCounter | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        self.sock = sock
+        self.check = token_check(token)
+        self.sender = sender
+        self.peer = peer
+        self.counter = counter if counter is not None else ByteCounter()
+        self.max_body_bytes = max_body_bytes
+        self._send_lock = threading.Lock()
+        self._send_seq = 0
+        self._recv_seq = 0
+        self.closed = False
+
+    def send(self, msg_type: MessageType, body: Body, version: int = 0) -> int:
+        """Write one frame (`body`: one buffer or a list of them); returns the bytes written to the socket."""
+        with self._send_lock:
+            t0 = time.perf_counter()
+            parts = encode_frame_parts(msg_type, body, check=self.check, sender=self.sender,
+                                       version=version, seq=self._send_seq)
+            self.counter.add_seconds(time.perf_counter() - t0)
+            written = send_parts(self.sock, parts)
+            self._send_seq += 1
+        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
+        return written
+
+    def _read_into(self, view: memoryview, what: str, deadline: float | None = None, crc: int | None = None):
+        """Fill `view` from the socket; returns the checksum of its bytes continued from `crc`
+        (None: no checksum), computed chunk by chunk while the bytes are still in cache."""
+        n, got = len(view), 0
+        while got < n:
+            if deadline is not None:  # a total deadline: a byte per second does not keep it alive
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceeded(f"deadline passed with {got} of {n} {what} bytes received")
+                self.sock.settimeout(left)
+            try:
+                k = self.sock.recv_into(view[got:])
+            except socket.timeout:
+                if deadline is None:
+                    raise
+                raise DeadlineExceeded(f"deadline passed with {got} of {n} {what} bytes received") from None
+            if not k:
+                if not got and what == "header":
+                    raise PeerClosed("connection closed by peer")
+                raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {n} bytes")
+            if crc is not None:
+                t0 = time.perf_counter()
+                crc = checksum(view[got:got + k], crc)
+                self.counter.add_seconds(time.perf_counter() - t0)
+            got += k
+        return crc
+
+    def _read_exact(self, n: int, what: str, deadline: float | None = None) -> bytes:
+        buf = bytearray(n)
+        self._read_into(memoryview(buf), what, deadline)
+        return bytes(buf)
+
+    def recv(self, deadline: float | None = None) -> Frame:
+        """Read and validate one frame; raises WireError (PeerClosed on EOF).
+
+        `deadline` (time.monotonic() seconds): the whole frame must have arrived by then, or
+        DeadlineExceeded; it leaves a socket timeout set, which the caller resets. The body is
+        read into one buffer of the announced length, allocated only after the header passed
+        its checks (the cap among them)."""
+        header = self._read_exact(HEADER_BYTES, "header", deadline)
+        t_header = time.monotonic()
+        t0 = time.perf_counter()
+        mtype, sender, version, seq, body_len, crc = parse_header(
+            header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
+        body = recv_buffer(body_len)
+        running = checksum(header[:-4])
+        self.counter.add_seconds(time.perf_counter() - t0)
+        if self._read_into(body, "body", deadline, running) != crc:
+            raise WireError("checksum mismatch")
+        self._recv_seq += 1
+        self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)
+        return Frame(mtype, sender, version, seq, body, (t_header, time.monotonic()))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
