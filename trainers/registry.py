@@ -1,23 +1,34 @@
-"""Name -> implementation registries for the extension points (tasks, objectives).
+"""Name -> implementation registries: one per extension point (compressors, tasks, objectives,
+data-parallel methods, HiLo methods), one registration style.
 
-The name is the interface: the same string on the command line, in results and in plots.
-Implementations register with a class decorator; an unknown name lists the valid ones.
+The name is the interface: the same string on the command line, in results and in plots. An
+in-tree implementation registers with one line, the class decorator `@register("name")`; a plugin
+from another installed package is found through its entry point (trainers/plugins.py). An
+unknown name fails in one line that lists the valid names and the close matches.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Callable, Generic, TypeVar
 
+from trainers import plugins
+from trainers.plugins import unknown_name
+
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """`kind` names what is registered ("task"); `modules` are imported on first use so that
-    their decorators run (lazily: the implementations import this package's `register`)."""
+    """`kind` names what is registered ("task"); `modules` are the in-tree implementations, imported
+    on first use so that their decorators run (lazily: they import their package's `register`);
+    `plugin` is the trainers/plugins.py GROUPS key whose entry points extend it; `base` is the class
+    a plugin must subclass; `error` is what an unknown name or bad options raise."""
 
-    def __init__(self, kind: str, plural: str, modules: tuple[str, ...]):
-        self.kind, self.plural, self.modules = kind, plural, modules
-        self._entries: dict[str, Callable[..., T]] = {}
+    def __init__(self, kind: str, plural: str, modules: tuple[str, ...], plugin: str | None = None,
+                 base: type | None = None, error: type[Exception] = ValueError):
+        self.kind, self.plural, self.modules, self.plugin = kind, plural, modules, plugin
+        self.base, self.error = base, error
+        self._entries: dict[str, Callable[..., T]] = {}   # in-tree, by their decorators
+        self._loaded: dict[str, Callable[..., T]] = {}    # plugins, once loaded
 
     def register(self, name: str):
         """Class decorator: make `cls` constructible by `get(name, **options)`."""
@@ -29,19 +40,44 @@ class Registry(Generic[T]):
             return cls
         return wrap
 
-    def available(self) -> list[str]:
+    def in_tree(self) -> list[str]:
+        """The names registered by this package's own modules."""
         self._load_all()
         return sorted(self._entries)
 
+    def plugin_names(self) -> list[str]:
+        """Names offered by installed plugins (not loaded; an in-tree name wins over a plugin's)."""
+        return sorted(set(plugins.names(self.plugin)) - set(self._entries)) if self.plugin else []
+
+    def available(self) -> list[str]:
+        """Every valid name: in-tree and plugins."""
+        return sorted({*self.in_tree(), *self.plugin_names()})
+
+    def get_class(self, name: str) -> Callable[..., T]:
+        """The implementation called `name` (loading its plugin if it is one)."""
+        self._load_all()
+        found = self._entries.get(name) or self._loaded.get(name)
+        if found is not None:
+            return found
+        if name not in self.plugin_names():
+            raise self.error(unknown_name(self.kind, self.plural, name, self.available()))
+        try:
+            cls = plugins.load(self.plugin, name)
+        except plugins.PluginError as err:
+            raise self.error(str(err)) from None
+        if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise self.error(f"{self.kind} plugin {name!r} is {cls!r}, not a subclass of {self.base.__name__}")
+        cls.name = name   # the entry point's name is the interface, as the decorator's is in-tree
+        self._loaded[name] = cls
+        return cls
+
     def get(self, name: str, **options) -> T:
         """The implementation called `name`, built with `options`."""
-        self._load_all()
-        if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} {name!r}; valid {self.plural}: {', '.join(sorted(self._entries))}")
+        cls = self.get_class(name)
         try:
-            return self._entries[name](**options)
+            return cls(**options)
         except TypeError as e:  # an unknown or missing option keyword: name it, not a stack trace
-            raise ValueError(f"{self.kind} {name!r}: bad options {sorted(options)}: {e}") from None
+            raise self.error(f"{self.kind} {name!r}: bad options {sorted(options)}: {e}") from None
 
     def _load_all(self) -> None:
         for module in self.modules:

@@ -5,30 +5,27 @@
     >>> payload = c.encode(grads)          # bytes: exactly what goes on the wire
     >>> grads_hat = c.decode(payload)      # pure; every replica steps from this
 
-The contract is documented in `trainers/compress/base.py`.
+The contract is documented in `trainers/compress/base.py`; `trainers/compress/contract.py` checks
+it on any registered compressor (`harness check NAME`). A compressor is one file with one line
+of registration, `@register("name")` on its class, and its module named below; a compressor from
+another package registers through the entry-point group `wan_harness.compressors` (docs/PLUGINS.md).
 """
 from __future__ import annotations
 
-from trainers.compress.base import Compressor, OptionError, PayloadError
-from trainers.compress.identity import IdentityCompressor
-from trainers.compress.int8 import Int8Compressor
-from trainers.compress.powersgd import PowerSGDCompressor
-from trainers.compress.spar import SparCompressor
-from trainers.compress.topk import TopKCompressor
+from trainers.compress.base import BudgetedCompressor, Compressor, OptionError, PayloadError
+from trainers.registry import Registry
 
-_REGISTRY: dict[str, type[Compressor]] = {
-    cls.name: cls for cls in (IdentityCompressor, SparCompressor, PowerSGDCompressor,
-                              TopKCompressor, Int8Compressor)
-}
+_REGISTRY: Registry[Compressor] = Registry(
+    "compressor", "compressors",
+    ("trainers.compress.identity", "trainers.compress.int8", "trainers.compress.powersgd",
+     "trainers.compress.spar", "trainers.compress.topk"),
+    plugin="compressor", base=Compressor, error=OptionError)
+register = _REGISTRY.register
+available = _REGISTRY.available
+get_compressor = _REGISTRY.get
+compressor_class = _REGISTRY.get_class
+in_tree = _REGISTRY.in_tree
+plugin_names = _REGISTRY.plugin_names
 
-__all__ = ["Compressor", "OptionError", "PayloadError", "available", "get_compressor"]
-
-
-def available() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def get_compressor(name: str, **options) -> Compressor:
-    if name not in _REGISTRY:
-        raise OptionError(f"unknown compressor {name!r}; valid: {available()}")
-    return _REGISTRY[name](**options)
+__all__ = ["BudgetedCompressor", "Compressor", "OptionError", "PayloadError", "available", "compressor_class",
+           "get_compressor", "in_tree", "plugin_names", "register"]

@@ -7,13 +7,14 @@ import torch
 
 from trainers import spec
 
+from trainers.compress import register
 from trainers.compress.base import DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, require, unflatten
 
 
+@register("identity")
 class IdentityCompressor(Compressor):
     """Ships every gradient element as is, in `dtype`."""
 
-    name = "identity"
     options = spec.COMPRESSOR_OPTIONS["identity"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:

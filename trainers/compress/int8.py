@@ -15,6 +15,7 @@ import torch
 
 from trainers import spec
 
+from trainers.compress import register
 from trainers.compress.base import (BudgetedCompressor, OptionError, Segment, Unpacked, flatten, header_bytes,
                                     require, unflatten)
 
@@ -23,10 +24,10 @@ _BLOCK_EXTRA = 8     # bytes per sent block besides its values: int32 index + fp
 MIN_BLOCKS = 16      # under a budget, blocks shrink until this many fit (granularity <= ~1/16 of it)
 
 
+@register("int8")
 class Int8Compressor(BudgetedCompressor):
     """All gradients flattened into one vector, cut into blocks of `block_size` elements."""
 
-    name = "int8"
     options = spec.COMPRESSOR_OPTIONS["int8"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:

@@ -17,14 +17,15 @@ import torch
 
 from trainers import spec
 
+from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_outer_,
                                     check_wire_dtype, header_bytes, itemsize, require, zeros_for)
 
 
+@register("powersgd")
 class PowerSGDCompressor(BudgetedCompressor):
     """One power iteration per step, factors of equal shape and rank batched together."""
 
-    name = "powersgd"
     options = spec.COMPRESSOR_OPTIONS["powersgd"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from trainers import spec
 
+from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked,
                                     add_outer_, check_wire_dtype, header_bytes, itemsize, require, zeros_for)
 
@@ -26,10 +27,10 @@ _SELECTIONS = ("energy", "energy_per_byte")
 _FULL_RANK = 1e-6   # a warm start is kept while its smallest sigma^2 exceeds this fraction of the largest
 
 
+@register("spar")
 class SparCompressor(BudgetedCompressor):
     """Global greedy selection of singular triplets under one byte budget."""
 
-    name = "spar"
     # svd: "gram" computes every factor's exact spectrum from its r x r Gram matrix (2r flops per
     # gradient element); "sketch" estimates the top `sketch` triplets with a randomised range
     # finder (~4 * sketch flops per element), warm-started from the previous update's directions

@@ -10,16 +10,17 @@ import torch
 
 from trainers import spec
 
+from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype,
                                     flatten, header_bytes, itemsize, require, unflatten)
 
 _INDEX_BYTES = 4  # int32 index: adapters up to 2^31 elements
 
 
+@register("topk")
 class TopKCompressor(BudgetedCompressor):
     """Global top-k by |value| under a byte budget."""
 
-    name = "topk"
     options = spec.COMPRESSOR_OPTIONS["topk"]  # defaults and flags: trainers/spec.py
 
     def _validate(self) -> None:

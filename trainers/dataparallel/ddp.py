@@ -1,12 +1,13 @@
 """`ddp`: every step each worker uploads its whole gradient; the aggregator averages; every replica runs Adam."""
 from __future__ import annotations
 
+from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, DataParallelMethod
 from trainers.optim.lordo import MatrixAdam, adam_step
 
 
+@register("ddp")
 class DDP(DataParallelMethod):
-    name = "ddp"
 
     def __init__(self, params, cfg, worker=1):
         super().__init__(params, cfg, worker)

@@ -4,12 +4,13 @@ steps (from step 1) the full gradient is exchanged instead, and every replica co
 the same averaged bits (top_r is deterministic; tested bit-equal across workers). No rotation."""
 from __future__ import annotations
 
+from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, DataParallelMethod
 from trainers.optim.lordo import MatrixAdam, adam_step, top_r
 
 
+@register("lowrank-ddp")
 class LowRankDDP(DataParallelMethod):
-    name = "lowrank-ddp"
 
     def __init__(self, params, cfg, worker=1):
         super().__init__(params, cfg, worker)

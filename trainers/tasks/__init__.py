@@ -1,6 +1,7 @@
 """Training tasks, registered by name: `get_task("countdown", exactly_once=True)`.
 
-The contract every task implements is in `trainers/tasks/base.py`. A run names its task's
+The contract every task implements is in `trainers/tasks/base.py`; a task from another package
+registers through the entry-point group `wan_harness.tasks` (docs/PLUGINS.md). A run names its task's
 options as text (`--task-options max_people=3,max_number=9`): `parse_task_options` checks each
 key against the task constructor's keywords and types the value like the keyword's default.
 """
@@ -13,7 +14,7 @@ from trainers.registry import Registry
 from trainers.tasks.base import Score, Task
 
 _REGISTRY: Registry[Task] = Registry("task", "tasks", ("trainers.tasks.countdown", "trainers.tasks.knights_knaves",
-                                                       "trainers.tasks.digits"))
+                                                       "trainers.tasks.digits"), plugin="task", base=Task)
 register = _REGISTRY.register
 available = _REGISTRY.available
 get_task = _REGISTRY.get
@@ -26,7 +27,7 @@ def parse_task_options(name: str, text: str) -> dict[str, Any]:
     A comma item without '=' continues the previous value (`ops=copy,reverse,max_len=3`), since
     some options are themselves comma lists. Raises ValueError with a one-line reason."""
     get_task(name)  # an unknown task name fails first, listing the valid ones
-    sig = inspect.signature(_REGISTRY._entries[name].__init__)
+    sig = inspect.signature(_REGISTRY.get_class(name).__init__)
     keywords = {k: v.default for k, v in sig.parameters.items() if k != "self"}
     out: dict[str, str] = {}
     last = None

@@ -24,7 +24,7 @@ def test_registry_matches_spec():
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(ValueError, match="valid: ddp"):
+    with pytest.raises(ValueError, match=r"valid data-parallel methods: ddp, .*\(did you mean lordo-global or lordo-local\?\)"):
         resolve("lordo-globl", CFG)
 
 
