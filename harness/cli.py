@@ -55,6 +55,62 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
     raise typer.Exit(linkcli.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
 
 
+traces_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Link traces: list the shipped ones, show one, generate, convert (harness/net/traces.py).")
+app.add_typer(traces_app, name="traces")
+
+
+@traces_app.command("list")
+def traces_list():
+    """The shipped traces (netem_profiles/traces/) with their mean and percentiles."""
+    from harness.net import commands as linkcli
+    typer.echo(linkcli.traces_list())
+
+
+@traces_app.command("show")
+def traces_show(file: str = typer.Argument(..., help="a trace file or a shipped trace's name"),
+                interval: str = typer.Option("1s", help="step interval of the schedule it plays as"),
+                steps: bool = typer.Option(False, "--steps", help="print every step of one loop")):
+    """A trace's period, mean and percentiles (and its steps)."""
+    from harness.net import commands as linkcli
+    try:
+        typer.echo(linkcli.traces_show(file, interval, steps))
+    except ValueError as err:
+        raise _usage_error(err) from None
+
+
+@traces_app.command("generate")
+def traces_generate(kind: str = typer.Argument(..., help="constant | normal | square | outages | diurnal"),
+                    out: str = typer.Argument(..., help="file to write (.csv, or .mahi/.up/.down for Mahimahi)"),
+                    mean: str = typer.Option("30mbit", help="mean rate, tc units"),
+                    seconds: float = typer.Option(120.0, help="length of one loop"),
+                    step: str = typer.Option("1s", help="step length"),
+                    seed: int = typer.Option(0, help="random seed (normal, outages)"),
+                    sd: float = typer.Option(0.3, help="normal: sd as a fraction of the mean"),
+                    low: float = typer.Option(0.3, help="square, diurnal: the low level as a fraction of the mean"),
+                    period: str = typer.Option("20s", help="square, diurnal: period"),
+                    outage_every: str = typer.Option("30s", help="outages: mean time between outages"),
+                    outage: str = typer.Option("2s", help="outages: mean outage length")):
+    """Write a seeded synthetic trace."""
+    from harness.net import commands as linkcli
+    try:
+        typer.echo(linkcli.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
+                                           low=low, period=period, outage_every=outage_every, outage=outage))
+    except ValueError as err:
+        raise _usage_error(err) from None
+
+
+@traces_app.command("convert")
+def traces_convert(src: str = typer.Argument(..., help="trace to read (Mahimahi or CSV)"),
+                   dst: str = typer.Argument(..., help="file to write; its suffix picks the format")):
+    """Mahimahi <-> CSV (time_s,rate_mbit_s[,delay_ms,loss_pct])."""
+    from harness.net import commands as linkcli
+    try:
+        typer.echo(linkcli.traces_convert(src, dst))
+    except ValueError as err:
+        raise _usage_error(err) from None
+
+
 @app.command()
 def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoever owns it "
                                      "(the namespace run id: meta.json netns_run_id)"),

@@ -324,6 +324,8 @@ PARAMS: list[Param] = [
           where="link", optional=True),
     Param("jitter", str, None, "jitter, e.g. 2ms", unit="s", where="link", optional=True),
     Param("loss", str, None, "random loss per direction, e.g. 0.1%", unit="%", where="link", optional=True),
+    Param("trace", str, None, "play a link trace on every worker link, both directions (a file: Mahimahi "
+          "or time_s,rate_mbit_s CSV; or a shipped one: harness traces list)", where="link", optional=True),
     Param("emulation", bool, True, "shape links in network namespaces (root); --no-emulation: localhost, "
           "unshaped", where="link"),
     Param("backend", str, None, "force the shaping backend: netem | fallback (default: the kernel's)",

@@ -75,3 +75,49 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
                       "yes" if ok else f"NO ({'goodput ' if not r.ok_goodput else ''}{'rtt ' if not r.ok_rtt else ''}{'loss' if not r.ok_loss else ''})")
     Console(width=160).print(table)
     return 0 if ok_all else 1
+
+
+# ---- traces (harness/net/traces.py) ---------------------------------------------------------------
+
+def _trace_line(name: str, t) -> str:
+    st = t.stats()
+    return (f"{name:24s} {t.period_s:7.1f} s  mean {st['mean_bit_s'] / 1e6:6.2f} Mbit/s  p10 {st['p10_bit_s'] / 1e6:6.2f}"
+            f"  p50 {st['p50_bit_s'] / 1e6:6.2f}  p90 {st['p90_bit_s'] / 1e6:6.2f}"
+            + ("  +delay" if t.delay_s else "") + ("  +loss" if t.loss_frac else ""))
+
+
+def traces_list() -> str:
+    from harness.net import traces
+    files = sorted(p for p in traces.TRACE_DIR.glob("*") if p.suffix in (".csv", *traces.MAHIMAHI_SUFFIXES))
+    return "\n".join(_trace_line(p.name, traces.load(p)) for p in files)
+
+
+def traces_show(file: str, interval: str, steps: bool) -> str:
+    from harness.net import traces
+    t = traces.load(file)
+    lines = [_trace_line(t.name, t)]
+    if steps:
+        for s in t.steps(units.parse_time(interval), t.period_s):
+            lines.append(f"{s['at_s']:9.3f} s  {units.format_rate(s['rate_bit_s'])}"
+                         + (f"  {units.format_time(s['delay_s'])}" if "delay_s" in s else "")
+                         + (f"  {units.format_percent(s['loss_frac'])}" if "loss_frac" in s else ""))
+    return "\n".join(lines)
+
+
+def traces_generate(kind: str, out: str, *, mean: str, seconds: float, step: str, seed: int, sd: float, low: float,
+                    period: str, outage_every: str, outage: str) -> str:
+    from harness.net import traces
+    t = traces.generate(kind, seconds=seconds, mean_bit_s=units.parse_rate(mean), step_s=units.parse_time(step),
+                        seed=seed, sd_frac=sd, low_frac=low, period_s=units.parse_time(period),
+                        outage_every_s=units.parse_time(outage_every), outage_s=units.parse_time(outage),
+                        name=Path(out).name)
+    traces.save(t, out)
+    return _trace_line(out, traces.load(out))
+
+
+def traces_convert(src: str, dst: str) -> str:
+    from harness.net import traces
+    if Path(dst).exists():
+        raise ValueError(f"convert: {dst!r} exists (nothing written)")
+    traces.save(traces.load(src), dst)
+    return _trace_line(dst, traces.load(dst))

@@ -30,6 +30,12 @@ Backends (chosen by :func:`harness.net.backend.decide`, recorded in the plan):
 
   Each delay-line queue carries a ``seed`` derived from the run id and the queue number, so a
   run's jitter and burst-loss draws are reproducible.
+
+Traces (:mod:`harness.net.traces`) are part of the plan: ``traces`` lists, per traced link
+direction, the trace, its step interval, its loop period and every step of one period
+(``[at_s, rate_bit_s, delay_s|null, loss_frac|null]``). The operations are the state at ``at_s``;
+the shaper moves between steps by changing the HTB class in place (``replace-class``: the same
+class gets the new rate, no gap where traffic would pass unshaped).
 """
 from __future__ import annotations
 
@@ -64,25 +70,42 @@ class Plan:
     backend: str
     at_s: float
     ops: list[dict[str, Any]] = field(default_factory=list)
+    traces: list[dict[str, Any]] = field(default_factory=list)   # the schedule of each traced link direction
 
     def to_json(self) -> str:
         """One operation per line (readable golden diffs); ``json.loads`` gives the plan back."""
         head = json.dumps({"run_id": self.run_id, "profile": self.profile, "backend": self.backend,
                            "at_s": self.at_s}, sort_keys=True)[:-1]
         ops = ",\n  ".join(json.dumps(op, sort_keys=True) for op in self.ops)
-        return f'{head}, "ops": [\n  {ops}\n]}}\n' if self.ops else f'{head}, "ops": []}}\n'
+        text = f'{head}, "ops": [\n  {ops}\n]' if self.ops else f'{head}, "ops": []'
+        if self.traces:     # absent without traces: the golden plans of static profiles stay as they were
+            text += ', "traces": [\n  ' + ",\n  ".join(json.dumps(t, sort_keys=True) for t in self.traces) + "\n]"
+        return text + "}\n"
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         doc = json.loads(text)
-        return cls(run_id=doc["run_id"], profile=doc["profile"], backend=doc["backend"], at_s=doc["at_s"], ops=doc["ops"])
+        return cls(run_id=doc["run_id"], profile=doc["profile"], backend=doc["backend"], at_s=doc["at_s"], ops=doc["ops"],
+                   traces=doc.get("traces", []))
 
     def devices(self) -> set[tuple[str, str]]:
         return {(op["ns"], op["dev"]) for op in self.ops if "dev" in op}
 
 
+def sizing(link: LinkDir) -> LinkDir:
+    """The link that sizes queues: a traced one at its trace's peak rate and delay, so that queue
+    sizes (and the delay line's configuration) stay put while the trace steps (a new delay-line
+    configuration restarts the process; a rate step must only change the HTB class)."""
+    if link.trace is None:
+        return link
+    t = link.trace.load()
+    return LinkDir(rate_bit_s=max(t.rate_bit_s), delay_s=max(t.delay_s) if t.delay_s else link.delay_s,
+                   jitter_s=link.jitter_s)
+
+
 def bdp_packets(link: LinkDir, factor: float = 1.5) -> int:
     """Packets in flight over ``rate x (delay + jitter)``, with headroom, at least 1000."""
+    link = sizing(link)
     rate = link.rate_bit_s or SIZING_RATE_BIT_S
     pkts = rate * (link.delay_s + link.jitter_s) / (8 * MTU_BYTES)
     return int(min(MAX_QUEUE_PKTS, max(DEFAULT_LEAF_LIMIT, math.ceil(pkts * factor))))
@@ -91,6 +114,7 @@ def bdp_packets(link: LinkDir, factor: float = 1.5) -> int:
 def delay_queue_packets(link: LinkDir) -> int:
     """Kernel queue for a delay line: what arrives at the link rate during delay + jitter, plus
     DELAYLINE_SLACK_S of scheduling lag (the process may wait for a CPU), twice over."""
+    link = sizing(link)
     rate = link.rate_bit_s or SIZING_RATE_BIT_S
     pkts = rate * (link.delay_s + link.jitter_s + DELAYLINE_SLACK_S) / (8 * MTU_BYTES)
     return int(min(MAX_QUEUE_PKTS, max(DEFAULT_LEAF_LIMIT, math.ceil(2 * pkts))))
@@ -174,6 +198,15 @@ def _fallback_node(topo: Topology, node: Node, spec: LinkSpec) -> list[dict[str,
     return ops
 
 
+def trace_schedule(node: str, direction: str, link: LinkDir) -> dict[str, Any]:
+    """One traced link direction's steps over one loop period of its trace."""
+    ref, trace = link.trace, link.trace.load()
+    steps = [[s["at_s"], s["rate_bit_s"], s.get("delay_s"), s.get("loss_frac")]
+             for s in trace.steps(ref.interval_s, trace.period_s)]
+    return {"node": node, "dir": direction, "trace": ref.file, "interval_s": ref.interval_s,
+            "period_s": trace.period_s, "steps": steps}
+
+
 def build_plan(profile: Profile, topo: Topology, backend: str, at_s: float = 0.0) -> Plan:
     """The operations that make ``topo``'s links behave like ``profile`` at time ``at_s``.
     An unknown backend raises ValueError naming the valid ones."""
@@ -181,6 +214,8 @@ def build_plan(profile: Profile, topo: Topology, backend: str, at_s: float = 0.0
     plan = Plan(run_id=topo.run_id, profile=profile.name, backend=backend, at_s=at_s)
     for node in topo.nodes.values():
         spec = profile.link(node.name, at_s)
+        plan.traces += [trace_schedule(node.name, d, link) for d, link in (("up", spec.up), ("down", spec.down))
+                        if link.trace is not None]
         if backend == "netem":
             plan.ops += _netem_dir(node.netns, node.ifname, spec.up) + _netem_dir(topo.router_ns, node.port, spec.down)
         else:

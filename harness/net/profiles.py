@@ -22,7 +22,10 @@ Schedule changes merge over the target's current keys the way a worker override 
 key in a change does not replace a per-direction key the target already sets (in
 heterogeneous-edge, ``w3`` keeps its 5 Mbit/s uplink at 30 s; only its downlink drops to 20 Mbit/s).
 
-Link keys: ``rate`` (tc rate, absent = unlimited), ``delay`` and ``jitter`` (tc time; jitter
+Link keys: ``rate`` (tc rate, absent = unlimited), ``trace`` (a recorded or generated link played
+over time, :mod:`harness.net.traces`: a file name or path, or ``{file: F, interval: 1s}``; its rate,
+and its delay and loss where the file has them, replace the static keys step by step; the steps
+restart at every cell's start), ``delay`` and ``jitter`` (tc time; jitter
 <= delay, uniform in [-jitter, +jitter] around the delay, never reordering), ``loss`` (percent,
 independent random), ``burst_loss`` (Gilbert-Elliott: ``{p, r, bad_loss, good_loss}``, the
 transition probabilities good->bad ``p`` and bad->good ``r`` and the loss in each state; all
@@ -37,17 +40,24 @@ line names the field and the value.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import heapq
+import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import yaml
 
 from harness import units
+from harness.net import traces
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
-_LINK_KEYS = {"rate", "delay", "jitter", "loss", "burst_loss", "limit"}
+_LINK_KEYS = {"rate", "delay", "jitter", "loss", "burst_loss", "limit", "trace"}
+_TRACE_KEYS = {"file", "interval"}
+DEFAULT_TRACE_INTERVAL_S = 1.0   # one rate change per second: HTB's change is in place, ~1 ms of netlink
 _TOP_KEYS = {"name", "description", "source", "defaults", "learner", "workers", "schedule"}
 _GE_KEYS = {"p", "r", "bad_loss", "good_loss"}
 _WORKER = re.compile(r"^w[1-9][0-9]*$")
@@ -74,14 +84,47 @@ class GilbertElliott:
 
 
 @dataclass(frozen=True)
+class TraceRef:
+    """A trace played on one link direction: the file as written in the profile, one step per ``interval_s``."""
+    file: str
+    interval_s: float = DEFAULT_TRACE_INTERVAL_S
+
+    def load(self) -> traces.Trace:
+        return _load_trace(self.file)
+
+    def step(self, at_s: float) -> dict:
+        """The step in force ``at_s`` seconds after the start (steps begin at multiples of the interval)."""
+        return self.load().step(math.floor(at_s / self.interval_s + 1e-9) * self.interval_s, self.interval_s)
+
+    def to_doc(self) -> Any:
+        return self.file if self.interval_s == DEFAULT_TRACE_INTERVAL_S else \
+            {"file": self.file, "interval": units.format_time(self.interval_s)}
+
+
+@functools.lru_cache(maxsize=64)
+def _load_trace(file: str) -> traces.Trace:
+    return traces.load(file)
+
+
+@dataclass(frozen=True)
 class LinkDir:
-    """One direction of one access link. ``rate_bit_s=None`` means unlimited."""
+    """One direction of one access link. ``rate_bit_s=None`` means unlimited. With a ``trace``,
+    rate (and delay, loss where the trace has them) are those of the trace's step at the time."""
     rate_bit_s: float | None = None
     delay_s: float = 0.0
     jitter_s: float = 0.0
     loss_frac: float = 0.0
     burst_loss: GilbertElliott | None = None
     limit_pkts: int | None = None
+    trace: TraceRef | None = None
+
+    def at(self, at_s: float) -> "LinkDir":
+        """This direction ``at_s`` seconds into its trace (itself when it has none)."""
+        if self.trace is None:
+            return self
+        step = self.trace.step(at_s)
+        return dataclasses.replace(self, rate_bit_s=step["rate_bit_s"], delay_s=step.get("delay_s", self.delay_s),
+                                   loss_frac=step.get("loss_frac", self.loss_frac))
 
     @property
     def shaped(self) -> bool:
@@ -106,13 +149,24 @@ class LinkDir:
                                  "good_loss": units.format_percent(ge.good_loss_frac)}
         if self.limit_pkts is not None:
             doc["limit"] = self.limit_pkts
+        if self.trace is not None:
+            doc = {k: v for k, v in doc.items() if k not in ("rate", "delay", "loss") or k not in self._traced()}
+            doc["trace"] = self.trace.to_doc()
         return doc
+
+    def _traced(self) -> set[str]:
+        """The keys the trace sets (they are the trace's, not the profile's, in to_doc)."""
+        t = self.trace.load()
+        return {"rate"} | ({"delay"} if t.delay_s is not None else set()) | ({"loss"} if t.loss_frac is not None else set())
 
 
 @dataclass(frozen=True)
 class LinkSpec:
     up: LinkDir = LinkDir()
     down: LinkDir = LinkDir()
+
+    def at(self, at_s: float) -> "LinkSpec":
+        return LinkSpec(self.up.at(at_s), self.down.at(at_s))
 
     def to_doc(self) -> dict[str, Any]:
         return {"up": self.up.to_doc(), "down": self.down.to_doc()}
@@ -142,10 +196,30 @@ class Profile:
         for change in self.schedule:
             if change.at_s <= at_s and _targets(change.target, node):
                 raw = _merge(raw, change.raw)
-        return build_link(raw, f"{self.name}.{node}")
+        return build_link(raw, f"{self.name}.{node}").at(at_s)
 
     def change_times(self) -> list[float]:
         return sorted({c.at_s for c in self.schedule})
+
+    def trace_intervals(self, nodes: list[str]) -> list[float]:
+        """The step intervals of every trace the links of ``nodes`` play (at any scheduled time)."""
+        out = set()
+        for node in nodes:
+            for at_s in [0.0, *self.change_times()]:
+                spec = self.link(node, at_s)
+                out |= {d.trace.interval_s for d in (spec.up, spec.down) if d.trace is not None}
+        return sorted(out)
+
+    def timeline(self, nodes: list[str]) -> Iterator[float]:
+        """Every time after 0 at which a link of ``nodes`` may change: the schedule's changes and
+        each trace's steps, in order; endless when a trace plays (traces loop)."""
+        streams = [iter(self.change_times())] + [itertools.count(i, i) for i in self.trace_intervals(nodes)]
+        last = 0.0
+        for at_s in heapq.merge(*streams):
+            at_s = round(at_s, 6)        # k x 0.1 s steps: float sums must not make two times of one
+            if at_s > last:
+                last = at_s
+                yield at_s
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "description": self.description, "source": self.source,
@@ -200,17 +274,41 @@ def _dir(raw: Mapping[str, Any], where: str) -> LinkDir:
     ge = None
     if "burst_loss" in raw:
         ge = _ge(raw["burst_loss"], f"{where}.burst_loss")
+    trace = _trace(raw, where) if "trace" in raw else None
     # every number within its physical range (units.py): rate 1 kbit/s-100 Gbit/s, delay and
     # jitter 0-10 s, loss 0-<100 %, limit 1-2^31-1 packets; jitter <= delay below
     link = LinkDir(rate_bit_s=get("rate", units.parse_rate),
                    delay_s=get("delay", units.parse_delay) or 0.0,
                    jitter_s=get("jitter", units.parse_delay) or 0.0,
                    loss_frac=get("loss", units.parse_loss) or 0.0,
-                   burst_loss=ge, limit_pkts=get("limit", units.parse_count))
+                   burst_loss=ge, limit_pkts=get("limit", units.parse_count), trace=trace)
+    link = link.at(0.0)
     if link.jitter_s > link.delay_s:
         raise ProfileError(f"{where}.jitter: {units.quote(raw.get('jitter'))} is larger than delay "
                            f"{units.quote(raw.get('delay', 0))} (the delay would go negative)")
     return link
+
+
+def _trace(raw: Mapping[str, Any], where: str) -> TraceRef:
+    """``trace: FILE`` or ``{file: FILE, interval: 1s}``; the file must load now (errors at load, not
+    at apply), and no static key may say what the trace says."""
+    value = raw["trace"]
+    spec = value if isinstance(value, Mapping) else {"file": value}
+    _check_keys(spec, _TRACE_KEYS, f"{where}.trace")
+    if not isinstance(spec.get("file"), str) or not spec["file"]:
+        raise ProfileError(f"{where}.trace: {value!r} must be a file name or {{file: F, interval: 1s}}")
+    try:
+        interval = units.parse_time(spec["interval"]) if "interval" in spec else DEFAULT_TRACE_INTERVAL_S
+        ref = TraceRef(spec["file"], interval)
+        loaded = ref.load()
+    except (units.UnitError, traces.TraceError) as err:
+        raise ProfileError(f"{where}.trace: {err}") from None
+    if not 0.01 <= interval <= 3600:
+        raise ProfileError(f"{where}.trace.interval: {units.quote(spec.get('interval'))} must be within 10ms and 1h")
+    clash = {"rate"} | ({"delay"} if loaded.delay_s is not None else set()) | ({"loss"} if loaded.loss_frac is not None else set())
+    for key in sorted(clash & set(raw)):
+        raise ProfileError(f"{where}.{key}: {units.quote(raw[key])} contradicts trace {spec['file']!r}, which sets the {key}")
+    return ref
 
 
 def _ge(raw: Any, where: str) -> GilbertElliott:
@@ -323,7 +421,9 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
 
 
 def with_link(profile: Profile, defaults: Mapping[str, Any]) -> Profile:
-    """A copy whose worker defaults are overridden by CLI-style flags (e.g. {'rate': '10mbit'})."""
-    merged = _merge(profile.default, defaults)
+    """A copy whose worker defaults are overridden by CLI-style flags (e.g. {'rate': '10mbit'}).
+    A ``trace`` flag replaces the profile's flat rate (the trace is the rate now)."""
+    base = {k: v for k, v in profile.default.items() if not ("trace" in defaults and k == "rate")}
+    merged = _merge(base, defaults)
     _check_link_raw(merged, f"{profile.name}.defaults")
     return dataclasses.replace(profile, default=merged)

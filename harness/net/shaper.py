@@ -22,11 +22,13 @@ API::
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 from pyroute2 import IPRoute, netns
@@ -100,6 +102,7 @@ class Shaper:
         self._configs: dict[str, str] = {}
         self._applied = False
         self._lock = threading.Lock()
+        self._schedule: tuple[threading.Event, threading.Thread] | None = None
 
     # -- apply
     def apply(self) -> "Shaper":
@@ -112,15 +115,19 @@ class Shaper:
         return self
 
     def update(self, plan: Plan) -> None:
-        """Move to another plan of the same topology (a scheduled change): replace what differs."""
+        """Move to another plan of the same topology (a scheduled change or a trace step): only the
+        operations that differ are sent, each in place (an HTB class changes its rate with
+        ``replace-class``; nothing is deleted and re-added, so no packet passes unshaped)."""
         with self._lock:
             old, self.plan = self.plan, plan
             self._apply(plan, previous=old)
 
     def _apply(self, plan: Plan, previous: Plan | None) -> None:
         by_ns: dict[str, list[dict]] = {}
+        same = {json.dumps(op, sort_keys=True) for op in previous.ops} if previous is not None else set()
         for op in plan.ops:
-            if op["op"] in ("gso_max_segs", "htb_root", "htb_class", "pfifo", "netem"):
+            if op["op"] in ("gso_max_segs", "htb_root", "htb_class", "pfifo", "netem") \
+                    and json.dumps(op, sort_keys=True) not in same:
                 by_ns.setdefault(op["ns"], []).append(op)
         if previous is not None:
             self._clear_qdiscs(previous.devices() - plan.devices())
@@ -133,7 +140,9 @@ class Shaper:
                         raise ShaperError(f"{op['op']} on {ns}/{op['dev']}: {err}") from None
         self._sync_delaylines(plan)
         for ns in _rule_namespaces(plan) | (_rule_namespaces(previous) if previous else set()):
-            _iptables_restore(ns, iptables_restore_text([op for op in plan.ops if op.get("ns") == ns]))
+            text = iptables_restore_text([op for op in plan.ops if op.get("ns") == ns])
+            if previous is None or text != iptables_restore_text([op for op in previous.ops if op.get("ns") == ns]):
+                _iptables_restore(ns, text)   # one atomic table swap, only where a rule changed
 
     def _sync_delaylines(self, plan: Plan) -> None:
         wanted = {op["node"]: op for op in plan.ops if op["op"] == "delayline"}
@@ -202,18 +211,92 @@ class Shaper:
     def __exit__(self, *exc) -> None:
         self.teardown()
 
-    def run_schedule(self, profile: Profile, topo: Topology, stop: threading.Event) -> threading.Thread:
-        """Apply the profile's scheduled changes at their times (a daemon thread; set ``stop``)."""
+    def run_schedule(self, profile: Profile, topo: Topology, stop: threading.Event,
+                     log: Path | None = None) -> threading.Thread:
+        """Apply the profile's scheduled changes and trace steps at their times, counted from now
+        (a daemon thread; set ``stop``). Each step is a row of ``log`` (CSV, :data:`STEP_FIELDS`)
+        per link direction it changed: when it was due and when the kernel had it (``lag_s``).
+        A step that is already late when the next one is due too is skipped (logged ``skipped``):
+        the link follows the trace's time, not a backlog."""
         start = time.monotonic()
+        steps = StepLog(log, start, link_states(profile, topo, 0.0)) if log is not None else None
 
         def loop() -> None:
-            for at_s in profile.change_times():
+            times = profile.timeline(list(topo.nodes))
+            at_s = next(times, None)
+            while at_s is not None:
+                nxt = next(times, None)
                 if stop.wait(max(0.0, start + at_s - time.monotonic())):
-                    return
-                self.update(build_plan(profile, topo, self.plan.backend, at_s=at_s))
+                    break
+                skip = nxt is not None and time.monotonic() >= start + nxt
+                if not skip:
+                    self.update(build_plan(profile, topo, self.plan.backend, at_s=at_s))
+                if steps is not None:
+                    steps.write(at_s, time.monotonic(), link_states(profile, topo, at_s), skipped=skip)
+                at_s = nxt
+            if steps is not None:
+                steps.close()
         thread = threading.Thread(target=loop, name="shaper-schedule", daemon=True)
         thread.start()
         return thread
+
+    def restart_schedule(self, profile: Profile, topo: Topology, log: Path | None = None) -> None:
+        """Back to the links at time 0 and play the schedule and traces again from now (each cell
+        of a run starts here, so every method meets the same link over its own time)."""
+        self.stop_schedule()
+        self.update(build_plan(profile, topo, self.plan.backend, at_s=0.0))
+        stop = threading.Event()
+        self._schedule = (stop, self.run_schedule(profile, topo, stop, log))
+
+    def stop_schedule(self) -> None:
+        if self._schedule is not None:
+            stop, thread = self._schedule
+            stop.set()
+            thread.join()
+            self._schedule = None
+
+
+STEP_FIELDS = ["at_s", "due_t_s", "applied_t_s", "lag_s", "skipped", "node", "direction",
+               "rate_bit_s", "delay_s", "loss_frac"]
+
+
+class StepLog:
+    """The schedule's steps as they are applied: one CSV row per changed link direction, written
+    (and flushed) as it goes. ``*_t_s`` are time.monotonic() seconds, the clock of the services'
+    event rows and of links.csv; ``lag_s`` = applied - due."""
+
+    def __init__(self, path: Path, start: float, first: dict[tuple[str, str], dict]):
+        self.start, self.last = start, {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = path.open("w", newline="")
+        self.out = csv.DictWriter(self.fh, STEP_FIELDS)
+        self.out.writeheader()
+        self.write(0.0, start, first, skipped=False)   # the state the cell starts in (lag 0 by definition)
+
+    def write(self, at_s: float, applied: float, states: dict[tuple[str, str], dict], skipped: bool) -> None:
+        due = self.start + at_s
+        for (node, direction), link in states.items():
+            if self.last.get((node, direction)) == link:
+                continue
+            self.out.writerow({"at_s": at_s, "due_t_s": round(due, 6), "applied_t_s": round(applied, 6),
+                               "lag_s": round(applied - due, 6), "skipped": skipped, "node": node,
+                               "direction": direction, **link})
+        if not skipped:
+            self.last = states
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def link_states(profile: Profile, topo: Topology, at_s: float) -> dict[tuple[str, str], dict]:
+    """(node, direction) -> {rate_bit_s, delay_s, loss_frac} in force ``at_s`` into the schedule."""
+    out = {}
+    for node in topo.nodes:
+        spec = profile.link(node, at_s)
+        for direction, d in (("up", spec.up), ("down", spec.down)):
+            out[(node, direction)] = {"rate_bit_s": d.rate_bit_s, "delay_s": d.delay_s, "loss_frac": d.loss_frac}
+    return out
 
 
 def _readline(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -236,13 +319,30 @@ def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
             plan = build_plan(profile, topo, chosen)
             with Shaper(plan) as shaper:
                 stop = threading.Event()
-                shaper.run_schedule(profile, topo, stop)
+                shaper._schedule = (stop, shaper.run_schedule(profile, topo, stop))
+                _ACTIVE[topo.run_id] = (shaper, profile, topo)
                 try:
                     yield topo, shaper
                 finally:
-                    stop.set()
+                    _ACTIVE.pop(topo.run_id, None)
+                    shaper.stop_schedule()
     finally:
         topo.destroy()
+
+
+_ACTIVE: dict[str, tuple[Shaper, Profile, Topology]] = {}   # run id -> what `emulate` is shaping now
+
+
+def restart_schedule(run_id: str, log: Path) -> bool:
+    """Play the schedule and traces of the run ``emulate`` shapes from time 0 again, logging each
+    step to ``log`` (a cell's ``schedule.csv``); False (nothing done) when its links never change."""
+    if run_id not in _ACTIVE:
+        return False
+    shp, profile, topo = _ACTIVE[run_id]
+    if not profile.change_times() and not profile.trace_intervals(list(topo.nodes)):
+        return False
+    shp.restart_schedule(profile, topo, log)
+    return True
 
 
 # ---- show: the live kernel state as a profile document ------------------------------------------

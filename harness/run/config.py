@@ -21,7 +21,7 @@ from trainers import spec, tasks
 from trainers.spec import SpecError as ConfigError
 from harness.run import presets
 
-_LINK_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss"}
+_LINK_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss", "trace": "--trace"}
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 
@@ -146,6 +146,13 @@ def _resolve_profile(name: str, flags: dict[str, str | None]) -> tuple[profiles.
         raise ConfigError(f"{_LINK_FLAGS[key]}: {err}") from None
 
 
+def _trace_path(value: str | None) -> str | None:
+    """--trace as an absolute path (config.json must find it from any folder); a shipped name stays a name."""
+    if value is None or not Path(value).is_file():
+        return value          # a shipped trace's name, or a bad one that the profile check names
+    return str(Path(value).resolve())
+
+
 def _check_unambiguous(prof: profiles.Profile, given: dict[str, str]) -> None:
     """A flag that the profile would silently override for some link is ambiguous: refuse it."""
     for key in given:
@@ -178,7 +185,8 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
     variants = _variants(values)
-    link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"]}
+    link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"],
+            "trace": _trace_path(values["trace"])}
     prof, overrides = _resolve_profile(values["profile"], link)
     return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,

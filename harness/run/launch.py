@@ -419,6 +419,8 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
         return run_cell(cfg, cell, cell_dir, _local_spawn, "127.0.0.1:0", token, progress)
 
     listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
+    # every cell meets the schedule and traces from their start (each step logged: due vs applied)
+    shaper.restart_schedule(topo.run_id, cell_dir / "schedule.csv")
     sampler = LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5)  # failures also go to stderr
     try:
         with sampler:

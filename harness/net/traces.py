@@ -1,0 +1,274 @@
+"""Recorded and synthetic link traces: parse, convert, generate, resample (pure, no kernel).
+
+A trace is a piecewise-constant link over time that loops at its end: rate (bit/s) and, where the
+file gives them, one-way delay and random loss. Formats read and written:
+
+* **Mahimahi** delivery opportunities (``*.mahi``, ``*.up``, ``*.down``; mm-link): one integer
+  millisecond timestamp per line, each a chance to deliver one 1500-byte packet at that ms; the
+  file loops with period = the last timestamp. Read into ``MAHIMAHI_BIN_S`` steps (rate = packets
+  in the bin x 12000 bit / bin length); written back by spreading each step's bytes over its ms.
+* **CSV** (``*.csv``): ``time_s,rate_mbit_s[,delay_ms[,loss_pct]]`` with an optional header line.
+  The same reader takes the Pensieve/FCC "cooked" form (``time_s throughput_mbit_s``, whitespace
+  separated, no header). Each row holds until the next; the last one for the median step length,
+  which closes the loop period.
+
+A trace plays as a schedule of steps every ``interval_s`` seconds (``steps``): step k carries the
+time-weighted mean rate of the trace over [k x interval, (k+1) x interval), wrapped around the loop
+period, and the delay and loss in force at its start. A rate of 0 (an outage) is played as
+``OUTAGE_RATE_BIT_S``: an HTB class cannot be stopped, and 8 kbit/s passes one 1500-byte packet
+per 1.5 s, which TCP sees as the outage it is.
+
+Synthetic traces (``generate``), seeded: ``constant``, ``normal`` (i.i.d. around a mean, clipped
+at 0), ``square`` (high/low halves of a period), ``outages`` (the mean, with exponential gaps and
+outage lengths), ``diurnal`` (a sine of one period).
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+MTU_BYTES = 1500                    # a Mahimahi delivery opportunity carries one MTU-sized packet
+MAHIMAHI_BIN_S = 0.1                # Mahimahi timestamps binned to 100 ms steps when read
+OUTAGE_RATE_BIT_S = 8e3             # what a rate of 0 plays as (HTB needs a rate; >= units' 1 kbit/s floor)
+TRACE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles" / "traces"
+KINDS = ("constant", "normal", "square", "outages", "diurnal")
+MAHIMAHI_SUFFIXES = (".mahi", ".up", ".down", ".trace")
+_SPLIT = re.compile(r"[,\s]+")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; str() is one line naming the file, line or field."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Steps starting at ``times_s`` (the first at 0), each holding until the next; loops at ``period_s``."""
+    name: str
+    times_s: tuple[float, ...]
+    rate_bit_s: tuple[float, ...]
+    period_s: float
+    delay_s: tuple[float, ...] | None = None
+    loss_frac: tuple[float, ...] | None = None
+
+    def index_at(self, t_s: float) -> int:
+        """The step in force at ``t_s`` seconds (looped)."""
+        t = t_s % self.period_s
+        lo, hi = 0, len(self.times_s) - 1
+        while lo < hi:                       # last step whose start <= t
+            mid = (lo + hi + 1) // 2
+            if self.times_s[mid] <= t:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def mean_rate(self, start_s: float, end_s: float) -> float:
+        """Time-weighted mean rate over [start_s, end_s) (bit/s), looping at the period."""
+        if end_s <= start_s:
+            return self.rate_bit_s[self.index_at(start_s)]
+        return self.bits(start_s, end_s) / (end_s - start_s)
+
+    def bits(self, start_s: float, end_s: float) -> float:
+        """Bits the trace offers over [start_s, end_s)."""
+        loops, rest = divmod(start_s, self.period_s)
+        t, end, total = rest, end_s - loops * self.period_s, 0.0
+        while t < end - 1e-12:
+            i = self.index_at(t)
+            wrap = math.floor(t / self.period_s) * self.period_s
+            nxt = wrap + (self.times_s[i + 1] if i + 1 < len(self.times_s) else self.period_s)
+            stop = min(end, nxt)
+            total += self.rate_bit_s[i] * (stop - t)
+            t = stop
+        return total
+
+    def steps(self, interval_s: float, until_s: float) -> list[dict]:
+        """The schedule over [0, until_s): one step per interval (see the module docstring)."""
+        out = []
+        for k in range(max(1, math.ceil(until_s / interval_s - 1e-9))):
+            t = k * interval_s
+            out.append(self.step(t, interval_s))
+        return out
+
+    def step(self, t_s: float, interval_s: float) -> dict:
+        """Step starting at ``t_s``: {at_s, rate_bit_s (>= OUTAGE_RATE_BIT_S), delay_s?, loss_frac?}."""
+        i = self.index_at(t_s)
+        row = {"at_s": round(t_s, 6), "rate_bit_s": round(max(OUTAGE_RATE_BIT_S, self.mean_rate(t_s, t_s + interval_s)), 1)}
+        if self.delay_s is not None:
+            row["delay_s"] = self.delay_s[i]
+        if self.loss_frac is not None:
+            row["loss_frac"] = self.loss_frac[i]
+        return row
+
+    def stats(self, start_s: float = 0.0, end_s: float | None = None, bin_s: float = 1.0) -> dict:
+        """Mean and percentiles (p10, p50, p90 of ``bin_s`` means) of the rate over a window (bit/s)."""
+        end = self.period_s if end_s is None else end_s
+        bins = [self.mean_rate(t, min(end, t + bin_s)) for t in _frange(start_s, end, bin_s)]
+        q = statistics.quantiles(bins, n=10, method="inclusive") if len(bins) > 1 else bins * 9
+        return {"mean_bit_s": self.mean_rate(start_s, end), "p10_bit_s": q[0], "p50_bit_s": q[4],
+                "p90_bit_s": q[8], "min_bit_s": min(bins), "max_bit_s": max(bins), "window_s": end - start_s}
+
+
+def _frange(start: float, end: float, step: float) -> list[float]:
+    n = max(1, math.ceil((end - start) / step - 1e-9))
+    return [start + k * step for k in range(n)]
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+def resolve(name_or_path: str | Path, directory: Path = TRACE_DIR) -> Path:
+    """A shipped trace by file name (``cellular-lte.csv``) or a path; TraceError when neither exists."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.resolve()
+    shipped = directory / str(name_or_path)
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.name for p in directory.glob("*") if p.suffix in (".csv", *MAHIMAHI_SUFFIXES)))
+    raise TraceError(f"trace: {str(name_or_path)!r} is neither a file nor a shipped trace (shipped: {names})")
+
+
+def load(name_or_path: str | Path) -> Trace:
+    """Mahimahi (by suffix, or a file of bare integers) or CSV; TraceError names the bad line."""
+    path = resolve(name_or_path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"trace: {str(path)!r} cannot be read ({err})") from None
+    if path.suffix in MAHIMAHI_SUFFIXES:
+        return parse_mahimahi(text, path.name)
+    return parse_csv(text, path.name)
+
+
+def parse_mahimahi(text: str, name: str) -> Trace:
+    stamps = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if not line.strip().isdigit():
+            raise TraceError(f"{name}:{n}: {line.strip()[:40]!r} is not a millisecond timestamp")
+        stamps.append(int(line))
+    if not stamps or stamps[-1] <= 0:
+        raise TraceError(f"{name}: no delivery opportunity after 0 ms (a Mahimahi trace loops at its last timestamp)")
+    if any(b < a for a, b in zip(stamps, stamps[1:])):
+        raise TraceError(f"{name}: timestamps go backwards")
+    period = stamps[-1] / 1000
+    nbins = max(1, math.ceil(period / MAHIMAHI_BIN_S - 1e-9))
+    counts = [0] * nbins
+    for ms in stamps:
+        counts[min(nbins - 1, int(ms / 1000 / MAHIMAHI_BIN_S))] += 1
+    times = tuple(round(k * MAHIMAHI_BIN_S, 6) for k in range(nbins))
+    widths = [min(period, t + MAHIMAHI_BIN_S) - t for t in times]
+    rates = tuple(c * MTU_BYTES * 8 / w for c, w in zip(counts, widths))
+    return Trace(name, times, rates, period)
+
+
+def parse_csv(text: str, name: str) -> Trace:
+    rows: list[list[float]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        fields = [f for f in _SPLIT.split(line.strip()) if f]
+        if not fields or fields[0].startswith("#"):
+            continue
+        try:
+            values = [float(f) for f in fields]
+        except ValueError:
+            if not rows and n == 1:
+                continue                     # a header line
+            raise TraceError(f"{name}:{n}: {line.strip()[:60]!r} is not numbers") from None
+        if len(values) < 2 or not all(math.isfinite(v) for v in values) or values[1] < 0:
+            raise TraceError(f"{name}:{n}: expected time_s,rate_mbit_s[,delay_ms[,loss_pct]] with a rate >= 0")
+        rows.append(values)
+    return _from_rows(rows, name)
+
+
+def _from_rows(rows: list[list[float]], name: str) -> Trace:
+    if not rows:
+        raise TraceError(f"{name}: no rows")
+    t0 = rows[0][0]
+    times = [r[0] - t0 for r in rows]
+    if any(b <= a for a, b in zip(times, times[1:])):
+        raise TraceError(f"{name}: times must increase")
+    step = statistics.median([b - a for a, b in zip(times, times[1:])]) if len(times) > 1 else 1.0
+    width = min(len(r) for r in rows)
+    delay = tuple(r[2] / 1e3 for r in rows) if width > 2 else None
+    loss = tuple(r[3] / 100 for r in rows) if width > 3 else None
+    if delay is not None and not all(0 <= d <= 10 for d in delay):
+        raise TraceError(f"{name}: delay_ms must be within 0 and 10000")
+    if loss is not None and not all(0 <= p < 1 for p in loss):
+        raise TraceError(f"{name}: loss_pct must be within 0 and <100")
+    return Trace(name, tuple(round(t, 6) for t in times), tuple(r[1] * 1e6 for r in rows),
+                 times[-1] + step, delay, loss)
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+def to_csv(trace: Trace) -> str:
+    head = ["time_s", "rate_mbit_s"] + (["delay_ms"] if trace.delay_s else []) + (["loss_pct"] if trace.loss_frac else [])
+    lines = [",".join(head)]
+    for i, t in enumerate(trace.times_s):
+        row = [f"{t:g}", f"{trace.rate_bit_s[i] / 1e6:.6g}"]
+        if trace.delay_s:
+            row.append(f"{trace.delay_s[i] * 1e3:.6g}")
+        if trace.loss_frac:
+            row.append(f"{trace.loss_frac[i] * 100:.6g}")
+        lines.append(",".join(row))
+    return "\n".join(lines) + "\n"
+
+
+def to_mahimahi(trace: Trace) -> str:
+    """Delivery opportunities: a byte budget fills at the trace's rate each ms; one line per 1500
+    bytes it holds. Delay and loss have no place in the format and are dropped. The last line is
+    the period (Mahimahi loops there), added when no delivery falls on it."""
+    period_ms = max(1, round(trace.period_s * 1000))
+    lines, budget = [], 0.0
+    for ms in range(1, period_ms + 1):
+        budget += trace.rate_bit_s[trace.index_at((ms - 1) / 1000)] / 8 / 1000
+        while budget >= MTU_BYTES:
+            lines.append(ms)
+            budget -= MTU_BYTES
+    if not lines or lines[-1] != period_ms:
+        lines.append(period_ms)
+    return "\n".join(map(str, lines)) + "\n"
+
+
+def save(trace: Trace, path: str | Path) -> Path:
+    """Written in the format its suffix names (Mahimahi suffixes, else CSV)."""
+    path = Path(path)
+    path.write_text(to_mahimahi(trace) if path.suffix in MAHIMAHI_SUFFIXES else to_csv(trace))
+    return path
+
+
+# ---- generating ---------------------------------------------------------------------------------
+
+def generate(kind: str, *, seconds: float = 120.0, mean_bit_s: float = 30e6, step_s: float = 1.0, seed: int = 0,
+             sd_frac: float = 0.3, low_frac: float = 0.3, period_s: float = 20.0,
+             outage_every_s: float = 30.0, outage_s: float = 2.0, name: str | None = None) -> Trace:
+    """A synthetic trace (see the module docstring); the same arguments give the same trace."""
+    if kind not in KINDS:
+        raise TraceError(f"kind: {kind!r} is unknown (valid: {', '.join(KINDS)})")
+    if seconds <= 0 or step_s <= 0 or mean_bit_s <= 0 or period_s <= 0:
+        raise TraceError("seconds, step, mean and period must be > 0")
+    rng = random.Random(seed)
+    times = _frange(0.0, seconds, step_s)
+    rates = {"constant": lambda: [mean_bit_s] * len(times),
+             "normal": lambda: [max(0.0, rng.gauss(mean_bit_s, sd_frac * mean_bit_s)) for _ in times],
+             "square": lambda: [mean_bit_s * (2 - low_frac if (t % period_s) < period_s / 2 else low_frac)
+                                for t in times],
+             "outages": lambda: _outages(times, mean_bit_s, rng, outage_every_s, outage_s),
+             "diurnal": lambda: [mean_bit_s * (1 + (1 - low_frac) * math.sin(2 * math.pi * t / period_s)) for t in times],
+             }[kind]()
+    return Trace(name or f"{kind}-s{seed}", tuple(round(t, 6) for t in times), tuple(rates), seconds)
+
+
+def _outages(times: list[float], mean: float, rng: random.Random, every_s: float, length_s: float) -> list[float]:
+    """``mean`` outside outages; outage starts ~ exponential gaps of mean ``every_s``, lengths ~ exp(``length_s``)."""
+    out, next_start, end = [], rng.expovariate(1 / every_s), -1.0
+    for t in times:
+        if t >= next_start:
+            end = next_start + rng.expovariate(1 / length_s)
+            next_start = end + rng.expovariate(1 / every_s)
+        out.append(0.0 if t < end else mean)
+    return out
