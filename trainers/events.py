@@ -8,12 +8,14 @@ flushed as soon as it is written, so an interrupted run leaves readable files.
 Row kinds:
 - learner `update` (one per version): version, batch, lag, policy_versions, phases
   {name: [start, end]} and durations_s (idle = waiting for rollouts, train, encode,
-  decode_replay = the learner's own step, hash, send_update), seconds_per_update (end of the
+  decode_replay = the learner's own step, hash, send_update), cpu_s {name: the thread's CPU seconds
+  in it}, process_cpu_s, machine {busy_frac, steal_frac, load1, cores} over the update (PhaseTimer),
+  seconds_per_update (end of the
   previous update to end of this one), update_payload_bytes (the method's body),
   update_frame_bytes {worker: bytes written}, bytes {direction: {message type: frame bytes}}
   for this update, loss, reward_mean, objective metrics, hash (when computed), harness_s.
 - worker `update` (one per version applied): version, type (UPDATE/SNAPSHOT), phases idle /
-  receive / decode_replay / hash, bytes received, hash (when reported).
+  receive / decode_replay / hash (+ cpu_s, process_cpu_s, machine), bytes received, hash (when reported).
 - worker `rollouts` (one per batch; batch t feeds update t + 1): batch, policy_version, seed,
   phases rollout / send_rollouts, bytes sent, reward_mean.
 - events: start, joined, disconnected, dropped, replaced, rejected (a refused connection or
@@ -69,20 +71,57 @@ class EventLog:
             self._file.close()
 
 
+def read_cpu_counters() -> tuple[int, int, int]:
+    """(busy, steal, total) jiffies of the machine from /proc/stat's first line (0s where unreadable).
+    busy = user + nice + system + irq + softirq; steal = time a hypervisor gave our vCPUs to another guest."""
+    try:
+        with open("/proc/stat") as fh:
+            f = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0, 0
+    f += [0] * (8 - len(f))
+    user, nice, system, idle, iowait, irq, softirq, steal = f
+    return user + nice + system + irq + softirq, steal, sum(f)
+
+
+def read_load1() -> float | None:
+    """The machine's 1-minute load average (runnable + uninterruptible tasks), None where unreadable."""
+    try:
+        with open("/proc/loadavg") as fh:
+            return float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_load(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict:
+    """What the machine did between two read_cpu_counters(): busy_frac and steal_frac of all cores'
+    time (0-1), load1 at the end and the core count, so a reader can tell a contended window."""
+    total = after[2] - before[2]
+    frac = (lambda i: round((after[i] - before[i]) / total, 4)) if total > 0 else (lambda i: None)
+    return {"busy_frac": frac(0), "steal_frac": frac(1), "load1": read_load1(), "cores": os.cpu_count()}
+
+
 class PhaseTimer:
-    """Records [start, end] monotonic timestamps of the named phases of one update."""
+    """Records [start, end] monotonic timestamps of the named phases of one update, the calling
+    thread's CPU seconds in each (time.thread_time: a single-threaded phase on an idle core has CPU
+    ~ wall; much less means it waited for a core), the process's CPU seconds over the timer's life
+    and the machine's load over it (machine_load)."""
 
     def __init__(self):
         self.spans: dict[str, list[float]] = {}
         self.durations: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._process_cpu0 = time.process_time()
+        self._counters0 = read_cpu_counters()
 
     @contextmanager
     def phase(self, name: str):
         assert name in PHASES, name
-        start = time.monotonic()
+        start, cpu0 = time.monotonic(), time.thread_time()
         try:
             yield
         finally:
+            self.cpu[name] = self.cpu.get(name, 0.0) + (time.thread_time() - cpu0)
             self.add(name, start, time.monotonic())
 
     def add(self, name: str, start: float, end: float) -> None:
@@ -92,8 +131,13 @@ class PhaseTimer:
         self.durations[name] = self.durations.get(name, 0.0) + (end - start)
 
     def row(self) -> dict:
+        """phases {name: [start, end]}, durations_s and cpu_s {name: seconds} (cpu_s only for phases
+        timed by `phase`), process_cpu_s since the timer was made, machine (machine_load)."""
         return {"phases": {k: [round(a, 6), round(b, 6)] for k, (a, b) in self.spans.items()},
-                "durations_s": {k: round(v, 6) for k, v in self.durations.items()}}
+                "durations_s": {k: round(v, 6) for k, v in self.durations.items()},
+                "cpu_s": {k: round(v, 6) for k, v in self.cpu.items()},
+                "process_cpu_s": round(time.process_time() - self._process_cpu0, 6),
+                "machine": machine_load(self._counters0, read_cpu_counters())}
 
 
 def read_events(path: str | os.PathLike) -> list[dict]:

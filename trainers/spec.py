@@ -272,6 +272,9 @@ PARAMS: list[Param] = [
     Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),
+    Param("schedule", str, "interleaved", "order of the cells: interleaved (seed by seed, the variants' order "
+          "reversed every other seed, so a drift in the machine's load hits every method alike) or sequential "
+          "(each variant's seeds back to back)", choices=("interleaved", "sequential"), where="harness"),
     Param("problems_per_worker", int, 16, "problems per worker per update", lo=1, hi=4096),
     Param("group_size", int, None, "samples per problem (the GRPO group); unset: 1 for distill (the teacher "
           "scores every sample, and distinct problems teach more than repeats), 2 for grpo", lo=1, hi=1024,

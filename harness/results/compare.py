@@ -2,7 +2,9 @@
 
 Owns the names the comparison keys on (the baseline, the coordinate columns, a variant's label
 and its folder slug) and the numbers: per (coordinates, variant) seconds per update (median,
-IQR over every update of every seed), speedup (full's median / the method's), payload and wire
+IQR over every update of every seed), speedup (full's median / the method's; also per seed, paired,
+with a 95 % CI over seeds, and on seconds with compute charged at CPU time, `cpu_charged`), how busy
+the machine was (`contended` and why: load, steal, CPU/wall of a single-threaded phase), payload and wire
 bytes per update, payload as a fraction of `full`'s, link bytes per update, quality (the
 objective's metric over a seed's last updates, mean ± sd over seeds), policy lag (median, max;
 the pipelining depth is a coordinate), consistency, completeness, degraded cells (a worker lost).
@@ -15,6 +17,7 @@ slug are the spec's (`spec.variant_label`, `spec.variant_slug`).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,7 +69,82 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "lag_max": g["lag"].max(),
             "consistent": bool(len(cells) and cells["consistent"].all()),
             "complete": bool(len(cells) and cells["complete"].all()),
-            "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any())}
+            "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
+            "s_per_update_cpu_median": cpu_charged(g).median(), **_contention(g),
+            "_seed_spu": _seed_medians(g, spu), "_seed_spu_cpu": _seed_medians(g, cpu_charged(g))}
+
+
+CONTENDED_LOAD = 1.0      # load1 / cores above this: more runnable tasks than cores
+CONTENDED_STEAL = 0.05    # the hypervisor gave > 5 % of our cores' time to other guests
+CONTENDED_CPU_WALL = 0.8  # the learner's single-threaded train phase got < 80 % of a core
+
+
+def _col(g: pd.DataFrame, col: str) -> pd.Series:
+    """g[col] as floats (absent: all NaN, for runs recorded before the column existed)."""
+    import pandas as pd
+
+    return pd.to_numeric(g[col], errors="coerce") if col in g else pd.Series(float("nan"), index=g.index)
+
+
+def cpu_charged(g: pd.DataFrame) -> pd.Series:
+    """Seconds per update with the compute phases charged at their CPU seconds, not their wall time:
+    what the update would take had no other process competed for the cores. The learner's train,
+    encode and decode_replay waits (wall - CPU) are taken out, and so is the median worker's rollout
+    wait, capped by the learner's idle (the time it waited for rollouts). Equals seconds_per_update
+    for rows without CPU columns."""
+    wait = sum((_col(g, f"{p}_s") - _col(g, f"{p}_cpu_s")).clip(lower=0).fillna(0.0)
+               for p in ("train", "encode", "decode_replay"))
+    rollout_wait = (_col(g, "worker_rollout_s") - _col(g, "worker_rollout_cpu_s")).clip(lower=0).fillna(0.0)
+    return g["seconds_per_update"] - wait - rollout_wait.clip(upper=_col(g, "idle_s").fillna(0.0))
+
+
+def _seed_medians(g: pd.DataFrame, values: pd.Series) -> dict:
+    """{seed: median of `values` over that seed's updates}."""
+    return {int(s): float(v) for s, v in values.groupby(g["seed"]).median().items() if v == v}
+
+
+def _contention(g: pd.DataFrame) -> dict:
+    """How busy the machine was over a variant's updates (trainers/events.machine_load): median load1
+    per core, mean steal, median CPU/wall of the learner's train phase, and `contended` with the
+    reasons (CONTENDED_*); None for rows recorded without them."""
+    per_core = (_col(g, "load1") / _col(g, "cores")).median()
+    steal = _col(g, "steal_frac").mean()
+    train = _col(g, "train_s")
+    ratio = (_col(g, "train_cpu_s") / train.where(train > 0)).median()
+    why = [f"load {per_core:.2f}/core" if per_core > CONTENDED_LOAD else "",
+           f"steal {steal:.0%}" if steal > CONTENDED_STEAL else "",
+           f"train CPU/wall {ratio:.2f}" if ratio < CONTENDED_CPU_WALL else ""]
+    known = any(v == v for v in (per_core, steal, ratio))
+    return {"load_per_core": _plain(per_core), "steal_frac": _plain(steal), "train_cpu_wall": _plain(ratio),
+            "contended": bool(any(why)) if known else None, "contention": "; ".join(w for w in why if w) or None}
+
+
+def _speedup_ci(base: dict, row: dict) -> tuple:
+    """(geometric mean, 95 % CI low, high, seeds) of the per-seed speedups base/row, paired on seed
+    (interleaved cells of one seed run next to each other): a t interval on the log ratios."""
+    logs = [math.log(base[s] / row[s]) for s in row if s in base and row[s] > 0 and base[s] > 0]
+    if not logs:
+        return None, None, None, 0
+    mean, half = quality.ci95(logs)
+    if half is None:
+        return math.exp(mean), None, None, len(logs)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs)
+
+
+def _with_speedup_ci(df: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """speedup_seed_mean [speedup_ci_lo, speedup_ci_hi] over `speedup_seeds` paired seeds, and
+    speedup_cpu (the same on cpu_charged seconds); the private per-seed columns are dropped."""
+    out = {c: [] for c in ("speedup_seed_mean", "speedup_ci_lo", "speedup_ci_hi", "speedup_seeds", "speedup_cpu")}
+    for _, r in df.iterrows():
+        hit = _same(base, keys, [r[k] for k in keys])
+        b = hit.iloc[0] if not hit.empty else None
+        mean, lo, hi, n = _speedup_ci(b["_seed_spu"], r["_seed_spu"]) if b is not None else (None, None, None, 0)
+        cpu = _speedup_ci(b["_seed_spu_cpu"], r["_seed_spu_cpu"])[0] if b is not None else None
+        for c, v in zip(out, (mean, lo, hi, n, cpu)):
+            out[c].append(v)
+    for c, v in out.items():
+        df[c] = v
+    return df.drop(columns=["_seed_spu", "_seed_spu_cpu"])
 
 
 def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
@@ -101,6 +179,7 @@ def comparison(updates: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame |
     base = df[df["method"] == df["baseline"]]  # each run's own --baseline (full unless said otherwise)
     df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
     df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
+    df = _with_speedup_ci(df, base, keys)
     df = _equal_bytes(df, base, keys, updates)
     return _with_quality(df, evals, keys)
 

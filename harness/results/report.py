@@ -236,6 +236,33 @@ def _quality_section(comp: pd.DataFrame) -> list[str]:
             *(["Per-update speedups that do not carry over to time to quality:", "", *notes, ""] if notes else [])]
 
 
+def _load_section(comp: pd.DataFrame) -> list[str]:
+    """Speedup per paired seed with its 95 % CI, the speedup with compute charged at CPU time
+    (compare.cpu_charged), and how busy the machine was; a line when it was contended."""
+    if comp.empty or "speedup_seed_mean" not in comp or comp["speedup_seed_mean"].isna().all():
+        return []
+    head = ["link", "method", "speedup over seeds [95 % CI]", "speedup, compute at CPU time", "load per core",
+            "steal", "train CPU / wall", "contended"]
+    rows, busy = [], []
+    for _, r in comp.iterrows():
+        ci = (f" [{r['speedup_ci_lo']:.2f}, {r['speedup_ci_hi']:.2f}]" if pd.notna(r.get("speedup_ci_lo")) else "")
+        flag = r.get("contended")
+        rows.append([_link(r), r["variant"], _fmt(r["speedup_seed_mean"], "x") + ci + f" ({r['speedup_seeds']} seeds)",
+                     _fmt(r.get("speedup_cpu"), "x"), _fmt(r.get("load_per_core"), "s"), _fmt(r.get("steal_frac"), "%"),
+                     _fmt(r.get("train_cpu_wall"), "s"),
+                     "-" if flag is None or pd.isna(flag) else f"YES: {r['contention']}" if flag else "no"])
+        if flag is True:
+            busy.append(f"- `{r['variant']}`: the machine was contended ({r['contention']}): its wall-clock "
+                        "speedup may not hold on a quiet machine; the CPU-time column is the estimate without the load.")
+    return ["## Speedup over seeds and machine load", "",
+            "Per seed: the baseline's median seconds per update / the method's, paired on the seed (the cells of a "
+            "seed run next to each other, `--schedule interleaved`); geometric mean with a t interval over seeds. "
+            "Compute at CPU time: the learner's compute phases and the workers' rollouts charged at the CPU "
+            f"seconds they used. Contended: load above {compare.CONTENDED_LOAD:g} per core, steal above "
+            f"{compare.CONTENDED_STEAL:.0%}, or the single-threaded train phase below {compare.CONTENDED_CPU_WALL:g} "
+            "CPU per wall second.", "", markdown_table(head, rows), "", *busy, *([""] if busy else [])]
+
+
 def _measured_links(doc: dict) -> list[str]:
     """The "Container links (measured)" section from a run's calibration.json (the containers front
     door measures each worker link like `harness calibrate` before the cells); [] without one."""
@@ -269,7 +296,7 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
-           *_quality_section(comp), *dpreport.section(tables.updates),
+           *_load_section(comp), *_quality_section(comp), *dpreport.section(tables.updates),
            "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",

@@ -21,6 +21,8 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     worker_<phase>_s (median over workers) for rollout, send_rollouts, receive, decode_replay,
     payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
     payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
+    <phase>_cpu_s (the learner thread's CPU seconds in train, encode, decode_replay), worker_rollout_cpu_s,
+    process_cpu_s, busy_frac / steal_frac (of all cores' time over the update), load1, cores,
     lag (policy versions), loss, reward_mean, quality, quality_metric,
     contributors (workers whose rollouts the update trained on);
     data-parallel cells also: claimed_bytes_up / claimed_bytes_down, sync, heldout_ppl (DP_FIELDS) and
@@ -126,7 +128,7 @@ def check_rows(path: Path, rows: list) -> list[dict]:
                 raise ResultsError(f"{path}: update row {i} has no integer 'version'")
             if r.get("process") == "learner" and not _number(r.get("seconds_per_update")):
                 raise ResultsError(f"{path}: update row {i} has no numeric 'seconds_per_update'")
-        for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival"):
+        for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival", "cpu_s", "machine"):
             if r.get(key) is not None and not isinstance(r[key], dict):
                 raise ResultsError(f"{path}: row {i} ({kind}): {key!r} is not a JSON object")
     return rows
@@ -274,6 +276,23 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
     for r in learner:
         v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
         rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
+CPU_PHASES = ("train", "encode", "decode_replay")   # the learner's compute phases (one thread each)
+MACHINE_FIELDS = ("busy_frac", "steal_frac", "load1", "cores")
+
+
+def load_columns(r: dict, rolls: list[dict]) -> dict:
+    """CPU and machine-load columns of one learner update row (trainers/events.PhaseTimer): <phase>_cpu_s,
+    worker_rollout_cpu_s (median over workers), process_cpu_s and the machine's busy/steal fractions,
+    load1 and cores over the update; None where the row predates them."""
+    cpu = r.get("cpu_s") or {}
+    out = {f"{p}_cpu_s": cpu.get(p) for p in CPU_PHASES}
+    out["worker_rollout_cpu_s"] = _median((w.get("cpu_s") or {}).get("rollout") for w in rolls)
+    out["process_cpu_s"] = r.get("process_cpu_s")
+    machine = r.get("machine") or {}
+    out.update({k: machine.get(k) for k in MACHINE_FIELDS})
+    return out
+
+
         applies = [w for w in worker_rows if w.get("kind") == "update" and w.get("version") == v]
         row = {**info, "update": v, "complete": bool(cell.summary.get("complete")),
                "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
@@ -292,6 +311,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
         if overlaps:
             row["overlap"] = sum(overlaps) / len(overlaps)
+        row.update(load_columns(r, rolls))
         rows.append(row)
     return rows
 

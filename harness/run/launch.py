@@ -5,8 +5,9 @@
       cells/<method>-s<seed>/   events-learner.jsonl  events-w<i>.jsonl  summary.json  links.csv  *.log
 
 Order of work: write config.json and meta.json (status "running"); build the topology and apply
-the shaping once (every cell runs under the same link); for each seed, for each variant (the
-method(s) first, `full` last) start the learner and the workers as processes inside their
+the shaping once (every cell runs under the same link); for each cell in `cells` order (seed by seed,
+the variants' order reversed every other seed; `--schedule sequential`: variant by variant) start
+the learner and the workers as processes inside their
 namespaces, sample the link counters while they run, wait for them; then aggregate tables,
 report and figures. Teardown (processes, shaping, namespaces) runs in `finally`, so Ctrl-C,
 SIGTERM or a crash leave no namespace, qdisc, rule or process behind, and the partial results
@@ -65,7 +66,13 @@ class Cell:
 
 
 def cells(cfg: RunConfig) -> list[Cell]:
-    return [Cell(v, s) for s in cfg.seeds for v in cfg.variants]
+    """The run's cells in the order they run (`--schedule`). interleaved: seed by seed, every variant,
+    in reverse order on every other seed (A1 B1 B2 A2 A3 B3): the cells that a speedup pairs run next
+    to each other, and a load that rises or falls through the run lands on each variant as often
+    first as second. sequential: each variant's seeds back to back (A1 A2 A3 B1 B2 B3)."""
+    if cfg.schedule == "sequential":
+        return [Cell(v, s) for v in cfg.variants for s in cfg.seeds]
+    return [Cell(v, s) for i, s in enumerate(cfg.seeds) for v in (cfg.variants[::-1] if i % 2 else cfg.variants)]
 
 
 # ---- metadata --------------------------------------------------------------------------------
