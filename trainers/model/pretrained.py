@@ -52,6 +52,7 @@ BASE_TRAIN = 4000        # distinct training problems the warm-up draws from
 PROGRESS_LINES = 10      # progress lines per training run
 
 
+CACHE_FILE_MODE = 0o644   # cached models: readable by every user (they are not secrets)
 def default_cache_dir(kind: str) -> Path:
     """Where cached models of `kind` (\"bases\", \"teachers\") live: $WAN_CACHE_DIR/<kind>, else ~/.cache."""
     root = os.environ.get("WAN_CACHE_DIR")
@@ -70,8 +71,11 @@ def base_config(task, model: str, steps: int, seed: int = BASE_SEED, batch_size:
 
 
 def build_base(task, model: str = "tiny", steps: int = 300, seed: int = BASE_SEED, batch_size: int = BASE_BATCH,
-               lr: float = BASE_LR, n_train: int = BASE_TRAIN, cache_dir: str | os.PathLike | None = None):
-    """The student's frozen base for `task`: random (steps 0), or trained on gold and cached."""
+               lr: float = BASE_LR, n_train: int = BASE_TRAIN, cache_dir: str | os.PathLike | None = None,
+               role: str = "base"):
+    """The student's frozen base for `task`: random (steps 0), or trained on gold and cached.
+    `role` names the model in the progress lines only ("teacher" when the same recipe, run
+    longer, is a run's teacher: trainers/model/run_models.py); the cache key does not depend on it."""
     if steps < 0:
         raise ValueError(f"base steps must be >= 0, got {steps}")
     model_ = build_base_model(model, seed=seed)
@@ -81,7 +85,7 @@ def build_base(task, model: str = "tiny", steps: int = 300, seed: int = BASE_SEE
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir("bases")
     path = folder / f"{task.name}-{model}-{config_key(config)}.safetensors"
     train = lambda m: train_on_gold(m, build_tokenizer(model), task, seed, steps, batch_size, lr, n_train,  # noqa: E731
-                                    label=f"base {task.name} {model}")
+                                    label=f"{role} {task.name} {model}, {steps} steps")
     return load_or_train(model_, path, config, train)
 
 
@@ -96,10 +100,22 @@ def load_or_train(model, path: Path, config: dict, train: Callable[[torch.nn.Mod
                 save_atomic(model, path, config)
     model.load_state_dict(load_file(str(path)))  # also after training: every caller gets the file's bits
     return model.eval().requires_grad_(False)
+    check_readable(path)
 
 
 @contextlib.contextmanager
 def _exclusive(lock_path: Path):
+def check_readable(path: Path) -> None:
+    """PermissionError naming the file, its mode and owner when this process cannot read a cached model
+    (safetensors reports an unreadable file as FileNotFoundError: a cache built by another user)."""
+    if os.access(path, os.R_OK):
+        return
+    st = path.stat()
+    raise PermissionError(f"cannot read the cached model {path} (mode {st.st_mode & 0o777:04o}, owner uid "
+                          f"{st.st_uid}) as uid {os.getuid()}: make it readable (chmod a+r) or use another "
+                          "cache (WAN_CACHE_DIR)")
+
+
     with open(lock_path, "a+") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes (or the process dies)
         try:
@@ -117,6 +133,9 @@ def save_atomic(model, path: Path, config: dict) -> None:
         save_file(state, tmp, metadata={"config": json.dumps(config, sort_keys=True, default=str)})
         os.replace(tmp, path)  # atomic: a concurrent reader sees no file or the whole file
     finally:
+        # mkstemp makes it 0600: other users' processes load the same cache (the containers' services
+        # run as uid 1000 on a cache the root controller or a host run built)
+        os.chmod(tmp, CACHE_FILE_MODE)
         if os.path.exists(tmp):
             os.unlink(tmp)
 

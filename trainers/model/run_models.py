@@ -37,7 +37,7 @@ def teacher_for(params: RunParams, task: tasks.Task):
     bases). Like the base it does not depend on the run seed: one teacher for every seed, built once."""
     if params.model not in TINY_CONFIGS:  # a real shape: trained from its random init, per seed
         return build_teacher(task, params.model, seed=params.seed, steps=params.teacher_steps)
-    return build_base(task, params.model, steps=params.teacher_steps)
+    return build_base(task, params.model, steps=params.teacher_steps, role="teacher")
 
 
 def main(argv=None) -> int:

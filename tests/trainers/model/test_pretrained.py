@@ -155,3 +155,47 @@ def test_run_params_mode_builds_the_runs_base_and_teacher_once(tmp_path):
                          capture_output=True, timeout=120)
     last = bad.stderr.strip().splitlines()[-1]
     assert bad.returncode == 2 and "error:" in last and "lr" in last, bad.stderr[-2000:]
+
+
+def test_cache_files_are_readable_by_every_user(cache, base):
+    # the containers' services (uid 1000) load caches that root (a host run, the controller) built
+    for f in cache.glob("*.safetensors"):
+        assert f.stat().st_mode & 0o777 == 0o644, f
+
+
+def test_the_progress_line_names_the_role(task, tmp_path, capsys):
+    build_base(task, "micro", steps=2, cache_dir=tmp_path, role="teacher")
+    err = capsys.readouterr().err
+    assert "[pretrain] teacher digits micro, 2 steps: step 2/2" in err, err
+
+
+@pytest.mark.root
+def test_an_unreadable_cache_file_is_named_with_its_mode(task, base, cache):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the file is root's, read as uid 1000")
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="wh-cache-"))
+    folder.chmod(0o755)
+    src = next(cache.glob("digits-micro-*.safetensors"))
+    (folder / src.name).write_bytes(src.read_bytes())
+    (folder / src.name).chmod(0o600)   # what mkstemp left before the cache was made readable
+    read, write = os.pipe()
+    pid = os.fork()   # a child of this interpreter as uid 1000 (a new one could not reach /root's python)
+    if pid == 0:
+        os.close(read)
+        message = "no error"
+        try:
+            os.setgid(1000)
+            os.setuid(1000)
+            build_base(task, "micro", steps=STEPS, cache_dir=folder)
+        except BaseException as err:  # noqa: BLE001 - whatever it is goes back to the test
+            message = f"{type(err).__name__}: {err}"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        message = fh.read()
+    os.waitpid(pid, 0)
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    assert message.startswith(f"PermissionError: cannot read the cached model {folder / src.name} "), message
+    assert "(mode 0600, owner uid 0) as uid 1000" in message, message
