@@ -362,7 +362,8 @@ def _check_entry(entry) -> tuple[str, str, tuple[int, ...], int]:
     if dtype_name not in dtypes.DTYPES:
         raise WireError(f"tensor {name!r}: dtype {dtype_name!r:.40} not in the whitelist {sorted(dtypes.DTYPES)}")
     if (not isinstance(shape, list) or len(shape) > MAX_DIMS
-            or not all(type(d) is int and 0 <= d < 2**40 for d in shape)):
+            or not all(type(d) is int and 0 <= d < 2**40 for d in shape)
+            or math.prod(max(d, 1) for d in shape) >= 2**40):  # torch's strides overflow even at 0 elements
         raise WireError(f"tensor {name!r}: bad shape {shape!r:.80}")
     nbytes = math.prod(shape) * dtypes.itemsize(dtype_name)  # exact Python ints: no overflow
     return name, dtype_name, tuple(shape), nbytes
@@ -522,14 +523,16 @@ class Connection:
         self._read_into(memoryview(buf), what, deadline)
         return bytes(buf)
 
-    def recv(self, deadline: float | None = None) -> Frame:
+    def recv(self, deadline: float | None = None, header_deadline: float | None = None) -> Frame:
         """Read and validate one frame; raises WireError (PeerClosed on EOF).
 
         `deadline` (time.monotonic() seconds): the whole frame must have arrived by then, or
-        DeadlineExceeded; it leaves a socket timeout set, which the caller resets. The body is
+        DeadlineExceeded; it leaves a socket timeout set, which the caller resets. `header_deadline`:
+        an earlier one for the 44-byte header, which carries the run token (a handshake gives a peer
+        that has not shown the token only a short while). The body is
         read into one buffer of the announced length, allocated only after the header passed
         its checks (the cap among them)."""
-        header = self._read_exact(HEADER_BYTES, "header", deadline)
+        header = self._read_exact(HEADER_BYTES, "header", deadline if header_deadline is None else header_deadline)
         t_header = time.monotonic()
         t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
