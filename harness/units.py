@@ -1,8 +1,12 @@
 """tc-style unit parsing: rates, times, percentages and sizes, parsed once at the edge.
 
-Rates follow tc(8): ``bit`` or a bare number is bit/s; ``kbit``/``mbit``/``gbit``/``tbit`` are
-SI (x1000); ``kibit``/``mibit``/... are binary (x1024); ``bps``/``kbps``/``mbps``/``gbps`` are
-*bytes* per second (x8). Times: ``s``/``sec``/``secs``, ``ms``/``msec``/``msecs``,
+Rates: ``bit`` or a bare number is bit/s; ``kbit``/``mbit``/``gbit``/``tbit`` are SI (x1000) and
+``kibit``/``mibit``/... binary (x1024), in any case, as in tc(8). The ``bps`` family is read as
+tcconfig (``tcset --rate``) and network people read it, by case: ``Kbps``/``Mbps``/``Gbps`` are
+*bits* per second, ``Bps``/``KBps``/``MBps``/``GBps`` (a capital B) *bytes* per second (x8). An
+all-lowercase ``bps``/``kbps``/``mbps``/... is refused: tc(8) reads it as bytes, tcconfig as bits,
+and the two readings differ 8-fold (``62.5mbps``: 500 Mbit/s or 62.5 Mbit/s); the message gives
+both. Times: ``s``/``sec``/``secs``, ``ms``/``msec``/``msecs``,
 ``us``/``usec``/``usecs``, ``ns``; a bare number is microseconds as in tc(8). Percentages need
 ``%`` (a bare ``0`` is accepted): ``loss: 0.05`` is ambiguous (5 % or 0.05 %?) so it is an
 error. Every parser raises :class:`UnitError` whose message names the value and the reason;
@@ -21,9 +25,11 @@ RATE_UNITS = {
     "": 1, "bit": 1,
     "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
     "kibit": 1024, "mibit": 1024**2, "gibit": 1024**3, "tibit": 1024**4,
-    "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,
-    "kibps": 8 * 1024, "mibps": 8 * 1024**2, "gibps": 8 * 1024**3, "tibps": 8 * 1024**4,
 }
+# the bps family, case-sensitive (see the module docstring): prefix -> multiplier to bit/s
+BPS_PREFIXES = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+                "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
+_BPS = re.compile(r"^([kmgt]i?|)(b)ps$", re.IGNORECASE)
 RATE_MIN_BIT_S = 1e3          # 1 kbit/s
 RATE_MAX_BIT_S = 100e9        # 100 Gbit/s
 DELAY_MAX_S = 10.0            # more than 10 s one way is not a WAN
@@ -50,7 +56,7 @@ def _split(value: object, kind: str) -> tuple[float, str]:
         match = _SPLIT.match(value)
         if not match:
             raise UnitError(f"{quote(value)} is not a {kind}")
-        number, unit = float(match.group(1)), match.group(2).lower()
+        number, unit = float(match.group(1)), match.group(2)   # case kept: the bps family needs it
     else:
         raise UnitError(f"{quote(value)} is not a {kind}")
     if not math.isfinite(number):
@@ -61,9 +67,7 @@ def _split(value: object, kind: str) -> tuple[float, str]:
 def parse_rate(value: object) -> float:
     """``"62.5mbit"`` -> 62.5e6 (bit/s). Must be > 0, and within 1 kbit/s and 100 Gbit/s."""
     number, unit = _split(value, "rate")
-    if unit not in RATE_UNITS:
-        raise UnitError(f"{quote(value)} has unknown rate unit {quote(unit)} (use bit, kbit, mbit, gbit, bps, ...)")
-    rate = number * RATE_UNITS[unit]
+    rate = number * _rate_multiplier(value, number, unit)
     if rate <= 0:
         raise UnitError(f"{quote(value)}: rate must be > 0")
     if not RATE_MIN_BIT_S <= rate <= RATE_MAX_BIT_S:
@@ -71,9 +75,30 @@ def parse_rate(value: object) -> float:
     return rate
 
 
+def _rate_multiplier(value: object, number: float, unit: str) -> float:
+    """bit/s per unit of `unit` (as typed); UnitError for an unknown or an ambiguous unit."""
+    if unit.lower() in RATE_UNITS:
+        return RATE_UNITS[unit.lower()]
+    match = _BPS.match(unit)
+    if not match:
+        raise UnitError(f"{quote(value)} has unknown rate unit {quote(unit)} (use bit, kbit, mbit, gbit, "
+                        "Mbps = Mbit/s, MBps = Mbyte/s, ...)")
+    prefix, b = match.group(1), match.group(2)
+    mult = BPS_PREFIXES[prefix.lower()]
+    if b == "B":
+        return 8 * mult
+    if prefix[:1].isupper():
+        return mult
+    bits = f"{number:g}{prefix}bit"
+    raise UnitError(f"{quote(value)} is ambiguous: tc reads {unit} as bytes/s ({format_rate(8 * mult * number)}), "
+                    f"tcconfig as bits/s ({format_rate(mult * number)}); write {bits!r} or "
+                    f"'{number:g}{prefix.capitalize()}Bps'")
+
+
 def parse_time(value: object) -> float:
     """``"20ms"`` -> 0.02 (seconds). Must be >= 0."""
     number, unit = _split(value, "time")
+    unit = unit.lower()
     if unit not in TIME_UNITS:
         raise UnitError(f"{quote(value)} has unknown time unit {quote(unit)} (use s, ms, us)")
     seconds = number * TIME_UNITS[unit]

@@ -321,7 +321,8 @@ PARAMS: list[Param] = [
     # the emulated network
     Param("profile", str, "paper-62.5mbit", "WAN profile: a name in netem_profiles/ or a YAML path; the link "
           "flags below override its worker defaults", where="link"),
-    Param("bw", str, None, "worker link rate, tc units (e.g. 62.5mbit); overrides the profile", unit="bit/s",
+    Param("bw", str, None, "worker link rate (62.5mbit = 62.5Mbps, megabits/s; MBps: megabytes/s); "
+          "overrides the profile", unit="bit/s",
           where="link", optional=True),
     Param("delay", str, None, "one-way delay per direction of each worker link, e.g. 20ms", unit="s",
           where="link", optional=True),

@@ -10,7 +10,7 @@ from harness.net.profiles import ProfileError
 
 @pytest.mark.parametrize("text,bit_s", [
     ("62.5mbit", 62.5e6), ("1gbit", 1e9), ("100kbit", 1e5), ("10mibit", 10 * 1024**2),
-    ("1mbps", 8e6), ("5000", 5000.0), (1000, 1000.0), ("1.5Gbit", 1.5e9),
+    ("1MBps", 8e6), ("5000", 5000.0), (1000, 1000.0), ("1.5Gbit", 1.5e9),
     ("1kbit", 1e3), ("100gbit", 100e9),      # the physical range's ends are valid
 ])
 def test_parse_rate(text, bit_s):
