@@ -425,13 +425,13 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
     for run in runs:
         u, cfg, _, net, a = load(run)
         measured = cm.measured(u)
-        for variant, method, budget in u[["variant", "method", "budget"]].drop_duplicates().itertuples(index=False):
-            budget = budget if isinstance(budget, str) else None
+        for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
+            budget = cm._budget_text(frac)   # the tables hold the fraction; predict takes the label
             if variant not in measured:          # a cell with no update past the warm-up (unfinished run)
                 continue
             p = cm.predict(method, a, net, fitted.compute, int(cfg["pipeline"]), budget)
             link = net.workers[0].down
-            rows = u[(u["variant"] == variant) & (u["update"] > 1)]
+            rows = u[(u["variant"] == variant) & (u["update_index"] > 1)]
             one_way = cm.path(net.learner, net.workers[0]).delay_s
             checks.append(Check(Path(run).name, variant, net.n, link.rate_bit_s, link.delay_s, link.loss_frac,
                                 int(cfg["pipeline"]), measured[variant], p.seconds_per_update,

@@ -629,7 +629,7 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
     a synchronous run (the workers' hashes and event files, framing and checksums, scheduling) is
     solved for as `worker_other_s`, so that the model reproduces the fitted run's median exactly;
     the other runs are then predictions."""
-    df = updates[updates["update"] > skip_first] if "update" in updates else updates
+    df = updates[updates["update_index"] > skip_first] if "update_index" in updates else updates
     if df.empty:
         raise ValueError("no update rows to fit (every row is warm-up)")
     workers = int(df["workers"].iloc[0])
@@ -650,15 +650,20 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
     if net is not None and adapter is not None and pipeline == 0:
         residuals = []
         for label, g in df.groupby("variant", sort=False):
-            method, budget = g["method"].iloc[0], g["budget"].iloc[0] if "budget" in g else None
-            budget = budget if isinstance(budget, str) else None
+            method = g["method"].iloc[0]
+            budget = _budget_text(g["budget_frac"].iloc[0]) if "budget_frac" in g else None
             p = predict(method, adapter, net, compute, 0, budget)
             residuals.append(_med(g["seconds_per_update"]) - p.seconds_per_update)
         compute = replace(compute, worker_other_s=max(0.0, statistics.median(residuals)) / slow)
     return Fitted(compute, workers, model, rank, len(df), source)
 
 
+def _budget_text(frac) -> str | None:
+    """A results table's budget_frac (0.016) as the label predict() takes ('1.6%'); None/NaN -> None."""
+    return None if frac is None or frac != frac else f"{float(frac) * 100:g}%"
+
+
 def measured(updates, skip_first: int = 1) -> dict[str, float]:
     """Median seconds per update per variant (after the warm-up updates)."""
-    df = updates[updates["update"] > skip_first]
+    df = updates[updates["update_index"] > skip_first]
     return {label: _med(g["seconds_per_update"]) for label, g in df.groupby("variant", sort=False)}

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the 
 
 BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
 COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
-QUALITY_LAST = 3   # quality of a seed = mean of its last 3 updates' metric
+QUALITY_LAST = 3   # the training-batch metric of a seed = mean of its last 3 updates' (never held-out quality)
 
 
 def coords(df: pd.DataFrame) -> list[str]:
@@ -45,7 +45,7 @@ def coords(df: pd.DataFrame) -> list[str]:
 
 
 def _seed_quality(g: pd.DataFrame) -> pd.Series:
-    return g.sort_values("update").groupby("seed")["quality"].apply(lambda s: s.tail(QUALITY_LAST).mean())
+    return g.sort_values("update_index").groupby("seed")["train_metric"].apply(lambda s: s.tail(QUALITY_LAST).mean())
 
 
 def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
@@ -56,16 +56,16 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
     # that syncs every K steps ships nothing on most steps: its median would read 0, so it gets
     # the mean per optimizer step (what dpreport's claimed-vs-measured table counts).
     per = (lambda c: g[c].mean()) if spec.is_data_parallel(str(g["method"].iloc[0])) else (lambda c: g[c].median())
-    return {"method": g["method"].iloc[0], "budget": g["budget"].iloc[0],
-            "seeds": int(g["seed"].nunique()), "updates": int(len(g)),
+    return {"method": g["method"].iloc[0], "budget_frac": g["budget_frac"].iloc[0],
+            "seeds": int(g["seed"].nunique()), "update_rows": int(len(g)),
             "s_per_update_median": spu.median(), "s_per_update_q1": spu.quantile(0.25),
             "s_per_update_q3": spu.quantile(0.75), "s_per_update_iqr": spu.quantile(0.75) - spu.quantile(0.25),
             "payload_bytes_down": per("payload_bytes_down"), "wire_bytes_down": per("wire_bytes_down"),
             "payload_bytes_up": per("payload_bytes_up"), "wire_bytes_up": per("wire_bytes_up"),
             "link_bytes_down_per_update": _per_update(cells, "link_bytes_down", done),
             "link_bytes_up_per_update": _per_update(cells, "link_bytes_up", done),
-            "quality_metric": g["quality_metric"].iloc[0], "quality_mean": q.mean(),
-            "quality_std": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
+            "train_metric_name": g["train_metric_name"].iloc[0], "train_metric_mean": q.mean(),
+            "train_metric_sd": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
             "lag_max": g["lag"].max(),
             "consistent": bool(len(cells) and cells["consistent"].all()),
             "complete": bool(len(cells) and cells["complete"].all()),
@@ -222,7 +222,7 @@ def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates:
     first = lambda col, default: updates[col].iloc[0] if col in updates and len(updates) else default  # noqa: E731
     target, spread = [], []
     for _, r in df.iterrows():
-        budget = r.get("budget")
+        budget = r.get("budget_frac")
         if budget is None or pd.isna(budget) or not spec.takes_budget(r["method"]):
             target.append(None)
             spread.append(None)
@@ -234,10 +234,10 @@ def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates:
         elif not hit.empty and hit["method"].iloc[0] in _BASE_DTYPE:
             ref = _DTYPE_BYTES.get(r.get("reference_dtype", first("reference_dtype", "bf16")), 2)
             adapter = float(hit["payload_bytes_down"].iloc[0]) / _DTYPE_BYTES[_BASE_DTYPE[hit["method"].iloc[0]]]
-            target.append(spec.parse_budget(budget) * adapter * ref)
+            target.append(float(budget) * adapter * ref)
         else:
             target.append(None)
-        peers = _same(df[(df["budget"] == budget) & df["method"].map(spec.takes_budget)], keys,
+        peers = _same(df[(df["budget_frac"] == budget) & df["method"].map(spec.takes_budget)], keys,
                       [r[k] for k in keys])["payload_bytes_down"]
         spread.append(float(peers.max() / peers.min()) if len(peers) > 1 and peers.min() else None)
     df["budget_target_bytes"] = target

@@ -108,7 +108,7 @@ def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
     if "overlap" not in updates or "method" not in updates:
         return pd.DataFrame()
     df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
-    keys = [k for k in dpreport.KEYS if k in df] + ["method", "update"]
+    keys = [k for k in dpreport.KEYS if k in df] + ["method", "update_index"]
     rows = []
     for key, g in df.groupby(keys, dropna=False, sort=False):
         mean, ci = ci95(g["overlap"])
@@ -124,11 +124,11 @@ def dp_overlap(updates: pd.DataFrame, out: Path) -> list[Path]:
     keys, vary = [k for k in dpreport.KEYS if k in b] + ["method"], _varying(b)
     fig, ax = plt.subplots(figsize=(4.2, 3))
     for key, g in b.groupby(keys, dropna=False, sort=False):
-        g = g.sort_values("update")
+        g = g.sort_values("update_index")
         colour, marker = style(key[-1])
-        ax.plot(g["update"], g["mean"], color=colour, marker=marker, markersize=3,
+        ax.plot(g["update_index"], g["mean"], color=colour, marker=marker, markersize=3,
                 label=f"{_label(key, keys, vary)}, {g['seeds'].max()} seeds")
-        ax.fill_between(g["update"], g["mean"] - g["ci95"], g["mean"] + g["ci95"], color=colour, alpha=0.2,
+        ax.fill_between(g["update_index"], g["mean"] - g["ci95"], g["mean"] + g["ci95"], color=colour, alpha=0.2,
                         linewidth=0)
     ax.set_xlabel("optimizer step of the sync")
     ax.set_ylabel("overlap  mean $\\sigma^2(Q_{t+1}^T Q_t)$")

@@ -27,7 +27,7 @@ def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
         return df
     keys = [k for k in KEYS if k in df] + ["method", "seed"]
     g = df.groupby(keys, dropna=False)
-    out = g.agg(steps=("update", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
+    out = g.agg(steps=("update_index", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
                 payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
                 payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"),
                 s_per_step=("seconds_per_update", "mean"), heldout_ppl=("heldout_ppl", "last")).reset_index()

@@ -97,7 +97,7 @@ def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(4.2, 3))
     comp = comp[[not spec.is_data_parallel(str(m)) for m in comp["method"]]] if len(comp) else comp
     heldout = "heldout_mean" in comp and comp["heldout_mean"].notna().any()
-    quality, err = ("heldout_mean", "heldout_ci95") if heldout else ("quality_mean", "quality_std")
+    quality, err = ("heldout_mean", "heldout_ci95") if heldout else ("train_metric_mean", "train_metric_sd")
     pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp[quality]).dropna(subset=["bytes", "quality"])
     pts = pts[pts["bytes"] > 0]
     for _, r in pts.iterrows():
@@ -107,7 +107,7 @@ def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
     if heldout and len(pts):
         metric, higher = f"held-out {pts['heldout_name'].iloc[0]}", not bool(pts["heldout_lower_is_better"].iloc[0])
     else:
-        metric = str(pts["quality_metric"].iloc[0]) if len(pts) else "quality"
+        metric = f"training-batch {pts['train_metric_name'].iloc[0]}" if len(pts) else "quality"
         higher = "loss" not in metric
     if len(pts):
         front = pareto(pts, higher_is_better=higher)
@@ -130,7 +130,7 @@ def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) 
     for ax, variant in zip(axes[:, 0], variants):
         g = phases[(phases["variant"] == variant)]
         # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
-        g = g[(g["seed"] == g["seed"].min()) & (g["update"] <= max_updates + 1) & (g["update"] >= 2)]
+        g = g[(g["seed"] == g["seed"].min()) & (g["update_index"] <= max_updates + 1) & (g["update_index"] >= 2)]
         procs = sorted(g["process"].unique(), key=lambda p: (p != "learner", len(p), p))
         for i, proc in enumerate(procs):
             for _, r in g[g["process"] == proc].iterrows():

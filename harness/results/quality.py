@@ -51,7 +51,7 @@ def ci95(values) -> tuple[float | None, float | None]:
 
 def metric_column(metric: str) -> str:
     """The evals column a `--quality-metric` reads."""
-    return {"pass_at_k": "pass_at_k", "pass_at_1": "pass_at_1", "objective": "objective"}[metric]
+    return {"pass_at_k": "pass_at_k", "pass_at_1": "pass_at_1", "objective": "objective_value"}[metric]
 
 
 def lower_is_better(evals: pd.DataFrame, metric: str) -> bool:
@@ -150,8 +150,8 @@ def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: 
                "ttq_reached": len(secs), "ttq_updates_mean": ci95(ups)[0]}
         row["ttq_seconds_mean"], row["ttq_seconds_ci95"] = ci95(secs)
         row["heldout_mean"], row["heldout_ci95"] = ci95(s["final"])
-        for name in ("pass_at_1", "pass_at_k", "objective"):
-            row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(per_seed(g, name)["final"]) if name in g else (None, None)
+        for name, c in (("pass_at_1", "pass_at_1"), ("pass_at_k", "pass_at_k"), ("objective", "objective_value")):
+            row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(per_seed(g, c)["final"]) if c in g else (None, None)
         rows.append(row)
     return _with_ttq_speedup(rows, baseline)
 

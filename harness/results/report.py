@@ -68,12 +68,12 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, r in comp.iterrows():
         link = _link(r)
-        rows.append([link, _fmt(r.get("workers")), r["variant"], f"{r['seeds']} x {r['updates'] // max(1, r['seeds'])}",
+        rows.append([link, _fmt(r.get("workers")), r["variant"], f"{r['seeds']} x {r['update_rows'] // max(1, r['seeds'])}",
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
                      _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
                      _fmt(r["fraction_of_full"], "%"), _bytes_check(r),
-                     _heldout(r), f"{r['quality_metric']} {r['quality_mean']:.4g} ± {r['quality_std']:.2g}",
+                     _heldout(r), f"{r['train_metric_name']} {r['train_metric_mean']:.4g} ± {r['train_metric_sd']:.2g}",
                      _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
                      "yes" if r["consistent"] else "NO",
                      ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])

@@ -15,7 +15,9 @@ module (compare, report, plots import it).
 
 Columns of `updates` (units in names: seconds, bytes, bit/s):
     run_id, profile, backend, emulated, rate_bit_s, delay_s, loss_frac, workers, pipeline,
-    method, budget, variant, seed, update, complete, consistent,
+    method, budget_frac (the budget as a fraction: 0.016 for 1.6 %; NaN without one; the label stays
+    in `variant`), variant, seed, update_index (the policy version the update produced; not `update`,
+    which is DataFrame.update), complete, consistent,
     seconds_per_update, t_start_s, t_end_s (from the cell's first event),
     <phase>_s for the learner's phases (idle, train, encode, decode_replay, hash, send_update),
     worker_<phase>_s (median over workers) for rollout, send_rollouts, receive, decode_replay,
@@ -23,15 +25,21 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
     <phase>_cpu_s (the learner thread's CPU seconds in train, encode, decode_replay), worker_rollout_cpu_s,
     process_cpu_s, busy_frac / steal_frac (of all cores' time over the update), load1, cores,
-    lag (policy versions), loss, reward_mean, quality, quality_metric,
-    contributors (workers whose rollouts the update trained on);
+    payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
+    payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
+    lag (policy versions), train_loss (the training batch's loss; not `loss`, the link's loss
+    parameter), reward_mean, train_metric + train_metric_name (the training batch's own figure:
+    train_loss for distill, reward_mean for grpo, lm_loss for data-parallel; never held-out quality),
+    contributors (workers whose rollouts the update trained on), delta_changed / delta_density (`delta`: the
+    shipped adapter's changed elements and their fraction; METHOD_FIELDS);
     data-parallel cells also: claimed_bytes_up / claimed_bytes_down, sync, heldout_ppl (DP_FIELDS) and
     overlap = mean(sigma^2(Q_{t+1}^T Q_t)) at a sync that refreshed the projection (mean over the
     workers' rows, trainers/dataparallel/worker.py; absent elsewhere).
 
 Columns of `evals` (one row per cell x held-out evaluation): the cell's coordinates, version,
     pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill),
-    objective + objective_metric (reverse_kl or mean_reward), eval_s (not training time), wall_s
+    objective_value + objective_metric (its name: reverse_kl or mean_reward; the column is not
+    `objective`, which is the run parameter: distill or grpo), eval_s (not training time), wall_s
     (training seconds up to that version: the sum of its updates' seconds per update).
 
 Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
@@ -256,9 +264,14 @@ def cell_info(cell: CellFiles, cfg: dict, planned: dict[str, tuple[dict, int]]) 
     method = params.get("method") or variant.get("method") or stem
     if seed is None:
         seed = params.get("seed", int(tail) if tail.isdigit() else None)
-    return {"method": method, "budget": variant.get("budget", params.get("budget")),
+    return {"method": method, "budget_frac": budget_frac(variant.get("budget", params.get("budget"))),
             "variant": variant.get("label") or stem, "seed": seed,
             "objective": params.get("objective", cfg.get("objective"))}
+
+
+def budget_frac(label) -> float | None:
+    """A variant's budget label ('1.6%') as a fraction (0.016); None without one."""
+    return spec.parse_budget(label) if isinstance(label, str) and label else None
 
 
 def _median(values) -> float | None:
@@ -266,16 +279,6 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def update_rows(cell: CellFiles, info: dict) -> list[dict]:
-    learner = [r for r in cell.learner if r.get("kind") == "update"]
-    worker_rows = [w for rows in cell.workers.values() for w in rows]
-    # the data-parallel family trains a language model: its training-batch metric is the LM loss
-    metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
-              "distill_loss" if info.get("objective") == "distill" else "reward_mean")
-    rows = []
-    for r in learner:
-        v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
-        rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
 CPU_PHASES = ("train", "encode", "decode_replay")   # the learner's compute phases (one thread each)
 MACHINE_FIELDS = ("busy_frac", "steal_frac", "load1", "cores")
 
@@ -293,8 +296,18 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
     return out
 
 
+def update_rows(cell: CellFiles, info: dict) -> list[dict]:
+    learner = [r for r in cell.learner if r.get("kind") == "update"]
+    worker_rows = [w for rows in cell.workers.values() for w in rows]
+    # the data-parallel family trains a language model: its training-batch metric is the LM loss
+    metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
+              "distill_loss" if info.get("objective") == "distill" else "reward_mean")
+    rows = []
+    for r in learner:
+        v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
+        rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
         applies = [w for w in worker_rows if w.get("kind") == "update" and w.get("version") == v]
-        row = {**info, "update": v, "complete": bool(cell.summary.get("complete")),
+        row = {**info, "update_index": v, "complete": bool(cell.summary.get("complete")),
                "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
                "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
                "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
@@ -305,8 +318,9 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
         row.update(payload_bytes_down=r.get("update_payload_bytes"), wire_bytes_down=sum(frames.values()),
                    payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
                    wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
-                   lag=r.get("lag"), loss=r.get("loss"), reward_mean=r.get("reward_mean"))
-        row.update(quality=row["reward_mean"] if metric == "reward_mean" else row["loss"], quality_metric=metric)
+                   lag=r.get("lag"), train_loss=r.get("loss"), reward_mean=r.get("reward_mean"))
+        row.update(train_metric=row["reward_mean"] if metric == "reward_mean" else row["train_loss"],
+                   train_metric_name=metric)
         row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/dataparallel/aggregator.py)
         overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
         if overlaps:
@@ -316,8 +330,10 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
     return rows
 
 
-EVAL_FIELDS = ("pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
-               "objective_metric", "eval_s")
+# event key -> column: the eval event's "objective" is the objective's value, renamed so that it
+# does not overwrite the run parameter `objective` (distill | grpo) every row carries.
+EVAL_FIELDS = {**{k: k for k in ("pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl",
+                                 "objective_metric", "eval_s")}, "objective": "objective_value"}
 
 
 def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
@@ -330,7 +346,7 @@ def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
         if r.get("kind") != "eval":
             continue
         v = r["version"]
-        out.append({**info, "version": v, **{k: r.get(k) for k in EVAL_FIELDS},
+        out.append({**info, "version": v, **{col: r.get(k) for k, col in EVAL_FIELDS.items()},
                     "wall_s": sum(s for u, s in spu.items() if u <= v)})
     return out
 
@@ -344,7 +360,7 @@ def phase_rows(cell: CellFiles, info: dict) -> list[dict]:
                 continue
             update = r.get("version") if r["kind"] == "update" else r.get("batch", 0) + 1
             for phase, (a, b) in (r.get("phases") or {}).items():
-                out.append({**info, "process": process, "update": update, "phase": phase,
+                out.append({**info, "process": process, "update_index": update, "phase": phase,
                             "start_s": a - cell.t0, "end_s": b - cell.t0})
     return out
 

@@ -46,10 +46,10 @@ def tables():
 def test_overlap_is_a_column_of_the_updates_rows(tables):
     expect = raw_overlaps()
     u = tables.updates
-    got = {(r.method, r.seed, r.update): r.overlap for r in u[u["overlap"].notna()].itertuples()}
+    got = {(r.method, r.seed, r.update_index): r.overlap for r in u[u["overlap"].notna()].itertuples()}
     assert got.keys() == expect.keys() and len(got) == 6 * 3      # 6 cells x syncs at steps 32, 64, 192
     assert all(got[k] == pytest.approx(expect[k], abs=1e-12) for k in expect)
-    assert u[u["update"] == 1]["overlap"].isna().all()               # no sync, no overlap
+    assert u[u["update_index"] == 1]["overlap"].isna().all()               # no sync, no overlap
     # lordo-local: each worker has its own Q, so the column is a real mean of two different values
     w1 = {r["version"]: r["overlap"] for r in raw("lordo-local-s1", "w1") if "overlap" in r}
     w2 = {r["version"]: r["overlap"] for r in raw("lordo-local-s1", "w2") if "overlap" in r}
@@ -81,7 +81,7 @@ def test_report_shows_mean_and_min_overlap_per_variant(tables):
 
 
 def test_no_overlap_column_no_overlap_table():
-    df = pd.DataFrame({"method": ["ddp"], "seed": [1], "update": [1], "workers": [2]})
+    df = pd.DataFrame({"method": ["ddp"], "seed": [1], "update_index": [1], "workers": [2]})
     assert dpreport.overlap_table(df).empty and dpreport.overlap_lines(df) == []
 
 
@@ -105,7 +105,7 @@ def test_ppl_vs_bytes_points_from_the_raw_rows(tables):
 
 def test_overlap_bands_mean_over_seeds(tables):
     expect = raw_overlaps()
-    b = dpplots.overlap_bands(tables.updates).set_index(["method", "update"])
+    b = dpplots.overlap_bands(tables.updates).set_index(["method", "update_index"])
     at = [v for k, v in expect.items() if k[0] == "lordo-global" and k[2] == 64]
     assert b.loc[("lordo-global", 64), "mean"] == pytest.approx(sum(at) / 3)
     assert b.loc[("lordo-global", 64), "ci95"] == pytest.approx(ci95(at)[1])

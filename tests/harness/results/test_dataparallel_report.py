@@ -11,7 +11,7 @@ def rows(method, seed, syncs, claimed, payload, steps=4, workers=2, ppl=10.0):
     for v in range(1, steps + 1):
         s = v in syncs
         out.append({"profile": "p", "rate_bit_s": 62.5e6, "delay_s": 0.0, "loss_frac": 0.0, "workers": workers,
-                    "method": method, "seed": seed, "update": v, "seconds_per_update": 0.5,
+                    "method": method, "seed": seed, "update_index": v, "seconds_per_update": 0.5,
                     "claimed_bytes_up": claimed if s else 0, "claimed_bytes_down": claimed if s else 0,
                     "payload_bytes_up": workers * payload if s else 0, "wire_bytes_up": workers * (payload + 44) if s else 0,
                     "payload_bytes_down": payload if s else 0, "wire_bytes_down": workers * (payload + 44) if s else 0,
@@ -38,7 +38,7 @@ def test_ratios_need_the_same_number_of_steps():
 
 
 def test_no_data_parallel_cells_no_section():
-    assert dpreport.section(pd.DataFrame({"method": ["spar"], "update": [1]})) == []
+    assert dpreport.section(pd.DataFrame({"method": ["spar"], "update_index": [1]})) == []
 
 
 def test_falsifier_figure_from_csv(tmp_path):
@@ -60,14 +60,14 @@ def test_main_table_counts_a_k_step_method_per_optimizer_step_not_its_median_zer
     from harness.results import compare
 
     g = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
-    for c in ("lag", "quality"):
+    for c in ("lag", "train_metric"):
         g[c] = 0.0
-    g["budget"], g["quality_metric"] = None, "lm_loss"
+    g["budget_frac"], g["train_metric_name"] = None, "lm_loss"
     r = compare._method_row(g, pd.DataFrame())
     assert r["payload_bytes_down"] == pytest.approx(1700 / 4) and r["payload_bytes_up"] == pytest.approx(2 * 1700 / 4)
     h = pd.DataFrame(rows("lordo-global", 1, {4}, 1600, 1700))
     h["method"] = "full"
-    for c in ("lag", "quality"):
+    for c in ("lag", "train_metric"):
         h[c] = 0.0
-    h["budget"], h["quality_metric"] = None, "distill_loss"
+    h["budget_frac"], h["train_metric_name"] = None, "distill_loss"
     assert compare._method_row(h, pd.DataFrame())["payload_bytes_down"] == 0     # HiLo rows: the median

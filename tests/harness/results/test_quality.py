@@ -15,7 +15,7 @@ def _evals(curves: dict, seconds_per_update: dict, metric="pass_at_k") -> pd.Dat
                 v = 5 * i
                 rows.append({"variant": variant, "method": variant.split("@")[0], "baseline": "full-bf16",
                              "seed": seed, "version": v, "pass_at_k": y, "pass_at_1": y / 2, "k": 4,
-                             "objective": 1 - y, "objective_metric": "mean_reward", "quality_metric": metric,
+                             "objective_value": 1 - y, "objective_metric": "mean_reward", "quality_metric": metric,
                              "quality_target": 0.9, "wall_s": v * seconds_per_update[variant],
                              "profile": "p", "workers": 2})
     return pd.DataFrame(rows)

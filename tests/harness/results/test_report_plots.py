@@ -30,9 +30,9 @@ from harness.cli import app
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 RUN, SWEEP, PARTIAL = FIXTURES / "run-spar-20mbit", FIXTURES / "sweep-bw", FIXTURES / "run-interrupted"
-REQUIRED = ["method", "seed", "update", "seconds_per_update", "train_s", "encode_s", "send_update_s",
+REQUIRED = ["method", "seed", "update_index", "seconds_per_update", "train_s", "encode_s", "send_update_s",
             "decode_replay_s", "worker_rollout_s", "payload_bytes_down", "wire_bytes_down", "payload_bytes_up",
-            "wire_bytes_up", "lag", "quality", "quality_metric"]
+            "wire_bytes_up", "lag", "train_metric", "train_metric_name"]
 
 
 def learner_rows(cell: Path) -> list[dict]:
@@ -54,7 +54,7 @@ def test_updates_table_has_one_row_per_method_seed_update():
                                                                      (("spar", 1), 4), (("spar", 2), 4)]
     for cell in (RUN / "cells").iterdir():
         raw = learner_rows(cell)
-        got = df[df["cell"] == cell.name].sort_values("update")
+        got = df[df["cell"] == cell.name].sort_values("update_index")
         assert list(got["seconds_per_update"]) == [r["seconds_per_update"] for r in raw]
         assert list(got["payload_bytes_down"]) == [r["update_payload_bytes"] for r in raw]
         assert list(got["wire_bytes_down"]) == [sum(r["update_frame_bytes"].values()) for r in raw]
@@ -80,15 +80,15 @@ def test_comparison_values_match_the_event_files():
     assert link > comp.loc["full", "wire_bytes_down"]  # IP/TCP headers on top of the frames
 
 
-def test_quality_is_the_last_updates_loss_with_spread_over_seeds():
+def test_train_metric_is_the_last_updates_loss_with_spread_over_seeds():
     comp = compare.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
     for method in ("spar", "full"):
         per_seed = [statistics.mean(r["loss"] for r in learner_rows(c)[-3:])
                     for c in sorted((RUN / "cells").glob(f"{method}-*"))]
-        assert comp.loc[method, "quality_metric"] == "distill_loss"
-        assert comp.loc[method, "quality_mean"] == pytest.approx(statistics.mean(per_seed))
-        assert comp.loc[method, "quality_std"] == pytest.approx(statistics.stdev(per_seed))
-        assert comp.loc[method, "quality_std"] > 0   # the seeds really differ
+        assert comp.loc[method, "train_metric_name"] == "distill_loss"
+        assert comp.loc[method, "train_metric_mean"] == pytest.approx(statistics.mean(per_seed))
+        assert comp.loc[method, "train_metric_sd"] == pytest.approx(statistics.stdev(per_seed))
+        assert comp.loc[method, "train_metric_sd"] > 0   # the seeds really differ
 
 
 def test_report_md_shows_the_table(run_copy):
