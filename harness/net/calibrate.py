@@ -20,12 +20,20 @@ Expected values for worker ``w`` (path through the router to the learner ``L``):
     down: the mirror image; RTT = the sum of all four delays.
     goodput target = rate x payload/wire (1448 / 1514 bytes per full TCP segment at 1500 MTU).
 
+Traced links (a profile ``trace``, :mod:`harness.net.traces`): the schedule restarts at each
+worker's measurement (its steps logged to ``schedule-<worker>.csv``: due, applied, lag) and the
+receiver also counts bytes every ``SAMPLE_S``; goodput over the window is compared with the
+trace's mean path rate over the *same* window (its mean, p10/p50/p90 of ``SAMPLE_S`` bins, and
+the achieved rate's), so ``ratio`` = goodput / trace mean x wire/payload-free. ``schedule`` in
+calibration.json: the steps' applied-vs-due lag (median, p95, max) and how many were skipped.
+
 Measurement processes run inside the namespaces: ``python -m harness.net.calibrate serve PORT`` in the
 learner, ``python -m harness.net.calibrate probe ...`` in each worker (JSON on stdout). No torch.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
@@ -47,6 +55,8 @@ PAYLOAD_OVER_WIRE = 1448 / 1514     # TCP payload per Ethernet frame at 1500 MTU
 UDP_PROBE_BYTES = 200
 TCPI_BYTES_RECEIVED = 128       # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
 TAIL_S = 1.0                    # the sender keeps sending this long after the receiver's window
+SAMPLE_S = 0.5                  # the receiver's byte count is also taken this often (achieved rate over time)
+RATE_RES_S = 0.05               # resolution at which a traced path's rate is integrated over a bin
 
 
 # ---- the server (runs in the learner's namespace) -------------------------------------------
@@ -110,7 +120,8 @@ def _receive(conn: socket.socket, warm_s: float, secs: float) -> dict:
     """Read until EOF; goodput = kernel byte count between start+warm_s and start+warm_s+secs."""
     buf = bytearray(1 << 20)
     start = time.monotonic()
-    marks: list[tuple[float, int]] = []       # (time, bytes) at the window's two edges
+    marks: list[tuple[float, int]] = []       # (time, bytes) every SAMPLE_S through the window, edges included
+    n_marks = 1 + max(1, math.ceil(secs / SAMPLE_S - 1e-9))
     conn.settimeout(0.05)                      # wake up to take a mark even when no data comes
     while True:
         try:
@@ -118,14 +129,15 @@ def _receive(conn: socket.socket, warm_s: float, secs: float) -> dict:
         except socket.timeout:
             n = -1
         now = time.monotonic()
-        if len(marks) < 2 and now - start >= warm_s + (secs if marks else 0):
+        if len(marks) < n_marks and now - start >= warm_s + min(secs, len(marks) * SAMPLE_S):
             marks.append((now, _bytes_received(conn)))
         if n == 0:
             break
     if len(marks) < 2:
-        return {"bytes": 0, "secs": 0.0, "goodput_bit_s": 0.0}
-    (t0, b0), (t1, b1) = marks
-    return {"bytes": b1 - b0, "secs": t1 - t0, "goodput_bit_s": (b1 - b0) * 8 / (t1 - t0)}
+        return {"bytes": 0, "secs": 0.0, "goodput_bit_s": 0.0, "series": []}
+    (t0, b0), (t1, b1) = marks[0], marks[-1]
+    return {"bytes": b1 - b0, "secs": t1 - t0, "goodput_bit_s": (b1 - b0) * 8 / (t1 - t0),
+            "series": [[round(t, 6), b] for t, b in marks]}     # time.monotonic(), in-order bytes
 
 
 def _send_until_closed(conn: socket.socket, secs: float) -> dict:
@@ -159,7 +171,7 @@ def _request(host: str, port: int, req: dict, timeout: float = 60.0) -> dict:
         return json.loads(f.readline())
 
 
-def goodput_up(host: str, port: int, secs: float, warm_s: float) -> float:
+def goodput_up(host: str, port: int, secs: float, warm_s: float) -> dict:
     """Client -> server stream; the server measures."""
     with socket.create_connection((host, port), timeout=secs + warm_s + 60) as conn:
         f = conn.makefile("rwb")
@@ -170,14 +182,14 @@ def goodput_up(host: str, port: int, secs: float, warm_s: float) -> float:
         while time.monotonic() < end:
             conn.sendall(data)
         conn.shutdown(socket.SHUT_WR)
-        return json.loads(f.readline())["goodput_bit_s"]
+        return json.loads(f.readline())
 
 
-def goodput_down(host: str, port: int, secs: float, warm_s: float) -> float:
+def goodput_down(host: str, port: int, secs: float, warm_s: float) -> dict:
     """Server -> client stream; the client measures."""
     with socket.create_connection((host, port), timeout=secs + warm_s + 60) as conn:
         conn.sendall(json.dumps({"cmd": "send", "secs": warm_s + secs + TAIL_S}).encode() + b"\n")
-        return _receive(conn, warm_s, secs)["goodput_bit_s"]
+        return _receive(conn, warm_s, secs)
 
 
 def rtt(host: str, port: int, count: int, interval_s: float = 0.02, wait_s: float = 3.0) -> dict:
@@ -251,8 +263,10 @@ def probe(args: argparse.Namespace) -> dict:
     rtt_s = out["rtt"]["median_s"] or 0.0
     warm = max(1.0, 10 * rtt_s)
     measure = args.secs > 0        # --secs 0: RTT and loss only
-    out["goodput_up_bit_s"] = goodput_up(host, port, args.secs, warm) if measure else None
-    out["goodput_down_bit_s"] = goodput_down(host, port, args.secs, warm) if measure else None
+    for direction, measure_fn in (("up", goodput_up), ("down", goodput_down)):
+        got = measure_fn(host, port, args.secs, warm) if measure else {}
+        out[f"goodput_{direction}_bit_s"] = got.get("goodput_bit_s")
+        out[f"series_{direction}"] = got.get("series", [])
     out["loss_up"] = loss_up(host, port, args.loss_count, args.pps)
     out["loss_down"] = loss_down(host, port, args.my_addr, args.loss_count, args.pps)
     return out
@@ -302,6 +316,7 @@ class Row:
     ok_goodput: bool
     ok_rtt: bool
     ok_loss: bool
+    trace: dict | None = None        # traced path: the trace over the measured window vs the achieved rate
 
 
 def expectations(profile, node: str) -> dict:
@@ -319,9 +334,36 @@ def expectations(profile, node: str) -> dict:
     return {"up": path(w.up, lrn.down), "down": path(lrn.up, w.down), "rtt_s": rtt_s}
 
 
-def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict) -> Row:
+def path_rate(profile, node: str, direction: str, t_s: float) -> float | None:
+    """The rate of worker ``node``'s path to the learner in ``direction`` at ``t_s`` into the schedule."""
+    w, lrn = profile.link(node, t_s), profile.link("learner", t_s)
+    a, b = (w.up, lrn.down) if direction == "up" else (lrn.up, w.down)
+    rates = [r for r in (a.rate_bit_s, b.rate_bit_s) if r]
+    return min(rates) if rates else None
+
+
+def trace_window(profile, node: str, direction: str, series: list, start: float) -> dict:
+    """The path's scheduled rate over the receiver's window (``series``: [time.monotonic(), bytes],
+    ``start``: the schedule's time 0) next to the achieved rate, per SAMPLE_S bin (bit/s)."""
+    want, got = [], []
+    for (t0, b0), (t1, b1) in zip(series, series[1:]):
+        ts = [t0 - start + (k + 0.5) * RATE_RES_S for k in range(max(1, round((t1 - t0) / RATE_RES_S)))]
+        want.append(statistics.fmean(path_rate(profile, node, direction, t) or 0.0 for t in ts))
+        got.append((b1 - b0) * 8 / (t1 - t0))
+    if not want:
+        return {}
+
+    def pct(xs):
+        q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else xs * 9
+        return {"mean_bit_s": statistics.fmean(xs), "p10_bit_s": q[0], "p50_bit_s": q[4], "p90_bit_s": q[8]}
+    return {"window_s": [round(series[0][0] - start, 3), round(series[-1][0] - start, 3)], "bin_s": SAMPLE_S,
+            "trace": pct(want), "achieved": pct(got), "trace_bins_bit_s": [round(x) for x in want],
+            "achieved_bins_bit_s": [round(x) for x in got]}
+
+
+def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict, window: dict | None = None) -> Row:
     goodput = got[f"goodput_{direction}_bit_s"]
-    rate = want["rate_bit_s"]
+    rate = window["trace"]["mean_bit_s"] if window else want["rate_bit_s"]
     ratio = goodput / rate if rate and goodput is not None else None
     loss = got[f"loss_{direction}"]
     lost = loss["sent"] - loss["received"]
@@ -336,13 +378,14 @@ def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict) -> 
                ok_goodput=ratio is None or want["loss"] > 0 or 0.90 <= ratio <= 1.0,
                ok_rtt=err is not None and abs(err) <= max(0.002, 0.05 * rtt_want),
                # burst loss is correlated: the binomial interval does not apply, so it is not judged
-               ok_loss=want["bursty"] or interval[0] <= lost <= interval[1])
+               ok_loss=want["bursty"] or interval[0] <= lost <= interval[1], trace=window or None)
 
 
 def calibrate(profile, n_workers: int = 1, secs: float = 3.0, rtt_count: int = 50,
               loss_count: int = 2000, backend: str | None = None, out_dir: Path | None = None) -> list[Row]:
     """Build, apply, measure every worker link, tear down. Returns one row per link direction."""
-    rows = []
+    rows: list[Row] = []
+    lags: dict[str, dict] = {}       # worker -> the lag of its schedule's steps (traced profiles)
     with emulate(profile, n_workers, backend=backend) as (topo, shaper):
         learner = topo.nodes["learner"]
         server = topo.run_in("learner", [sys.executable, "-m", "harness.net.calibrate", "serve", str(PORT)],
@@ -351,7 +394,15 @@ def calibrate(profile, n_workers: int = 1, secs: float = 3.0, rtt_count: int = 5
             if server.stdout.readline().strip() != "ready":
                 raise RuntimeError("calibration server did not start")
             for name in topo.workers:
-                rows += _measure(profile, topo, name, learner.address, secs, rtt_count, loss_count)
+                traced = bool(profile.trace_intervals(list(topo.nodes)))
+                log = (out_dir or Path(".")) / f"schedule-{name}.csv" if traced else None
+                if traced:   # the trace from its start for each worker, its steps logged
+                    shaper.restart_schedule(profile, topo, log)
+                rows += _measure(profile, topo, name, learner.address, secs, rtt_count, loss_count,
+                                 shaper.schedule_start if traced else None)
+                if traced:
+                    shaper.stop_schedule()
+                    lags[name] = schedule_lag(log)
         finally:
             server.kill()
             server.wait()
@@ -359,11 +410,25 @@ def calibrate(profile, n_workers: int = 1, secs: float = 3.0, rtt_count: int = 5
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "calibration.json").write_text(json.dumps(
-            {"profile": profile.name, "backend": backend_used, "rows": [asdict(r) for r in rows]}, indent=1))
+            {"profile": profile.name, "backend": backend_used, "rows": [asdict(r) for r in rows],
+             "schedule": lags}, indent=1))
     return rows
 
 
-def _measure(profile, topo, name, host, secs, rtt_count, loss_count) -> list[Row]:
+def schedule_lag(log: Path) -> dict:
+    """Applied-vs-due lag of a schedule's steps (seconds; the first row, time 0, excluded)."""
+    with log.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if float(r["at_s"]) > 0]
+    applied = sorted({(r["at_s"], float(r["lag_s"])) for r in rows if r["skipped"] != "True"})
+    lags = sorted(lag for _, lag in applied)
+    if not lags:
+        return {"steps": 0, "skipped": 0}
+    return {"steps": len(lags), "skipped": len({r["at_s"] for r in rows if r["skipped"] == "True"}),
+            "lag_median_s": statistics.median(lags), "lag_p95_s": lags[min(len(lags) - 1, int(0.95 * len(lags)))],
+            "lag_max_s": lags[-1]}
+
+
+def _measure(profile, topo, name, host, secs, rtt_count, loss_count, schedule_start=None) -> list[Row]:
     want = expectations(profile, name)
     rates = [r for r in (want["up"]["rate_bit_s"], want["down"]["rate_bit_s"]) if r]
     # probes at <= 20 % of the slowest rate (200-byte datagrams), at most 2000 per second
@@ -375,7 +440,9 @@ def _measure(profile, topo, name, host, secs, rtt_count, loss_count) -> list[Row
     if proc.returncode:
         raise RuntimeError(f"probe in {name} failed: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
     got = json.loads(out)
-    return [judge(name, d, want[d], want["rtt_s"], got) for d in ("up", "down")]
+    windows = {d: trace_window(profile, name, d, got[f"series_{d}"], schedule_start) if schedule_start else None
+               for d in ("up", "down")}
+    return [judge(name, d, want[d], want["rtt_s"], got, windows[d]) for d in ("up", "down")]
 
 
 def main(argv: list[str]) -> int:

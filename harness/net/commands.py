@@ -74,7 +74,30 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
                       units.format_percent(r.loss_want), f"{r.loss_lost}/{r.loss_sent} ({r.loss_interval[0]}-{r.loss_interval[1]})",
                       "yes" if ok else f"NO ({'goodput ' if not r.ok_goodput else ''}{'rtt ' if not r.ok_rtt else ''}{'loss' if not r.ok_loss else ''})")
     Console(width=160).print(table)
+    for line in trace_lines(rows, Path(out) / "calibration.json"):
+        print(line)
     return 0 if ok_all else 1
+
+
+def trace_lines(rows, path: Path) -> list[str]:
+    """Traced links: achieved vs the trace over the same window (mean, p10/p50/p90 of 0.5 s bins),
+    and the schedule's applied-vs-due lag."""
+    import json
+    lines = []
+    for r in rows:
+        if r.trace:
+            t, a = r.trace["trace"], r.trace["achieved"]
+            lines.append(f"{r.node} {r.direction} over {r.trace['window_s'][0]:.1f}-{r.trace['window_s'][1]:.1f} s of the "
+                         f"trace: achieved mean {a['mean_bit_s'] / 1e6:.2f} Mbit/s vs trace {t['mean_bit_s'] / 1e6:.2f} "
+                         f"({a['mean_bit_s'] / t['mean_bit_s']:.3f}); p10/p50/p90 achieved "
+                         + "/".join(f"{a[k] / 1e6:.1f}" for k in ("p10_bit_s", "p50_bit_s", "p90_bit_s"))
+                         + " vs trace " + "/".join(f"{t[k] / 1e6:.1f}" for k in ("p10_bit_s", "p50_bit_s", "p90_bit_s")))
+    lags = json.loads(path.read_text()).get("schedule", {}) if path.exists() else {}
+    for name, lag in lags.items():
+        if lag.get("steps"):
+            lines.append(f"{name} schedule: {lag['steps']} steps, applied-vs-due lag median {lag['lag_median_s'] * 1e3:.2f} ms, "
+                         f"p95 {lag['lag_p95_s'] * 1e3:.2f} ms, max {lag['lag_max_s'] * 1e3:.2f} ms, {lag['skipped']} skipped")
+    return lines
 
 
 # ---- traces (harness/net/traces.py) ---------------------------------------------------------------

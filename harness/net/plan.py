@@ -39,6 +39,7 @@ class gets the new rate, no gap where traffic would pass unshaped).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.net import backend as backends
-from harness.net.profiles import LinkDir, LinkSpec, Profile
+from harness.net.profiles import LinkDir, LinkSpec, Profile, TraceRef
 
 if TYPE_CHECKING:   # topology imports pyroute2; a plan only reads names off it
     from harness.net.topology import Node, Topology
@@ -200,11 +201,17 @@ def _fallback_node(topo: Topology, node: Node, spec: LinkSpec) -> list[dict[str,
 
 def trace_schedule(node: str, direction: str, link: LinkDir) -> dict[str, Any]:
     """One traced link direction's steps over one loop period of its trace."""
-    ref, trace = link.trace, link.trace.load()
-    steps = [[s["at_s"], s["rate_bit_s"], s.get("delay_s"), s.get("loss_frac")]
-             for s in trace.steps(ref.interval_s, trace.period_s)]
+    ref = link.trace
     return {"node": node, "dir": direction, "trace": ref.file, "interval_s": ref.interval_s,
-            "period_s": trace.period_s, "steps": steps}
+            "period_s": ref.load().period_s, "steps": [list(s) for s in _steps(ref)]}
+
+
+@functools.lru_cache(maxsize=64)
+def _steps(ref: TraceRef) -> tuple[tuple, ...]:
+    """Computed once per trace and interval: every plan of a run lists them (a step's plan too)."""
+    trace = ref.load()
+    return tuple((s["at_s"], s["rate_bit_s"], s.get("delay_s"), s.get("loss_frac"))
+                 for s in trace.steps(ref.interval_s, trace.period_s))
 
 
 def build_plan(profile: Profile, topo: Topology, backend: str, at_s: float = 0.0) -> Plan:

@@ -57,8 +57,8 @@ def _handle(text: str) -> int:
     return (int(major, 16) << 16) | int(minor or "0", 16)
 
 
-def _tc(ipr: IPRoute, op: dict[str, Any]) -> None:
-    idx = ipr.link_lookup(ifname=op["dev"])[0]
+def _tc(ipr: IPRoute, op: dict[str, Any], idx: int | None = None) -> None:
+    idx = ipr.link_lookup(ifname=op["dev"])[0] if idx is None else idx
     kind = op["op"]
     if kind == "gso_max_segs":
         ipr.link("set", index=idx, gso_max_segs=op["segs"])
@@ -103,6 +103,9 @@ class Shaper:
         self._applied = False
         self._lock = threading.Lock()
         self._schedule: tuple[threading.Event, threading.Thread] | None = None
+        self.schedule_start: float | None = None     # time.monotonic() at the schedule's time 0
+        self._iprs: dict[str, IPRoute] = {}
+        self._index: dict[tuple[str, str], int] = {}      # (namespace, device) -> ifindex
 
     # -- apply
     def apply(self) -> "Shaper":
@@ -132,17 +135,33 @@ class Shaper:
         if previous is not None:
             self._clear_qdiscs(previous.devices() - plan.devices())
         for ns, ops in by_ns.items():
-            with IPRoute(netns=ns, flags=0) as ipr:
-                for op in ops:
-                    try:
-                        _tc(ipr, op)
-                    except NetlinkError as err:
-                        raise ShaperError(f"{op['op']} on {ns}/{op['dev']}: {err}") from None
+            ipr = self._netlink(ns)
+            for op in ops:
+                try:
+                    if (ns, op["dev"]) not in self._index:    # a link lookup is a netlink dump: once per device
+                        self._index[(ns, op["dev"])] = ipr.link_lookup(ifname=op["dev"])[0]
+                    _tc(ipr, op, self._index[(ns, op["dev"])])
+                except NetlinkError as err:
+                    raise ShaperError(f"{op['op']} on {ns}/{op['dev']}: {err}") from None
         self._sync_delaylines(plan)
         for ns in _rule_namespaces(plan) | (_rule_namespaces(previous) if previous else set()):
             text = iptables_restore_text([op for op in plan.ops if op.get("ns") == ns])
             if previous is None or text != iptables_restore_text([op for op in previous.ops if op.get("ns") == ns]):
                 _iptables_restore(ns, text)   # one atomic table swap, only where a rule changed
+
+    def _netlink(self, ns: str) -> IPRoute:
+        """One netlink socket per namespace, kept open: opening one inside a namespace costs ~100 ms
+        here (pyroute2 0.9), which would be the lag of every trace step."""
+        if ns not in self._iprs:
+            self._iprs[ns] = IPRoute(netns=ns, flags=0)
+        return self._iprs[ns]
+
+    def _close_netlink(self) -> None:
+        for ipr in self._iprs.values():
+            with contextlib.suppress(Exception):
+                ipr.close()
+        self._iprs.clear()
+        self._index.clear()
 
     def _sync_delaylines(self, plan: Plan) -> None:
         wanted = {op["node"]: op for op in plan.ops if op["op"] == "delayline"}
@@ -197,6 +216,7 @@ class Shaper:
         """Stop delay lines, flush rules, remove qdiscs. Safe to call twice, or after the
         namespaces are already gone."""
         with self._lock:
+            self._close_netlink()
             for node in list(self.delaylines):
                 self._stop_delayline(node)
             existing = set(netns.listnetns())
@@ -218,7 +238,7 @@ class Shaper:
         per link direction it changed: when it was due and when the kernel had it (``lag_s``).
         A step that is already late when the next one is due too is skipped (logged ``skipped``):
         the link follows the trace's time, not a backlog."""
-        start = time.monotonic()
+        start = self.schedule_start = time.monotonic()
         steps = StepLog(log, start, link_states(profile, topo, 0.0)) if log is not None else None
 
         def loop() -> None:
