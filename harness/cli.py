@@ -9,6 +9,40 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark communication-efficient LoRA training over an emulated WAN.")
 
 
+def version_text() -> str:
+    """'harness (wan-harness) 0.1.0, commit 1a2b3c4d5e6f': the package's version and the code's commit
+    (git in a checkout; WAN_GIT_SHA in the container image, which has no .git)."""
+    import importlib.metadata
+    import os
+    import subprocess
+    from pathlib import Path
+
+    try:
+        version = importlib.metadata.version("wan-harness")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(not installed)"
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        sha = ""
+    sha = sha or os.environ.get("WAN_GIT_SHA", "")
+    return f"harness (wan-harness) {version}" + (f", commit {sha[:12]}" if sha else "")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version (and the code's git commit) and exit")) -> None:
+    """Benchmark communication-efficient LoRA training over an emulated WAN."""
+
+
 # ---- link emulation: profiles, calibrate, clean (harness/net/profiles.py, shaper.py, calibrate.py, clean.py)
 
 def _usage_error(err: Exception) -> typer.Exit:
@@ -217,7 +251,8 @@ def bench_compress(
 def project(
         model: str = typer.Option("qwen2.5-1.5b", help="a named model (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, "
                                   "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
-        lora_rank: int = typer.Option(64, "--lora-rank", help="LoRA rank, all seven projections"),
+        lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections [default: "
+                                      "harness run's, 8; with --from: that run's]"),
         workers: int = typer.Option(8, help="workers"),
         bw: str = typer.Option(None, help="worker link rate each way, tc units (e.g. 62.5mbit); default: the "
                                "profile's, else unshaped"),
@@ -230,7 +265,8 @@ def project(
         relay_fanout: int = typer.Option(None, "--relay-fanout", help="relay tree of this fan-out instead of a star"),
         method: str = typer.Option("spar", help="method(s), comma list (as on harness run)"),
         budget: str = typer.Option("1.6%", help="budget(s) of spar/topk, comma list, % of the bf16 adapter"),
-        baseline: str = typer.Option("full", help="the method speedups are against (the paper: full-bf16)"),
+        baseline: str = typer.Option(None, help="the method speedups are against [default: harness run's, "
+                                     "full-bf16 (the paper's); with --from: that run's]"),
         pipeline: str = typer.Option("0,1", help="pipelining depth(s): 0, 1 or 0,1"),
         compute_s: float = typer.Option(None, "--compute-s", help="compute per update, seconds (rollout + train)"),
         rollout_s: float = typer.Option(None, "--rollout-s", help="a worker's rollout time (overrides the split)"),
@@ -282,22 +318,54 @@ def project(
 _PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training"}
 
 
+def _help(text: str) -> str:
+    """Help text as rich shows it: a '[unit: bit/s]' would otherwise be read as a style tag and vanish."""
+    from rich.markup import escape
+    return escape(text)
+
+
+def _shown_default(p, as_list: bool) -> str | bool:
+    """The spec default as the help shows it ('[default: 2]'). Every flag itself defaults to None
+    (= not given), so that a --preset can stand in for it; the spec's default applies in config.build."""
+    if as_list or p.default is None:
+        return False
+    return ",".join(map(str, p.default)) if p.many else str(p.default).lower() if p.type is bool else str(p.default)
+
+
 def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
     """A run-spec parameter as a typer option. Values are parsed by the spec (one message style
-    for every flag), so every option is text; booleans are --x/--no-x switches."""
+    for every flag), so every option is text; a boolean is a --x switch, and its --no-x a hidden
+    option of its own (_negations): as a second column of the help it took 25 of 80 columns."""
     panel = _PANELS[p.group or p.where]
+    shown = _shown_default(p, as_list)
+    default = f" [default: {shown}]" if shown is not False else ""   # typer would put it in parentheses
     if p.type is bool:
-        return bool | None, typer.Option(None, f"{p.flag}/--no-{p.flag[2:]}", rich_help_panel=panel,
-                                         help=p.help_text() + ("" if as_list else f" [default: {p.default}]"))
+        off = "" if f"--no-{p.flag[2:]}" in p.help else f" (--no-{p.flag[2:]}: off)"
+        return bool | None, typer.Option(None, p.flag, rich_help_panel=panel,
+                                         help=_help(p.help_text() + off + default))
     metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
-    if as_list:
-        return str | None, typer.Option(None, p.flag, metavar=metavar, rich_help_panel=panel,
-                                        help=p.help_text() + ("" if p.many else " (a comma list is a grid axis)"))
-    # Every flag defaults to None (= not given), so that a --preset can stand in for it; the spec's
-    # default applies in config.build and is shown in the help.
-    default = ",".join(map(str, p.default)) if p.many else (None if p.default is None else str(p.default))
-    shown = "" if default is None else f" [default: {default}]"
-    return str | None, typer.Option(None, p.flag, help=p.help_text() + shown, metavar=metavar, rich_help_panel=panel)
+    grid = " (a comma list is a grid axis)" if as_list and not p.many else ""
+    return str | None, typer.Option(None, p.flag, help=_help(p.help_text() + grid + default), metavar=metavar,
+                                    rich_help_panel=panel)
+
+
+def _negations(params) -> list[inspect.Parameter]:
+    """A hidden --no-x for each boolean --x of the spec (parameter name no_<name>)."""
+    return [inspect.Parameter(f"no_{p.name}", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                              default=typer.Option(False, f"--no-{p.flag[2:]}", hidden=True))
+            for p in params if p.type is bool]
+
+
+def _switches(values: dict, negations: dict) -> dict:
+    """--x and --no-x into one value per boolean (None: neither given); both given is an error."""
+    for key, off in negations.items():
+        name = key[len("no_"):]
+        if off and values[name]:
+            raise _usage_error(ValueError(f"--{name.replace('_', '-')} and --no-{name.replace('_', '-')}: "
+                                          "give one of them"))
+        if off:
+            values[name] = False
+    return values
 
 
 def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,
@@ -309,11 +377,13 @@ def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_l
     names = [p.name for p in spec.PARAMS]
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
               for p in spec.PARAMS for ann, opt in [_spec_option(p, as_list)]]
+    negations = _negations(spec.PARAMS)
 
     def command(**kwargs):
-        return body({k: kwargs.pop(k) for k in names}, **kwargs)
+        values = _switches({k: kwargs.pop(k) for k in names}, {n.name: kwargs.pop(n.name) for n in negations})
+        return body(values, **kwargs)
 
-    command.__signature__ = inspect.Signature(params + extra)
+    command.__signature__ = inspect.Signature(params + negations + extra)
     command.__doc__ = doc
     command.__name__ = name
     target.command(name)(command)

@@ -41,6 +41,8 @@ MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/model/model
 OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry
 FULL_METHODS = ("full", "full-bf16")                  # trainers/hilo/methods.py FULL_DTYPES
 RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
+DELTA_METHODS = ("delta",)                            # full protocol, the changed elements only (compress/delta.py)
+DELTA_CODECS = ("zstd", "lz4")                        # trainers/compress/delta.py CODECS
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/protocol/dtypes.py)
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
@@ -232,7 +234,7 @@ def _compressor_params() -> list[Param]:
 
 PARAMS: list[Param] = [
     # what is compared
-    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, rank-R, or a compressor "
+    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, delta, rank-R, or a compressor "
           "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + ")", many=True),
     Param("budget", str, (BUDGET_OPTIONS["budget"],), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
           + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
@@ -295,6 +297,10 @@ PARAMS: list[Param] = [
           lo=1, hi=1024),
     Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512),
     *_compressor_params(),
+    Param("delta_codec", str, "zstd", "delta: codec of the changed elements' indices + values (zstd: fewer bytes; "
+          "lz4: faster)", choices=DELTA_CODECS, group="compressor"),
+    Param("delta_dtype", str, "bf16", "delta: dtype of the shipped adapter whose changed elements are sent (bf16: "
+          "what full-bf16 ships)", choices=FLOAT_DTYPES, group="compressor"),
     # the data-parallel family (trainers/dataparallel, trainers/optim/lordo.py); --updates counts optimizer steps
     Param("lordo_k", int, 8, "data-parallel: local steps between syncs (diloco, lordo)", unit="steps", lo=1,
           hi=1_000_000),
@@ -363,7 +369,7 @@ def parse_value(name: str, raw: Any) -> Any:
 # ---- methods (names only; trainers/hilo/methods.py builds them) -----------------------------------
 
 def method_names() -> list[str]:
-    return sorted(FULL_METHODS) + ["rank-R"] + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
+    return sorted(FULL_METHODS) + ["rank-R"] + list(DELTA_METHODS) + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
 
 
 def check_combinations(values: Mapping[str, Any]) -> None:
@@ -396,7 +402,8 @@ def is_data_parallel(name: str) -> bool:
 
 
 def check_method(name: str) -> str:
-    if name in FULL_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS or is_data_parallel(name):
+    if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS
+            or is_data_parallel(name)):
         return name
     raise SpecError(f"--method: unknown method {quote(name)}; valid methods: {', '.join(method_names())}")
 
@@ -409,7 +416,10 @@ def takes_budget(method: str, values: dict[str, Any] | None = None) -> bool:
 
 
 def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
-    """The options of `method`'s compressor from run parameter values (empty for full methods)."""
+    """The options of `method`'s compressor from run parameter values (empty for full methods;
+    delta's codec and ship dtype)."""
+    if method in DELTA_METHODS:
+        return {"codec": values["delta_codec"], "dtype": values["delta_dtype"]}
     if method not in COMPRESSOR_OPTIONS:
         return {}
     out = {k: values[k] for k in COMMON_OPTIONS}

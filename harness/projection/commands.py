@@ -247,7 +247,7 @@ def table_text(inputs: Inputs, rows: list[cm.Prediction]):
     if net.relay_fanout:
         link += f", relay tree k={net.relay_fanout}"
     title = (f"{inputs.model} rank {a.rank} ({a.n_params / 1e6:.1f} M adapter params), {net.n} workers, {link}; "
-             f"send {inputs.send}, {net.cc}")
+             f"send {inputs.send}, {net.cc}; speedup vs {inputs.baseline}")
     t = Table(title=title)
     for col in ("variant", "depth", "s/update", "rollout", "train", "encode", "down", "up", "replay", "other",
                 "bound", "MB/worker", "speedup"):
@@ -354,11 +354,27 @@ def _cross(r0: float, r1: float, s0: float, s1: float) -> float:
     return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
 
 
+def run_defaults(flags: dict) -> dict:
+    """--baseline and --lora-rank not given: `harness run`'s defaults (the spec's: full-bf16, rank 8), or with
+    --from the measured run's own, so that a projection's speedup uses the convention of the run it
+    stands beside (the fp32 `full` at rank 64 made 3.74x of what the run's convention gives as 2.36x)."""
+    own = {}
+    if flags.get("from_run"):
+        from harness.results import tables as results
+
+        runs = results.read(flags["from_run"]).runs
+        own = runs[0].config if runs else {}
+    for name in ("baseline", "lora_rank"):
+        if flags.get(name) is None:
+            flags[name] = own.get(name) or spec.get(name).default
+    return flags
+
+
 def main(as_json: bool, figures_dir: str | None, **flags) -> int:
     import json
     import sys
 
-    inputs = build(**flags)
+    inputs = build(**run_defaults(flags))
     rows = project(inputs)
     if as_json:
         print(json.dumps(to_json(inputs, rows), indent=1))

@@ -24,7 +24,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.results import compare, dataparallel_report as dpreport, tables as results
+from harness.results import compare, dataparallel_report as dpreport, rivals, tables as results
 from harness.results.compare import BASELINE, QUALITY_LAST
 from trainers import spec
 from harness.results.quality import SIGNAL_SD
@@ -296,7 +296,8 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
-           *_load_section(comp), *_quality_section(comp), *dpreport.section(tables.updates),
+           *_load_section(comp), *_quality_section(comp), *rivals.section(tables.updates, comp),
+           *dpreport.section(tables.updates),
            "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",

@@ -74,6 +74,8 @@ WORKER_PHASES = ("rollout", "send_rollouts", "receive", "decode_replay")
 TABLES = ("updates", "phases", "links", "cells", "evals")
 # The data-parallel aggregator counts uploads at its own socket and states each step's formula.
 DP_FIELDS = ("payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down", "sync", "heldout_ppl")
+# A method's own learner fields: delta's changed elements and density (changed / total) per update.
+METHOD_FIELDS = ("delta_changed", "delta_density")
 
 
 # ---- finding folders -------------------------------------------------------------------------
@@ -322,6 +324,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         row.update(train_metric=row["reward_mean"] if metric == "reward_mean" else row["train_loss"],
                    train_metric_name=metric)
         row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/dataparallel/aggregator.py)
+        row.update({k: r[k] for k in METHOD_FIELDS if k in r})  # trainers/hilo/learner.py encode_adapter
         overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
         if overlaps:
             row["overlap"] = sum(overlaps) / len(overlaps)

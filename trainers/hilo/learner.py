@@ -64,6 +64,7 @@ class Learner:
         self.task, self.tokenizer, self.method = built.task, built.tokenizer, built.method
         self.model, self.replica = built.model, built.replica
         self.compressor = self.method.make_compressor() if self.method.replay else None
+        self.delta = self.method.make_delta(self.replica.adapter()) if self.method.delta else None
         self.objective = build_objective(params, self.task)
         self.vocab = self.model.get_input_embeddings().num_embeddings
         self.events = EventLog(run_dir, PROCESS)
@@ -97,7 +98,7 @@ class Learner:
             before = self.counter.by_type()
             msg, info = self.train_step(batch, timer)
             version = self.replica.version
-            self.replay_log.append(version, msg)
+            self.replay_log.append(version, self.catch_up_message(msg))
             with timer.phase("hash"):
                 if version % p.hash_every == 0 or version == p.updates:
                     self.consistency.record(version)
@@ -173,14 +174,31 @@ class Learner:
             with timer.phase("decode_replay"):
                 self.replica.step(grads)
             with timer.phase("encode"):
-                adapter = {n: t.to(self.method.ship_dtype) for n, t in self.replica.adapter().items()}
-                msg = wire.pack_tensors(adapter, meta={"version": self.replica.version})
+                msg, shipped = self.encode_adapter()
         rewards = rollouts.rewards
-        info = {"loss": float(loss.detach()), "reward_mean": sum(rewards) / len(rewards),
+        info = {**shipped, "loss": float(loss.detach()), "reward_mean": sum(rewards) / len(rewards),
                 "rows": len(rollouts), "metrics": metrics,
                 "policy_versions": {f"w{w}": r.policy_version for w, r, _ in batch},
                 "lag": self.replica.version - 1 - min(versions)}
         return msg, info
+
+    def encode_adapter(self) -> tuple[bytes, dict]:
+        """Full protocol: the adapter in the ship dtype, whole (full, full-bf16, rank-R) or as the
+        elements that changed since the last shipped version (delta: its density, changed / total,
+        goes in the update row)."""
+        if self.delta is None:
+            adapter = {n: t.to(self.method.ship_dtype) for n, t in self.replica.adapter().items()}
+            return wire.pack_tensors(adapter, meta={"version": self.replica.version}), {}
+        msg, changed = self.delta.encode(self.replica.adapter(), self.replica.version)
+        return msg, {"delta_changed": changed, "delta_density": changed / self.delta.reference.numel()}
+
+    def catch_up_message(self, msg: bytes) -> bytes:
+        """What the replay log keeps for a late joiner at this version: the update itself, except
+        under delta, whose update means something only on top of the previous version: there the
+        whole shipped adapter (a keyframe, full-bf16's message; the copy is the price of joins)."""
+        if self.delta is None:
+            return msg
+        return wire.pack_tensors(self.delta.tensors(), meta={"version": self.replica.version})
 
     # ------------------------------------------------------------------ held-out quality
 

@@ -7,6 +7,9 @@ plot legend.
   training dtype (fp32 here), so that every replica holds the learner's adapter bit for bit.
 - `full-bf16`: the same, shipped in bfloat16 (half the bytes); workers then sample with the
   bf16-rounded adapter, and that rounded adapter is the policy whose hash is compared.
+- `delta`: full sync, lossless: ship only the elements of the bf16 adapter that changed since
+  the last shipped version (indices + values, zstd or lz4: trainers/compress/delta.py); every
+  replica then holds what `full-bf16` would have shipped, bit for bit.
 - `rank-R` (or `rankR`, e.g. `rank-1`): train at LoRA rank R and ship the whole small
   adapter like `full` (the lower-rank baseline).
 - every registered compressor (`identity`, `spar`, `powersgd`, `topk`, `int8`, ...): HiLo
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from trainers import compress, spec
+from trainers.compress.delta import DeltaSync
+from trainers.protocol import dtypes
 
 FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}   # names: spec.FULL_METHODS
 
@@ -32,6 +37,11 @@ class Method:
     compressor_options: dict = field(default_factory=dict)
     ship_dtype: torch.dtype | None = None  # full protocol: dtype of the shipped adapter
     lora_rank: int | None = None  # rank-R: overrides the run's LoRA rank
+    delta_codec: str | None = None  # delta: the shipped adapter's changed elements, in this codec
+
+    @property
+    def delta(self) -> bool:
+        return self.delta_codec is not None
 
     @property
     def replay(self) -> bool:
@@ -39,6 +49,10 @@ class Method:
 
     def make_compressor(self):
         return compress.get_compressor(self.compressor, **self.compressor_options)
+
+    def make_delta(self, adapter: dict[str, torch.Tensor]) -> DeltaSync:
+        """delta: the shipped adapter's tracker, from the version-0 adapter every replica builds."""
+        return DeltaSync(adapter, dtype=dtypes.NAMES[self.ship_dtype], codec=self.delta_codec)
 
 
 def available() -> list[str]:
@@ -54,6 +68,9 @@ def get_method(name: str, **compressor_options) -> Method:
     """The method called `name`; an unknown name fails with the list of valid ones."""
     if name in FULL_DTYPES:
         return Method(name, "full", ship_dtype=FULL_DTYPES[name])
+    if name in spec.DELTA_METHODS:
+        opts = {"codec": spec.get("delta_codec").default, "dtype": spec.get("delta_dtype").default, **compressor_options}
+        return Method(name, "full", ship_dtype=dtypes.DTYPES[opts["dtype"]], delta_codec=opts["codec"])
     m = spec.RANK_METHOD.match(name)
     if m:
         return Method(name, "full", ship_dtype=torch.float32, lora_rank=int(m.group(1)))

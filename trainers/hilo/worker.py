@@ -31,6 +31,7 @@ from trainers import spec
 from trainers.events import EventLog, PhaseTimer
 from trainers.tasks.heldout import training_problems
 from trainers.model.rollout import generate_rollouts
+from trainers.compress import delta
 from trainers.hilo import stack
 from trainers.hilo.stack import rollout_seed
 from trainers.process import connect, log, parse_addr, run_token, set_threads
@@ -109,6 +110,7 @@ class Worker:
         built = stack.build(self.params)  # once per process
         self.method, self.model, self.replica = built.method, built.model, built.replica
         self.decoder = self.method.make_compressor() if self.method.replay else None
+        self.delta = self.method.make_delta(self.replica.adapter()) if self.method.delta else None
         self.task, self.tokenizer = built.task, built.tokenizer
         threading.Thread(target=self.read, daemon=True).start()
         return welcome
@@ -168,11 +170,18 @@ class Worker:
             raise WorkerError(f"version gap: holding {v}, received update {frame.version}")
         if self.method.replay:
             self.replica.step(self.decoder.decode(frame.body))
+        elif self.delta is not None and delta.is_delta(frame.body):  # its base version is checked: never skips
+            tensors, version = self.delta.apply(frame.body)
+            if version != frame.version:
+                raise WorkerError(f"update frame {frame.version} carries the delta to version {version}")
+            self.replica.load_adapter(tensors, frame.version)
         else:
             tensors, meta = wire.unpack_tensors(frame.body)
             if messages.check_meta(MessageType.UPDATE, meta)["version"] != frame.version:
                 raise WorkerError(f"update frame {frame.version} carries the adapter of version {meta['version']}")
             self.replica.load_adapter(tensors, frame.version)
+            if self.delta is not None:  # a keyframe (catch-up): the next delta applies on top of it
+                self.delta.reset(tensors, frame.version)
 
     def send(self, msg_type: MessageType, body: bytes) -> int:
         """Send one frame; a learner that said STOP and closed is a clean stop, not an error."""

@@ -169,7 +169,8 @@ def test_the_paper_numbers_through_harness_project_json():
 
     res = CliRunner().invoke(app, ["project", "--model", "qwen2.5-1.5b", "--workers", "8", "--bw", "62.5mbit",
                                    "--compute-s", "14", "--method", "spar", "--budget", "1.6%", "--baseline",
-                                   "full-bf16", "--encode-s", "1", "--replay-s", "0.5", "--send", "background",
+                                   "full-bf16", "--lora-rank", "64", "--encode-s", "1", "--replay-s", "0.5",
+                                   "--send", "background",
                                    "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
