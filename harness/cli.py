@@ -53,6 +53,8 @@ def _usage_error(err: Exception) -> typer.Exit:
 @app.command()
 def profiles(name: str = typer.Argument(None, help="a profile name or YAML path; omit to list them"),
              plan: bool = typer.Option(False, "--plan", "--dry-run", help="print the shaping plan, apply nothing"),
+             tc: bool = typer.Option(False, "--tc", help="with --plan: print it as the equivalent ip/tc/iptables "
+                                     "commands"),
              workers: int = typer.Option(2, help="workers for --plan"),
              backend: str = typer.Option(None, help="backend for --plan: netem | fallback (default: the kernel config's)"),
              live: str = typer.Option(None, help="read a live run's shaping back from the kernel (run id)")):
@@ -60,7 +62,7 @@ def profiles(name: str = typer.Argument(None, help="a profile name or YAML path;
     import yaml
     from harness.net import commands as linkcli
     try:
-        typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml))
+        typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
     except ValueError as err:
         raise _usage_error(err) from None
 

@@ -20,7 +20,7 @@ def load_with_overrides(name: str, **flags: str | None) -> profiles.Profile:
     return profiles.with_link(prof, overrides) if overrides else prof
 
 
-def profiles_text(name, plan, workers, backend, live, yaml) -> str:
+def profiles_text(name, plan, workers, backend, live, yaml, tc: bool = False) -> str:
     if live:
         try:
             return yaml.safe_dump(shaper.show(live), sort_keys=False)
@@ -34,7 +34,10 @@ def profiles_text(name, plan, workers, backend, live, yaml) -> str:
     prof = profiles.load(name)
     if plan:
         chosen = backends.decide(backend, create=False).name   # printing a plan creates nothing
-        return plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json()
+        built = plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen)
+        return plans.tc_commands(built).rstrip("\n") if tc else built.to_json()
+    if tc:
+        raise ValueError("--tc: prints a plan's commands, give --plan too")
     return yaml.safe_dump(prof.to_doc(), sort_keys=False)
 
 

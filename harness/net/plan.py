@@ -244,3 +244,59 @@ def iptables_restore_text(ops: list[dict[str, Any]]) -> str:
                 lines.append(" ".join(["-A", op["chain"]] + op["rule"]))
         lines.append("COMMIT")
     return "\n".join(lines) + "\n"
+
+
+# ---- the plan as shell commands (`harness profiles NAME --plan --tc`) --------------------------------
+
+def _num(x: float) -> str:
+    return f"{x:.10g}"
+
+
+def _tc_op(op: dict[str, Any]) -> list[str]:
+    """One operation as the ip/tc/iptables command(s) that would do the same (the shaper does it over
+    netlink and iptables-restore); units as tc(8) prints them: bit (bit/s), b (bytes), us, %."""
+    ns, dev = op.get("ns"), op.get("dev")
+    kind = op["op"]
+    if kind == "gso_max_segs":
+        return [f"ip -n {ns} link set dev {dev} gso_max_segs {op['segs']}"]
+    if kind == "htb_root":
+        return [f"tc -n {ns} qdisc replace dev {dev} root handle {op['handle']} htb default {op['default'].split(':')[1]}"]
+    if kind in ("htb_class", "replace-class"):
+        return [f"tc -n {ns} class replace dev {dev} parent {op['parent']} classid {op['classid']} htb "
+                f"rate {_num(op['rate_bit_s'])}bit burst {op['burst_bytes']}b cburst {op['cburst_bytes']}b "
+                f"quantum {op['quantum']}"]
+    where = "root" if op.get("parent") == "root" else f"parent {op.get('parent')}"
+    if kind == "pfifo":
+        return [f"tc -n {ns} qdisc replace dev {dev} {where} handle {op['handle']} pfifo limit {op['limit_pkts']}"]
+    if kind == "netem":
+        line = f"tc -n {ns} qdisc replace dev {dev} {where} handle {op['handle']} netem limit {op['limit_pkts']}"
+        if op["delay_us"] or op["jitter_us"]:
+            line += f" delay {op['delay_us']}us" + (f" {op['jitter_us']}us" if op["jitter_us"] else "")
+        if op.get("gemodel"):   # [p, r, loss in bad (1-h), loss in good (1-k)], fractions
+            line += " loss gemodel " + " ".join(f"{_num(f * 100)}%" for f in op["gemodel"])
+        elif op["loss_pct"]:
+            line += f" loss {_num(op['loss_pct'])}%"
+        return [line]
+    if kind == "iptables":
+        return [f"ip netns exec {ns} iptables -t {op['table']} -A {op['chain']} {' '.join(op['rule'])}"]
+    if kind == "delayline":
+        # no tc command: the fallback's delay is a userspace process (harness/net/delayline.py) on the NFQUEUE
+        return [f"# {op['node']} {q['dir']}: delay line on NFQUEUE {q['num']} in {q['netns']}: delay {q['delay_us']}us "
+                f"jitter {q['jitter_us']}us" + (f" gemodel {q['ge']}" if q.get("ge") else "")
+                + f", kernel queue {q['maxlen']} packets (python -m harness.net.delayline, run in {op['ns']})"
+                for q in op["queues"]]
+    raise ValueError(f"plan: no command for operation {kind!r}")
+
+
+def tc_commands(plan: Plan) -> str:
+    """The plan as the commands a tc user would type, one a line, in the plan's order (the
+    namespaces and veths are the topology's: harness/net/topology.py builds them before)."""
+    lines = [f"# {plan.profile} on the {plan.backend} backend, run {plan.run_id}, state at {_num(plan.at_s)} s: "
+             "the namespaces and veths exist (harness/net/topology.py)"]
+    for op in plan.ops:
+        lines += _tc_op(op)
+    for t in plan.traces:
+        lines.append(f"# {t['node']} {t['dir']}: trace {t['trace']}, every {_num(t['interval_s'])} s the shaper "
+                     f"replaces class 1:1's rate (and the delay, the loss) in place: {len(t['steps'])} steps per "
+                     f"{_num(t['period_s'])} s loop")
+    return "\n".join(lines) + "\n"
