@@ -9,6 +9,14 @@ the aggregator combines (trainers/dataparallel: the method's Aggregator) and sen
 back to each. After the last step every worker sends a final SYNC (no tensors; meta: parameter
 hash, held-out perplexity) and gets STOP.
 
+Joins (`accept`): each connection gets its own handshake thread, budgeted by
+`trainers.protocol.gate` (at most 16 at once, 8 from one address, a newcomer from a smaller holder
+evicts the largest holder's oldest), with 3 s for the frame header (the run token) and 10 s for the
+whole HELLO, so idle connections cannot keep the workers out. A HELLO for an id already joined is
+refused. Every meta passes its schema in `trainers.protocol.messages` (SYNC_UPLOAD, SYNC_FINAL)
+before it is read; a worker's frame that fails it stops the run with the reason (a sync needs every
+worker's share), never with a traceback.
+
 Event rows: one `update` row per optimizer step (version = step), the interval between two syncs
 spread evenly over its K steps (seconds_per_update = seconds per optimizer step); the sync step's
 row carries the bytes: update_payload_bytes / update_frame_bytes (download, per worker),
@@ -18,15 +26,19 @@ claimed_bytes_down (the method's formula, per worker); the subspace overlap is i
 from __future__ import annotations
 
 import argparse
+import errno
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from trainers.protocol import messages, wire
+from trainers.protocol.gate import Gate, Ticket, source_of
 from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
@@ -37,6 +49,9 @@ from trainers.protocol.wire import Connection, MessageType
 
 PROCESS = "learner"          # the event file's name: results.py reads the star's centre as the learner
 MAX_META_BYTES = 64 * 1024   # a SYNC table's meta (losses of K steps, a hash)
+MAX_PENDING, PER_SOURCE = 16, 8  # connections in their handshake at once; of them from one address
+TOKEN_TIMEOUT_S, HANDSHAKE_TIMEOUT_S = 3.0, 10.0  # for the frame header (the token); for the whole HELLO
+HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before its HELLO passed
 
 
 class ProtocolError(wire.WireError):
@@ -44,13 +59,21 @@ class ProtocolError(wire.WireError):
     sync cannot proceed without every worker's share)."""
 
 
-def check_upload(frame: wire.Frame, step: int, worker: int) -> tuple[dict[str, torch.Tensor], dict]:
-    """A worker's SYNC frame for `step`: tensors fp32 and finite, meta small and well-formed."""
+def check_upload(frame: wire.Frame, step: int, worker: int,
+                 schema: messages.Schema = messages.SYNC_UPLOAD) -> tuple[dict[str, torch.Tensor], dict]:
+    """A worker's SYNC frame for `step`: tensors fp32 and finite, meta small and matching `schema`
+    (SYNC_UPLOAD, or SYNC_FINAL for the final report); ProtocolError naming the worker otherwise."""
     if frame.type != MessageType.SYNC or frame.version != step:
         raise ProtocolError(f"w{worker}: expected SYNC for step {step}, got {frame.type.name} v{frame.version}")
-    tensors, meta = wire.unpack_tensors(frame.body)
-    if len(wire.pack_json(meta)) > MAX_META_BYTES or not isinstance(meta.get("losses", []), list):
-        raise ProtocolError(f"w{worker}: SYNC meta too large or malformed")
+    try:
+        tensors, meta = wire.unpack_tensors(frame.body)
+        if len(wire.pack_json(meta)) > MAX_META_BYTES:
+            raise ProtocolError(f"SYNC meta larger than {MAX_META_BYTES} bytes")
+        messages.check(schema, meta)
+    except wire.WireError as err:
+        raise ProtocolError(f"w{worker}: {err}") from None
+    if meta.get("step", step) != step:
+        raise ProtocolError(f"w{worker}: SYNC frame for step {step} whose meta says step {meta['step']}")
     for name, t in tensors.items():
         if t.dtype != torch.float32 or not torch.isfinite(t).all():
             raise ProtocolError(f"w{worker}: tensor {name!r} is not finite fp32")
@@ -82,32 +105,89 @@ class Aggregator:
         self.finals: dict[int, dict] = {}
         self.sock = socket.create_server(listen)
         self.address = self.sock.getsockname()[:2]
+        self.gate = Gate(MAX_PENDING, PER_SOURCE)
+        self.hellos: queue.Queue = queue.Queue()  # (worker, conn) from the handshake threads
+        self._joining = True  # False once every worker joined: late handshakes close their connection
 
     # ---- membership: all M workers, once ----------------------------------------------------
     def accept(self, timeout_s: float) -> None:
-        end = time.monotonic() + timeout_s
-        while len(self.conns) < self.p.workers:
-            self.sock.settimeout(max(0.1, end - time.monotonic()))
-            try:
-                s, _ = self.sock.accept()
-            except socket.timeout:
-                raise TimeoutError(f"{len(self.conns)} of {self.p.workers} workers joined in {timeout_s:g} s") from None
-            s.settimeout(None)
+        """Until every worker has joined (or TimeoutError after `timeout_s`): accept connections,
+        each handshake in its own thread within the gate's budget; WELCOME the valid HELLOs here."""
+        end, refused = time.monotonic() + timeout_s, 0
+        self.sock.settimeout(0.1)
+        try:
+            while len(self.conns) < self.p.workers:
+                self._welcome_ready()
+                if time.monotonic() > end:
+                    raise TimeoutError(f"{len(self.conns)} of {self.p.workers} workers joined in {timeout_s:g} s")
+                try:
+                    s, addr = self.sock.accept()
+                except socket.timeout:
+                    continue
+                except OSError as err:  # out of descriptors, an aborted connection: retry, never end the run
+                    if err.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN):
+                        time.sleep(0.05)
+                    continue
+                ticket, why = self.gate.enter(s, source_of(addr))
+                if ticket is None:
+                    s.close()
+                    refused += 1
+                    if refused == 1:  # once per run: a flood must not flood the event file too
+                        self.events.write("rejected", reason=why)
+                    continue
+                threading.Thread(target=self._handshake, args=(s, addr, ticket), daemon=True).start()
+        finally:
+            self._joining = False
+            self.sock.close()  # nobody else may join a data-parallel run
+        if refused > 1 or self.gate.evicted:
+            self.events.write("rejected", count=refused, evicted=self.gate.evicted,
+                              reason=f"{refused} connections refused and {self.gate.evicted} evicted over the handshake budget")
+
+    def _handshake(self, s: socket.socket, addr, ticket: Ticket) -> None:
+        """Handshake thread: a valid HELLO within the deadlines goes to the main thread; anything
+        else is logged (unless the gate evicted it) and closed."""
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
+        conn = Connection(s, token=self.token, sender=0, peer=peer, counter=self.counter,
+                          max_body_bytes=HANDSHAKE_MAX_BODY)
+        try:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(s, token=self.token, sender=0, peer="new", counter=self.counter)
+            start = time.monotonic()
+            hello = conn.recv(deadline=start + HANDSHAKE_TIMEOUT_S, header_deadline=start + TOKEN_TIMEOUT_S)
+            if hello.type != MessageType.HELLO:
+                raise wire.WireError(f"expected HELLO as the first frame, got {hello.type.name}")
+            worker = messages.decode(MessageType.HELLO, hello.body)["worker"]
+            if not 1 <= worker <= self.p.workers or hello.sender != worker:
+                raise wire.WireError(f"HELLO names worker {worker} (sender {hello.sender}), expected 1..{self.p.workers}")
+            s.settimeout(None)
+            self.hellos.put((worker, conn))
+        except Exception as err:  # a bad or silent peer ends here, whatever it sent
+            conn.close()
+            if not ticket.evicted and self._joining:
+                self.events.write("rejected", peer=peer, reason=f"{type(err).__name__}: {err}")
+        finally:
+            self.gate.leave(ticket)
+
+    def _welcome_ready(self) -> None:
+        """WELCOME the workers whose HELLO passed; a second HELLO for a joined id is refused."""
+        while True:
             try:
-                hello = conn.recv(deadline=time.monotonic() + 10)
-                worker = messages.decode(MessageType.HELLO, hello.body)["worker"] if hello.type == MessageType.HELLO else 0
-                if not 1 <= worker <= self.p.workers or worker in self.conns:
-                    raise wire.WireError(f"bad or duplicate worker id {worker}")
-            except (wire.WireError, OSError) as err:
-                self.events.write("rejected", reason=str(err))
+                worker, conn = self.hellos.get_nowait()
+            except queue.Empty:
+                return
+            if worker in self.conns:
                 conn.close()
+                self.events.write("rejected", peer=conn.peer, worker=worker, reason=f"worker {worker} is already connected")
                 continue
-            conn.sock.settimeout(None)
-            self.counter.rename("new", f"w{worker}")
+            self.counter.rename(conn.peer, f"w{worker}")
             conn.peer = f"w{worker}"
-            conn.send(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json()}))
+            conn.max_body_bytes = wire.DEFAULT_MAX_BODY_BYTES
+            try:
+                conn.send(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json(), "version": 0,
+                                                               "start_batch": 0, "snapshot_version": 0}))
+            except OSError as err:
+                conn.close()
+                self.events.write("rejected", worker=worker, reason=f"WELCOME failed: {err}")
+                continue
             self.conns[worker] = conn
             self.events.write("joined", worker=worker)
 
@@ -149,7 +229,7 @@ class Aggregator:
         per = (now - t_prev) / k
         losses = info.pop("losses")
         for i, v in enumerate(range(first, step + 1)):
-            loss = [ls[i] for ls in losses if i < len(ls)]
+            loss = [ls[i] for ls in losses if i < len(ls) and ls[i] is not None]  # null: not finite there
             row = {"version": v, "batch": v - 1, "seconds_per_update": per, "t": t_prev + per * (i + 1),
                    "loss": sum(loss) / len(loss) if loss else None, "sync": v == step, "lag": 0}
             if v == step:
@@ -181,7 +261,7 @@ class Aggregator:
         workers = sorted(self.conns)
         frames = list(self.pool.map(self.recv, workers))
         for f, w in zip(frames, workers):
-            _, meta = check_upload(f, self.p.updates + 1, w)
+            _, meta = check_upload(f, self.p.updates + 1, w, messages.SYNC_FINAL)
             self.finals[w] = meta
         ppl = self.finals[workers[0]].get("heldout_ppl")
         self.events.write("heldout", version=self.p.updates, heldout_ppl=ppl)  # not "eval": that is pass@k's

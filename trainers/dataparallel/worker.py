@@ -12,6 +12,7 @@ After the last step: the parameter hash and (worker 1) the held-out perplexity i
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -35,13 +36,18 @@ def join(addr: str, worker: int, token: str, timeout_s: float) -> tuple[Connecti
     conn.sock.settimeout(None)
     if frame.type != MessageType.WELCOME:
         raise wire.WireError(f"expected WELCOME, got {frame.type.name}")
-    return conn, RunParams.from_json(wire.unpack_json(frame.body).get("params"))
+    return conn, RunParams.from_json(messages.decode(MessageType.WELCOME, frame.body)["params"])
+
+
+def finite(x: float) -> float | None:
+    """A metric as the SYNC schemas carry it: null where it is not finite (JSON has no NaN)."""
+    return float(x) if math.isfinite(x) else None
 
 
 def sync(conn: Connection, method, step: int, up: dict, losses: list[float], timer: PhaseTimer) -> dict:
     """Upload, wait, download, apply; returns the row's byte fields and the method's metrics."""
     with timer.phase("encode"):
-        body = wire.pack_tensors(up, meta={"step": step, "losses": losses})
+        body = wire.pack_tensors(up, meta={"step": step, "losses": [finite(x) for x in losses]})
     with timer.phase("send_update"):
         sent = conn.send(MessageType.SYNC, body, version=step)
     t0 = time.monotonic()
@@ -52,7 +58,8 @@ def sync(conn: Connection, method, step: int, up: dict, losses: list[float], tim
     with timer.phase("decode_replay"):
         if frame.type != MessageType.SYNC or frame.version != step:
             raise wire.WireError(f"expected SYNC for step {step}, got {frame.type.name} v{frame.version}")
-        down, _ = wire.unpack_tensors(frame.body)
+        down, meta = wire.unpack_tensors(frame.body)
+        messages.check(messages.SYNC_DOWN, meta)
         metrics = method.finish(step, down)
     return {"payload_bytes": len(body), "bytes": {"sent": {"SYNC": sent}, "received": {"SYNC": frame.nbytes}},
             "payload_bytes_down": len(frame.body), **metrics}
@@ -77,7 +84,7 @@ def train(conn: Connection, p: RunParams, worker: int, events: EventLog) -> None
         events.write("update", **row, **timer.row())
     final = {"hash": params_hash(params)}
     if worker == 1:
-        final["heldout_ppl"] = perplexity(model, corpus.heldout(p.dp_heldout))
+        final["heldout_ppl"] = finite(perplexity(model, corpus.heldout(p.dp_heldout)))
     conn.send(MessageType.SYNC, wire.pack_tensors({}, meta=final), version=p.updates + 1)
     stop = conn.recv()
     events.write("stop", reason=messages.decode(MessageType.STOP, stop.body)["reason"], **final)

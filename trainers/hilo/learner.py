@@ -30,7 +30,8 @@ import torch
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
-from trainers.hilo.membership import MAX_PENDING_CONNECTIONS, Membership, Peer, ReplayLog
+from trainers.hilo.membership import (MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S, Membership,
+                                      Peer, ReplayLog)
 from trainers.model.models import lora_gradients
 from trainers.model.rollout import Rollouts, concat
 from trainers import tasks
@@ -57,7 +58,8 @@ class Learner:
     def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
                  worker_timeout_s: float = 120.0, join_timeout_s: float = 300.0,
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
-                 max_pending_connections: int = MAX_PENDING_CONNECTIONS):
+                 max_pending_connections: int = MAX_PENDING_CONNECTIONS,
+                 max_pending_per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S):
         self.params, self.run_dir = params, run_dir
         self.worker_timeout_s, self.join_timeout_s = worker_timeout_s, join_timeout_s
         built = stack.build(params)  # task, tokenizer, method, model + replica: once per process
@@ -73,7 +75,8 @@ class Learner:
         self.consistency = Consistency(self.replica, self.method, self.events)
         self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
                                   self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
-                                  max_pending_connections, send_timeout_s=worker_timeout_s)
+                                  max_pending_connections, send_timeout_s=worker_timeout_s,
+                                  per_source=max_pending_per_source, token_timeout_s=token_timeout_s)
         self.address = self.members.address
         self.rows: list[dict] = []  # the update rows written so far
         self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
@@ -122,6 +125,7 @@ class Learner:
             last_done, last_harness = done + self.keep_policy(version), now_harness
             self.pump(0)
         self.finish()
+        self.members.close_connections()  # nothing is read (or held) while the held-out evaluation runs
         self.evaluate()
         return self.write_summary(complete=True, status="complete")
 
@@ -381,6 +385,10 @@ def main(argv=None) -> int:
                    help="seconds a new connection has to send its whole HELLO (a total deadline)")
     p.add_argument("--max-pending-connections", type=int, default=MAX_PENDING_CONNECTIONS,
                    help="connections allowed in their handshake at once; one more is closed at once")
+    p.add_argument("--max-pending-per-source", type=int, default=MAX_PENDING_PER_SOURCE,
+                   help="of those, from one address (a newcomer from a smaller holder evicts the largest's oldest)")
+    p.add_argument("--token-timeout", type=float, default=TOKEN_TIMEOUT_S,
+                   help="seconds a new connection has to send the frame header that carries the run token")
     p.add_argument("--max-frame-bytes", type=int, default=64 * 2**20, help="largest frame body accepted from a worker")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     add_run_args(p, required=True)
@@ -397,12 +405,17 @@ def main(argv=None) -> int:
             raise ValueError(f"--handshake-timeout must be a positive number of seconds, got {args.handshake_timeout}")
         if args.max_pending_connections < 1:
             raise ValueError(f"--max-pending-connections must be >= 1, got {args.max_pending_connections}")
+        if args.max_pending_per_source < 1:
+            raise ValueError(f"--max-pending-per-source must be >= 1, got {args.max_pending_per_source}")
+        if not args.token_timeout > 0 or not math.isfinite(args.token_timeout):
+            raise ValueError(f"--token-timeout must be a positive number of seconds, got {args.token_timeout}")
     except ValueError as e:
         p.error(str(e))
     set_threads(args.threads)
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
-                      max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections)
+                      max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections,
+                      max_pending_per_source=args.max_pending_per_source, token_timeout_s=args.token_timeout)
     # The address file lets a caller that asked for port 0 find the learner.
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{learner.address[0]}:{learner.address[1]}\n")
 

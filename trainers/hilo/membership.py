@@ -7,19 +7,31 @@ main thread acts on the inbox, through `Membership.pump`, which handles joins an
 here and hands the members' frames (rollouts, hash reports) to the caller in arrival order.
 
 Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
-- at most `max_pending` connections may be in their handshake at once; one more is closed at
-  once and logged as `rejected` (once per burst, with the count when the burst ends);
+- at most `max_pending` connections may be in their handshake at once, at most `per_source` from
+  one address (`trainers.protocol.gate`: a newcomer from a smaller holder evicts the largest
+  holder's oldest pending connection, so peers without the token cannot starve a join); one more is
+  closed at once and logged as `rejected` (once per burst, with the count when the burst ends); the
+  frame header (it carries the token check) must arrive within `token_timeout_s`, the whole HELLO
+  within `handshake_timeout_s`;
+- memory is bounded in bytes in every phase: a reader queues a connection's next frame only while
+  that connection has less than `max_frame_bytes` waiting in the inbox (so at most two frames per
+  connection are held: one queued, one being read), and what it cannot queue waits in the kernel's
+  socket buffers and, past them, in the sender (TCP backpressure); after the loop
+  `close_connections` closes the listener and every connection, so nothing is read during the
+  held-out evaluation;
 - accept() errors (EMFILE, ENFILE, ECONNABORTED, ...) are retried with back-off, logged once
   per burst (`accept_error`, then `accept_recovered`): the listener ends only with the learner;
 - a connection that breaks (EOF, reset) is a disconnect; one that breaks the protocol (a bad
   frame, a HELLO or any JSON that fails its schema in `trainers.protocol.messages`, any unexpected
   exception in its reader) is `rejected` before it joined and `dropped` after; an exception
-  while the main thread handles a peer's event drops that peer, never the learner.
+  while the main thread handles a peer's event drops that peer, never the learner;
+- a HELLO for a worker id whose member is still connected is refused (`rejected`); the member and
+  its connection are untouched, so a forger cannot use up a genuine worker's reconnects.
 
 - Join: a worker that says HELLO is admitted at the learner's current version v: WELCOME,
   then the catch-up from the replay log (replay methods: the newest snapshot at or below v and
-  every logged update after it, in order; full methods: the newest shipped adapter). A second
-  HELLO from the same worker id replaces the old connection.
+  every logged update after it, in order; full methods: the newest shipped adapter). A HELLO
+  from the id of a disconnected member replaces it; one of a connected member is refused.
 - Disconnect: a member whose connection breaks stays a member, without a connection and without
   the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
 - Drop: the learner gives up on a worker (a timeout, a bad frame, a failed send); timeouts are
@@ -39,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from trainers.protocol import messages, wire
+from trainers.protocol.gate import Gate, Ticket, source_of
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog
 from trainers.hilo.methods import Method
@@ -51,6 +64,8 @@ from trainers.protocol.wire import Connection, DeadlineExceeded, MessageType, Pe
 PROCESS = "learner"
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said a valid HELLO
 MAX_PENDING_CONNECTIONS = 16  # connections in their handshake at once (learner flag --max-pending-connections)
+MAX_PENDING_PER_SOURCE = 8  # of them from one address (--max-pending-per-source)
+TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
 
 
@@ -100,16 +115,20 @@ class Membership:
     def __init__(self, params: RunParams, method: Method, token: str, listen: tuple[str, int], replica: Replica,
                  replay_log: ReplayLog, consistency: Consistency, events: EventLog, counter: wire.ByteCounter,
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
-                 max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0):
+                 max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0,
+                 per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S):
         self.params, self.method, self.token = params, method, token
         self.replica, self.replay_log, self.consistency = replica, replay_log, consistency
         self.events, self.counter = events, counter
         self.handshake_timeout_s, self.max_frame_bytes = handshake_timeout_s, max_frame_bytes
+        self.token_timeout_s = min(token_timeout_s, handshake_timeout_s)
         self.max_pending, self.send_timeout_s = max_pending, send_timeout_s
-        self._pending = 0  # connections in their handshake now (listener and reader threads)
-        self._pending_lock = threading.Lock()
+        self.gate = Gate(max_pending, per_source)
         self._over_cap = 0  # connections refused over the cap in the current burst (listener thread)
+        self._evictions_logged = 0  # gate.evicted when the last `rejected` row about evictions was written
         self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the readers
+        self._queued: dict[Connection, int] = {}  # body bytes each live connection has in the inbox
+        self._room = threading.Condition()  # guards _queued; notified when the inbox drains or a connection closes
         self.peers: dict[int, Peer] = {}  # current members by worker id
         self.dropped: list[dict] = []
         self.server = socket.create_server(listen, reuse_port=False)
@@ -152,47 +171,55 @@ class Membership:
                 log(PROCESS, f"could not serve a connection from {addr}: {type(e).__name__}: {e}")
 
     def start_reader(self, sock: socket.socket, addr) -> None:
-        """A reader thread for a new connection, unless `max_pending` are in their handshake already."""
+        """A reader thread for a new connection, if the gate has a slot for it (see `Gate`)."""
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
-        with self._pending_lock:
-            full = self._pending >= self.max_pending
-            if not full:
-                self._pending += 1
-        if full:
+        ticket, refused = self.gate.enter(sock, source_of(addr))
+        if ticket is None:
             sock.close()
             self._over_cap += 1
             if self._over_cap == 1:
-                reason = f"over the cap of {self.max_pending} pending connections"
-                self.events.write("rejected", peer=peer, worker=None, reason=reason)
-                log(PROCESS, f"rejected connection from {peer}: {reason}")
+                self.events.write("rejected", peer=peer, worker=None, reason=refused)
+                log(PROCESS, f"rejected connection from {peer}: {refused}")
             return
         if self._over_cap > 1:
             self.events.write("rejected", peer=None, worker=None, count=self._over_cap - 1,
                               reason=f"{self._over_cap - 1} more connections over the cap of {self.max_pending}")
         self._over_cap = 0
+        self._log_evictions()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(sock, token=self.token, sender=0, peer=peer, counter=self.counter,
                               max_body_bytes=HANDSHAKE_MAX_BODY)
-            threading.Thread(target=self.read, args=(conn,), daemon=True).start()
+            threading.Thread(target=self.read, args=(conn, ticket), daemon=True).start()
         except BaseException:
-            self._release_pending()
+            self.gate.leave(ticket)
             raise
 
-    def _release_pending(self) -> None:
-        with self._pending_lock:
-            self._pending -= 1
+    def _log_evictions(self) -> None:
+        """One `rejected` row for the first eviction of a burst, one with the count when it ends."""
+        evicted, logged = self.gate.evicted, self._evictions_logged
+        if evicted == logged:
+            return
+        if logged == 0 or evicted == logged + 1:
+            reason = "evicted from its handshake slot by a connection from a smaller holder"
+        else:
+            reason = f"{evicted - logged} connections evicted from their handshake slots"
+        self.events.write("rejected", peer=None, worker=None, count=evicted - logged, reason=reason)
+        self._evictions_logged = evicted
 
-    def read(self, conn: Connection) -> None:
-        """Reader thread: handshake, then every frame into the inbox. It always ends by queueing
-        ("error" (the connection broke) or "bad" (it broke the protocol), worker, conn, reason) and
-        closing the connection, whatever was raised."""
+    def read(self, conn: Connection, ticket: Ticket) -> None:
+        """Reader thread: handshake, then every frame into the inbox (within the connection's byte
+        budget). It always ends by queueing ("error" (the connection broke) or "bad" (it broke the
+        protocol), worker, conn, reason) and closing the connection, whatever was raised; a
+        connection the gate evicted ends silently (the listener counts those)."""
         worker, kind = None, "error"
+        with self._room:
+            self._queued[conn] = 0
         try:
             try:
                 worker = self.handshake(conn)
             finally:
-                self._release_pending()
+                self.gate.leave(ticket)
             conn.sock.settimeout(None)
             # A member that takes no bytes for this long fails the send (and is dropped), instead of
             # blocking the learner's sends to it forever. SO_SNDTIMEO bounds each send() without
@@ -202,12 +229,19 @@ class Membership:
                                  struct.pack("ll", int(secs), int(secs % 1 * 1e6)))
             conn.max_body_bytes = self.max_frame_bytes
             self.inbox.put(("hello", worker, conn, None))
-            while True:
-                self.inbox.put(("frame", worker, conn, conn.recv()))
+            while self._wait_for_room(conn):
+                frame = conn.recv()
+                with self._room:
+                    self._queued[conn] += len(frame.body)
+                self.inbox.put(("frame", worker, conn, frame))
+            return  # closed by the learner while it waited: nothing more to say
         except (PeerClosed, OSError) as e:
             reason = str(e) or type(e).__name__
         except DeadlineExceeded as e:
-            kind, reason = "bad", f"handshake timed out: no whole HELLO within {self.handshake_timeout_s} s ({e})"
+            kind, reason = "bad", (f"handshake timed out: no frame header (the run token) within {self.token_timeout_s} s"
+                                   if "header" in str(e) and self.token_timeout_s < self.handshake_timeout_s
+                                   else f"handshake timed out: no whole HELLO within {self.handshake_timeout_s} s")
+            reason += f" ({e})"
         except WireError as e:
             kind, reason = "bad", str(e) or type(e).__name__
         except Exception as e:  # a bug or a case nobody foresaw: this connection ends, the learner goes on
@@ -215,10 +249,30 @@ class Membership:
             log(PROCESS, f"reader of {conn.peer}: {reason}\n{traceback.format_exc()}")
         finally:
             conn.close()
-        self.inbox.put((kind, worker, conn, reason))
+            with self._room:
+                self._queued.pop(conn, None)
+        if not ticket.evicted:
+            self.inbox.put((kind, worker, conn, reason))
+
+    def _wait_for_room(self, conn: Connection) -> bool:
+        """Block until `conn` has less than `max_frame_bytes` waiting in the inbox; False once it
+        is closed. The frames it cannot send meanwhile stay in the socket buffers (backpressure)."""
+        with self._room:
+            while self._queued.get(conn, 0) >= self.max_frame_bytes and not conn.closed:
+                self._room.wait(1.0)
+            return not conn.closed
+
+    def _taken(self, item: tuple) -> None:
+        """The main thread took `item` from the inbox: its bytes no longer count."""
+        if item[0] == "frame":
+            with self._room:
+                if item[2] in self._queued:
+                    self._queued[item[2]] -= len(item[3].body)
+                self._room.notify_all()
 
     def handshake(self, conn: Connection) -> int:
-        frame = conn.recv(deadline=time.monotonic() + self.handshake_timeout_s)
+        start = time.monotonic()
+        frame = conn.recv(deadline=start + self.handshake_timeout_s, header_deadline=start + self.token_timeout_s)
         if frame.type != MessageType.HELLO:
             raise WireError(f"expected HELLO as the first frame, got {frame.type.name}")
         worker = messages.decode(MessageType.HELLO, frame.body)["worker"]
@@ -240,6 +294,7 @@ class Membership:
         except queue.Empty:
             return
         while True:
+            self._taken(item)
             try:
                 peer = self._handle(*item)
             except Exception as e:  # one peer's event must not take the learner down
@@ -287,12 +342,19 @@ class Membership:
     # ------------------------------------------------------------------ joins and departures
 
     def admit(self, worker: int, conn: Connection) -> None:
-        """A worker said HELLO: welcome it, bring it to the current version, make it a member."""
-        old = self.peers.pop(worker, None)
-        if old is not None and old.conn is not None:
-            old.conn.dropped_by_learner = True
-            old.conn.close()
-            self.events.write("replaced", worker=worker)
+        """A worker said HELLO: welcome it, bring it to the current version, make it a member. While
+        the member of that id is connected, the newcomer is refused and the member left alone: a
+        restarted worker's old connection breaks (EOF) before its new HELLO, and one that only looks
+        alive is dropped by its deadlines, after which the worker, retrying, gets in."""
+        current = self.peers.get(worker)
+        if current is not None and current.conn is not None and not current.conn.closed:
+            conn.dropped_by_learner = True
+            conn.close()
+            reason = f"worker {worker} is already connected"
+            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
+            log(PROCESS, f"rejected a HELLO from {conn.peer}: {reason}")
+            return
+        self.peers.pop(worker, None)
         version, replay = self.replica.version, self.method.replay
         # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
         # snapshot 0 is never shipped: it replays the log from there instead.
@@ -360,6 +422,28 @@ class Membership:
                 peer.conn.send(MessageType.STOP, wire.pack_json({"reason": reason[:1000]}), self.replica.version)
             except OSError:
                 pass
+
+    def close_connections(self) -> None:
+        """After the loop: stop listening and close every connection, so that no reader holds or
+        reads a byte while the learner evaluates and tears down."""
+        self._stopping = True
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.server.close()
+        with self._room:
+            conns = list(self._queued)
+        for conn in conns:
+            conn.dropped_by_learner = True
+            conn.close()
+        while True:  # what is queued is not going to be read: let it go
+            try:
+                self.inbox.get_nowait()
+            except queue.Empty:
+                break
+        with self._room:
+            self._room.notify_all()
 
     def close(self) -> None:
         self._stopping = True

@@ -1,8 +1,11 @@
 """The JSON control messages: one schema per message type, checked before anything uses them.
 
 Every JSON body (or tensor-table `meta`) that arrives from a peer goes through this module, on
-both sides: the learner decodes HELLO, HASH and the ROLLOUTS meta here; the worker decodes
-WELCOME, STOP and the meta of a full-sync UPDATE here. Two layers:
+both sides and in both service families: the learner decodes HELLO, HASH and the ROLLOUTS meta
+here; the worker decodes WELCOME, STOP and the meta of a full-sync UPDATE here; the data-parallel
+aggregator decodes HELLO and the meta of each SYNC upload (`SYNC_UPLOAD`: step, losses) and of the
+final report (`SYNC_FINAL`: parameter hash, held-out perplexity), its workers WELCOME, STOP and the
+SYNC download's meta (`SYNC_DOWN`). Two layers:
 
 - bytes (`wire.unpack_json`): the body's size is capped (per message type, below), its nesting
   depth is measured on the raw bytes without recursing (`wire.check_json_depth`) before
@@ -39,7 +42,8 @@ class Field:
 
     kinds: "int" (lo..hi), "str" (at most max_len characters), "hex" (lowercase hex digits,
     1..max_len), "scalars" (an object of at most max_len keys whose values are null, bool, int,
-    float or a string of at most MAX_STR characters).
+    float or a string of at most MAX_STR characters), "number" (a finite int or float, not a bool,
+    lo..hi), "numbers" (an array of at most max_len finite numbers or nulls).
     """
 
     kind: str
@@ -78,6 +82,16 @@ META_SCHEMAS: dict[MessageType, Schema] = {
         "worker": Field("int", required=False, lo=1, hi=MAX_WORKERS)}),
     MessageType.UPDATE: Schema("UPDATE meta", {"version": VERSION}),  # full methods: the shipped adapter
 }
+
+# The data-parallel SYNC tables: one message type, three metas (the step says which one is due).
+MAX_STEPS = 2**20  # optimizer steps in a run (losses of one sync interval: at most this many)
+SYNC_UPLOAD = Schema("SYNC upload meta", {
+    "step": Field("int", lo=1, hi=MAX_STEPS),
+    "losses": Field("numbers", required=False, max_len=4096)})  # one per local step since the last sync; null: not finite
+SYNC_FINAL = Schema("SYNC final meta", {
+    "hash": HASH_HEX,
+    "heldout_ppl": Field("number", required=False, nullable=True, lo=0, hi=1.7e308)})  # worker 1 only; null: not finite
+SYNC_DOWN = Schema("SYNC download meta", {"step": Field("int", lo=1, hi=MAX_STEPS)})
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -134,6 +148,21 @@ def _problem(f: Field, value) -> str | None:
             return f"is longer than {f.max_len} characters"
         if f.kind == "hex" and (not value or not _HEX.issuperset(value)):
             return f"must be lowercase hex, got {_short(value)}"
+        return None
+    if f.kind == "number":
+        if type(value) not in (int, float) or value != value or value in (float("inf"), float("-inf")):
+            return f"must be a finite number, got {_kind(value) if type(value) not in (int, float) else _short(value)}"
+        if not f.lo <= value <= f.hi:
+            return f"{_short(value)} is outside {f.lo}..{f.hi}"
+        return None
+    if f.kind == "numbers":
+        if type(value) is not list:
+            return f"must be an array, got {_kind(value)}"
+        if len(value) > f.max_len:
+            return f"has {len(value)} entries, more than {f.max_len}"
+        for i, v in enumerate(value):
+            if v is not None and _problem(Field("number", lo=-INT64_MAX, hi=INT64_MAX), v):
+                return f"entry {i} must be a finite number or null, got {_kind(v) if type(v) not in (int, float) else _short(v)}"
         return None
     if f.kind == "scalars":
         if type(value) is not dict:
