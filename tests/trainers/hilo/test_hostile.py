@@ -395,3 +395,179 @@ def test_the_caps_and_deadlines_are_learner_flags_with_checked_values(tmp_path, 
             raise AssertionError(f"{argv} was accepted")
         assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+# ----------------------------------------------------------------------------- issue 26: memory, joins, forged ids
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class PeakRSS:
+    """The largest RSS of process `pid` seen while this runs (sampled every 10 ms in a thread)."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        self.pid, self.peak, self._stop = pid, 0.0, False
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self):
+        while not self._stop:
+            try:
+                self.peak = max(self.peak, rss_mib(self.pid))
+            except (OSError, AssertionError):
+                return  # the process is gone
+            time.sleep(0.01)
+
+    def stop(self) -> float:
+        self._stop = True
+        self.thread.join(5)
+        return self.peak
+
+
+def test_valid_frames_streamed_during_the_final_evaluation_do_not_grow_the_learner(tmp_path):
+    """D1: once the loop is over the learner evaluates without reading its inbox; a token holder
+    that says HELLO then and streams large, well-formed frames used to be queued without bound (3 GB
+    and an OOM kill in the probe). Now the learner closes its listener and every connection before
+    the evaluation: its RSS stays within two frames of where it was, and the cell completes with
+    its evaluations."""
+    frame_mib, frames = 16, 40  # 640 MiB offered: what the old learner would have queued
+    with Cluster(tmp_path / "run", workers=1, method="full", updates=3, eval_every=1,
+                 learner_flags=["--max-frame-bytes", str(frame_mib << 20)]) as c:
+        pid = c.procs["learner"].pid
+        c.procs["w1"].wait(timeout=WAIT_S)  # it got STOP: the learner is evaluating now
+        before = rss_mib(pid)
+        peak = PeakRSS(pid)
+        sent = 0
+        try:
+            m = Member.__new__(Member)
+            m.sock = connect(c)
+            m.conn = Connection(m.sock, token=TOKEN, sender=1, peer="learner")
+            m.conn.send(MessageType.HELLO, wire.pack_json({"worker": 1}))
+            junk = b"\0" * (frame_mib << 20)
+            for _ in range(frames):
+                m.conn.send(MessageType.ROLLOUTS, junk)
+                sent += 1
+        except OSError:
+            pass  # refused or cut by the learner: what the fix does
+        s = c.wait()
+        grew = peak.stop() - before
+    assert s["complete"] is True and s["status"] == "complete", s
+    assert [r["version"] for r in c.events("learner") if r["kind"] == "eval"] == [0, 1, 2, 3]
+    assert grew < 2 * frame_mib + 32, f"learner RSS grew {grew:.0f} MiB while {sent} frames of {frame_mib} MiB came"
+
+
+def test_a_members_inbox_is_bounded_in_bytes_while_the_learner_is_busy(tmp_path):
+    """D1, during the loop: while the main thread trains (it does not pump), a member that streams
+    valid frames gets at most one frame's budget queued; the rest waits in the socket buffers and
+    then in the sender, whose send stops moving (TCP backpressure)."""
+    from trainers.hilo.learner import Learner
+    from trainers.spec import RunParams
+
+    frame = 4 << 20
+    learner = Learner(RunParams(method="full", workers=1, updates=3, model="micro", objective="grpo"), TOKEN,
+                      str(tmp_path), ("127.0.0.1", 0), max_frame_bytes=frame)
+    sock = None
+    try:
+        learner.members.listen()
+        sock = socket.create_connection(learner.address, timeout=WAIT_S)
+        conn = Connection(sock, token=TOKEN, sender=1, peer="learner")
+        conn.send(MessageType.HELLO, wire.pack_json({"worker": 1}))
+        end = time.monotonic() + WAIT_S
+        while 1 not in learner.members.peers:
+            assert time.monotonic() < end
+            learner.pump(0.1)
+        sock.settimeout(5)  # a send that moves no byte for 5 s: the learner stopped taking them
+        sent, body = 0, b"\0" * frame
+        try:
+            for _ in range(40):  # 160 MiB offered while nobody pumps
+                conn.send(MessageType.HASH, body)
+                sent += 1
+        except OSError:
+            pass
+        queued = sum(len(item[3].body) for item in list(learner.members.inbox.queue) if item[0] == "frame")
+        assert sent < 40, "every frame was taken: nothing pushed back"
+        assert queued <= 2 * frame, f"{queued} bytes queued from one member"
+    finally:
+        if sock is not None:
+            sock.close()
+        learner.close()
+
+
+def flood(address, sources: list[str], threads: int, stop) -> list:
+    """`threads` threads that each keep one idle connection open to `address` (from one of
+    `sources`, round robin), reopening it as soon as the learner closes or refuses it."""
+    import threading
+
+    def one(source):
+        while not stop.is_set():
+            try:
+                with socket.create_connection(address, timeout=30, source_address=(source, 0)) as s:
+                    s.settimeout(0.2)
+                    while not stop.is_set():
+                        try:
+                            if not s.recv(1):
+                                break
+                        except socket.timeout:
+                            continue
+            except OSError:
+                time.sleep(0.001)
+
+    out = [threading.Thread(target=one, args=(sources[i % len(sources)],), daemon=True) for i in range(threads)]
+    for t in out:
+        t.start()
+    return out
+
+
+def test_idle_connections_without_the_token_cannot_starve_joins(tmp_path):
+    """D2: 24 threads from three addresses re-open idle connections as fast as the learner closes
+    them; they used to hold all 16 handshake slots until the workers gave up. Now one address gets
+    at most 8 slots, a newcomer from another address evicts the largest holder's oldest, and the
+    token must show within 3 s: both genuine workers join and the run completes."""
+    import threading
+
+    stop = threading.Event()
+    with Cluster(tmp_path / "run", workers=2, autostart=False, method="full", updates=3) as c:
+        baseline(c)
+        attackers = flood(c.address, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 24, stop)
+        try:
+            c.wait_for("a full handshake budget", lambda rows: any(
+                r["kind"] == "rejected" and "over the cap" in r.get("reason", "") for r in rows), WAIT_S)
+            for w in (1, 2):
+                c.start_worker(w, extra=["--connect-timeout", "60"])
+            wait_rows(c, "joined", 2)
+        finally:
+            stop.set()
+            for t in attackers:
+                t.join(30)
+        s = c.wait()
+    assert_survived(c, s, 3)
+    assert not s["dropped"]
+
+
+def test_a_hello_forging_a_connected_workers_id_is_refused_and_costs_it_nothing(tmp_path):
+    """D3: four HELLOs claiming to be worker 1 while it is connected used to replace its connection
+    each time, using up its 3 reconnects. Now each is refused and w1 finishes without a reconnect."""
+    with Cluster(tmp_path / "run", workers=1, method="full", updates=3) as c:
+        wait_rows(c, "joined", 1, worker=1)
+        os.kill(c.procs["w1"].pid, signal.SIGSTOP)  # hold the run: its connection stays open meanwhile
+        try:
+            for _ in range(4):
+                with connect(c) as s:
+                    Connection(s, token=TOKEN, sender=1, peer="learner").send(
+                        MessageType.HELLO, wire.pack_json({"worker": 1}))
+                    assert closed_by_learner(s)
+            refused = wait_rows(c, "rejected", 4, worker=1)
+        finally:
+            os.kill(c.procs["w1"].pid, signal.SIGCONT)
+        s = c.wait()
+    assert_survived(c, s, 3)
+    assert all("already connected" in r["reason"] for r in refused)
+    assert not [r for r in c.events("w1") if r["kind"] == "connection_lost"]
+    assert not [r for r in c.events("learner") if r["kind"] in ("replaced", "disconnected")]
