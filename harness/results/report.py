@@ -24,7 +24,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.results import compare, dataparallel_report as dpreport, rivals, tables as results
+from harness.results import compare, dataparallel_report as dpreport, ledger, rivals, tables as results
 from harness.results.compare import BASELINE, QUALITY_LAST
 from trainers import spec
 from harness.results.quality import SIGNAL_SD
@@ -297,7 +297,7 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
            "the worker links carried (IP packets). Quality over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
            *_load_section(comp), *_quality_section(comp), *rivals.section(tables.updates, comp),
-           *dpreport.section(tables.updates),
+           *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
            "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",

@@ -27,6 +27,9 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     process_cpu_s, busy_frac / steal_frac (of all cores' time over the update), load1, cores,
     payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
     payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
+    the byte ledger (ledger_columns): socket_bytes_down|up (TCP data bytes sent, retransmissions included),
+    socket_retrans_bytes_down|up, socket_retrans_segs_down|up, link_bytes_down|up (worker links' interface
+    counters over the update's window: headers, ACKs, retransmissions included),
     lag (policy versions), train_loss (the training batch's loss; not `loss`, the link's loss
     parameter), reward_mean, train_metric + train_metric_name (the training batch's own figure:
     train_loss for distill, reward_mean for grpo, lm_loss for data-parallel; never held-out quality),
@@ -63,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from harness import units  # pure parsing, no kernel
@@ -285,6 +289,43 @@ CPU_PHASES = ("train", "encode", "decode_replay")   # the learner's compute phas
 MACHINE_FIELDS = ("busy_frac", "steal_frac", "load1", "cores")
 
 
+def worker_link_totals(links: pd.DataFrame | None) -> dict[str, pd.Series]:
+    """direction -> bytes the worker links carried so far (summed over workers), indexed by the
+    counters' monotonic sample time; {} off the emulated network."""
+    if links is None or links.empty:
+        return {}
+    df = links[links["node"] != "learner"]
+    return {d: g.groupby("t_s")["bytes"].sum().sort_index() for d, g in df.groupby("direction")}
+
+
+def _bytes_between(series: pd.Series, t0: float, t1: float) -> float | None:
+    """Counter bytes between two monotonic times, linear between samples (0.5 s apart); None
+    outside the sampled span."""
+    if series.empty or t0 < series.index[0] or t1 > series.index[-1]:
+        return None
+    xs, ys = series.index.to_numpy(dtype=float), series.to_numpy(dtype=float)
+    return float(np.interp(t1, xs, ys) - np.interp(t0, xs, ys))
+
+
+def ledger_columns(r: dict, rolls: list[dict], link_totals: dict[str, pd.Series]) -> dict:
+    """The byte ledger of one update (bytes): what the sockets sent (TCP_INFO deltas, trainers/protocol/
+    wire.py tcp_info: data incl. retransmissions, retransmitted bytes and segments) down (the learner's
+    sockets, since its previous update row) and up (the workers' sockets, each since its previous rollouts
+    row, so up is shifted by up to one update: it sums exactly over a cell); and what the worker links
+    carried over the update's window (interface counters: headers, ACKs, retransmissions included)."""
+    down, up = r.get("tcp") or {}, [w.get("tcp") or {} for w in rolls]
+    out = {"socket_bytes_down": down.get("bytes_sent"), "socket_retrans_bytes_down": down.get("bytes_retrans"),
+           "socket_retrans_segs_down": down.get("total_retrans"),
+           "socket_bytes_up": sum(w.get("bytes_sent", 0) for w in up) if any(up) else None,
+           "socket_retrans_bytes_up": sum(w.get("bytes_retrans", 0) for w in up) if any(up) else None,
+           "socket_retrans_segs_up": sum(w.get("total_retrans", 0) for w in up) if any(up) else None}
+    t1 = r["t"]
+    for direction in ("up", "down"):
+        series = link_totals.get(direction)
+        out[f"link_bytes_{direction}"] = None if series is None else _bytes_between(series, t1 - r["seconds_per_update"], t1)
+    return out
+
+
 def load_columns(r: dict, rolls: list[dict]) -> dict:
     """CPU and machine-load columns of one learner update row (trainers/events.PhaseTimer): <phase>_cpu_s,
     worker_rollout_cpu_s (median over workers), process_cpu_s and the machine's busy/steal fractions,
@@ -305,6 +346,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
     metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
               "distill_loss" if info.get("objective") == "distill" else "reward_mean")
     rows = []
+    link_totals = worker_link_totals(cell.links)
     for r in learner:
         v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
         rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
@@ -329,6 +371,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         if overlaps:
             row["overlap"] = sum(overlaps) / len(overlaps)
         row.update(load_columns(r, rolls))
+        row.update(ledger_columns(r, rolls, link_totals))
         rows.append(row)
     return rows
 

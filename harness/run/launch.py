@@ -437,6 +437,17 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
+def write_prediction(run_dir: Path) -> None:
+    """prediction.json (the cost model at this run's link and measured compute), which the report reads.
+    Its own process: sizing the adapter builds the model on the meta device (torch; the harness stays
+    torch-free). A failure is one stderr line; the report then has no model section."""
+    done = subprocess.run([sys.executable, "-m", "harness.projection.prediction", str(run_dir)], cwd=ROOT,
+                          env=python_env(run_dir.parent / ".cache", 1), capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)
+
+
 def finalize(run_dir: Path) -> None:
     """Tables, summary, report and figures from the folder alone (also for partial runs); the
     folder's files are parsed once and the tables handed to each."""
@@ -444,9 +455,9 @@ def finalize(run_dir: Path) -> None:
     try:
         tables = results.write_tables(run_dir)
         compare.write_summary(run_dir, tables)
+        write_prediction(run_dir)
         report.write(run_dir, tables=tables)
         plots.write(run_dir, tables=tables)
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
               file=sys.stderr)
-

@@ -120,7 +120,7 @@ class Learner:
                 update_frame_bytes=written, workers=sorted(written),
                 bytes=bytes_delta(before, self.counter.by_type()),
                 rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
-                hash=self.consistency.learner_hash(version), harness_s=round(harness, 6)))
+                hash=self.consistency.learner_hash(version), harness_s=round(harness, 6), tcp=self.tcp_delta()))
             # A copy of the policy to evaluate later; its time is moved out of the next update's.
             last_done, last_harness = done + self.keep_policy(version), now_harness
             self.pump(0)
@@ -322,6 +322,11 @@ class Learner:
                             f"the learner is at {self.replica.version}")
 
     # ------------------------------------------------------------------ metrics
+
+    def tcp_delta(self) -> dict:
+        """The members' sockets since the previous update row, summed (TCP_INFO: bytes sent incl.
+        retransmissions, retransmitted bytes and segments, bytes received; the byte ledger)."""
+        return wire.sum_counts([p.conn.tcp_delta() for p in list(self.members.peers.values()) if p.conn is not None])
 
     def harness_seconds(self) -> float:
         """Cumulative seconds of harness work outside the phase timers (framing, parsing, logging)."""

@@ -220,7 +220,8 @@ class Worker:
             written = self.send(MessageType.ROLLOUTS, body)
         self.events.write("rollouts", batch=batch, policy_version=self.replica.version, **timer.row(),
                           rows=len(r), reward_mean=sum(r.rewards) / len(r.rewards), seed=seed,
-                          bytes={"sent": {"ROLLOUTS": written}}, payload_bytes=len(body))
+                          bytes={"sent": {"ROLLOUTS": written}}, payload_bytes=len(body),
+                          tcp=self.conn.tcp_delta())  # the socket since the previous row (wire.tcp_info)
 
     # ------------------------------------------------------------------ the loop
 

@@ -455,6 +455,42 @@ class ByteCounter:
                      "frames": c[2]} for (p, d, t), c in sorted(self._counts.items())]
 
 
+# ----------------------------------------------------------------------------- TCP_INFO
+
+# What the kernel's socket did, read with getsockopt(TCP_INFO) and unpacked at the offsets of
+# struct tcp_info (include/uapi/linux/tcp.h; the struct only grows, so an older kernel returns a
+# shorter buffer and its missing fields are left out). name: (byte offset, struct format).
+TCP_INFO_FIELDS = {
+    "total_retrans": (100, "I"),   # segments retransmitted over the connection's life
+    "bytes_acked": (120, "Q"),     # data bytes the peer acknowledged (RFC 4898 HCThruOctetsAcked), Linux >= 4.1
+    "bytes_received": (128, "Q"),  # in-order data bytes received (HCThruOctetsReceived), Linux >= 4.1
+    "segs_out": (136, "I"),        # segments sent, pure ACKs and retransmissions included, Linux >= 4.2
+    "segs_in": (140, "I"),         # segments received, pure ACKs included
+    "bytes_sent": (200, "Q"),      # data bytes sent, retransmissions included (HCDataOctetsOut), Linux >= 4.19
+    "bytes_retrans": (208, "Q"),   # data bytes retransmitted (OctetsRetrans), Linux >= 4.19
+}
+TCP_INFO_BYTES = 232               # through tcpi_snd_wnd: asking for more is harmless, the kernel copies less
+
+
+def tcp_info(sock: socket.socket) -> dict[str, int]:
+    """The TCP_INFO counters above (cumulative over the connection); {} when the socket is gone."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+    except OSError:
+        return {}
+    return {name: struct.unpack_from("=" + fmt, raw, off)[0] for name, (off, fmt) in TCP_INFO_FIELDS.items()
+            if len(raw) >= off + struct.calcsize(fmt)}
+
+
+def sum_counts(rows: list[dict[str, int]]) -> dict[str, int]:
+    """Counter dicts added key by key (the TCP_INFO deltas of several connections)."""
+    out: dict[str, int] = defaultdict(int)
+    for row in rows:
+        for k, v in row.items():
+            out[k] += v
+    return dict(out)
+
+
 # ----------------------------------------------------------------------------- connections
 
 
@@ -478,6 +514,15 @@ class Connection:
         self._send_seq = 0
         self._recv_seq = 0
         self.closed = False
+        self._tcp_last: dict[str, int] = {}
+
+    def tcp_delta(self) -> dict[str, int]:
+        """TCP_INFO counters (tcp_info) since the previous call, the first call since the connection
+        opened; for the byte ledger of one update. Call it from one thread."""
+        now = tcp_info(self.sock)
+        delta = {k: v - self._tcp_last.get(k, 0) for k, v in now.items()}
+        self._tcp_last = now or self._tcp_last
+        return delta
 
     def send(self, msg_type: MessageType, body: Body, version: int = 0) -> int:
         """Write one frame (`body`: one buffer or a list of them); returns the bytes written to the socket."""

@@ -1,0 +1,108 @@
+"""prediction.json: what the cost model predicts for each variant of a finished run, at the run's own
+link and its measured compute, next to what the run measured, and each variant's bottleneck in words.
+
+    python -m harness.projection.prediction results/<run-id>     # launch.finalize runs it before the report
+
+The compute terms are fitted on the run itself (costmodel.fit, without solving for the residual, so
+the error is the model's: its transfer times and overlap rules against the measured seconds per
+update). A traced link (harness/net/traces.py) is modelled at its trace's mean rate. The results room
+reads the file (harness/results/ledger.py) and never imports this one: reports rebuild from the run
+folder alone. Run as a process because sizing the adapter builds the model on the meta device
+(torch), which `harness run` itself never imports.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.net import profiles
+from harness.projection import costmodel as cm
+from harness.projection.commands import adapter_for, host_cc
+from harness.results import tables as results
+
+FILE = "prediction.json"
+
+
+def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
+    """The run's network at time 0, a traced worker link at its trace's mean rate; and the words for it."""
+    prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+    net = cm.Network.from_profile(prof, workers, cc=host_cc())
+    link = prof.link("w1")
+    if link.down.trace is None and link.up.trace is None:
+        return net, f"profile {prof.name}"
+    nodes = tuple(cm.Node(*(cm.Access(d.trace.load().stats()["mean_bit_s"] if d.trace else d.rate_bit_s, d.delay_s,
+                                      d.loss_frac) for d in (prof.link(f"w{i}").up, prof.link(f"w{i}").down)))
+                  for i in range(1, workers + 1))
+    return cm.Network(net.learner, nodes, cc=net.cc), f"profile {prof.name}, traced links at their trace's mean rate"
+
+
+def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float | None) -> tuple[str, str]:
+    """(bottleneck, evidence in words) of one variant from its predicted terms."""
+    compute = p.rollout_s + p.train_s + p.encode_s + p.replay_s + p.other_s
+    network = p.transfer_down_s + p.transfer_up_s
+    share = network / max(p.seconds_per_update, 1e-9)
+    words = (f"the model spends {network:.3g} s per update on the links (update down {p.transfer_down_s:.3g} s, "
+             f"rollouts up {p.transfer_up_s:.3g} s) and {compute:.3g} s on compute (rollouts {p.rollout_s:.3g} s, "
+             f"training {p.train_s:.3g} s)")
+    if cores and workers > cores and network < compute:
+        seen = f"; measured load {load:.1f} per core" if load is not None else ""
+        return ("CPU oversubscription",
+                f"{workers} workers and the learner share {cores} cores, so each worker's rollouts run "
+                f"{workers / cores:.1f}x slower than on a core of its own{seen}; {words}. A faster link or fewer bytes "
+                "cannot speed this cell up: the methods differ only in the little link time left")
+    if network >= compute:
+        where = "learner uplink" if p.bottleneck.startswith("learner uplink") else "worker link"
+        return where, f"{words}: {share:.0%} of the update is link time, set by the {p.bottleneck}"
+    return "compute", f"{words}: the link is {share:.0%} of the update"
+
+
+def build(run_dir: str | Path) -> dict:
+    t = results.read(run_dir)
+    run, u = t.runs[0], t.updates
+    cfg, meta = run.config, run.meta
+    if u.empty or (u["update_index"] > 1).sum() == 0:
+        return {}
+    workers, cores = int(cfg["workers"]), meta.get("cpus")
+    net, link_words = network(cfg, workers) if cfg.get("emulation", True) else (
+        cm.Network.uniform(workers, None, cc=host_cc()), "localhost, unshaped")
+    adapter = adapter_for(cfg["model"], int(cfg["lora_rank"]))
+    # one box: the learner and every worker share its cores (emulated or not)
+    fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
+    measured = cm.measured(u)
+    load = u["load1"].median() / u["cores"].median() if {"load1", "cores"} <= set(u) and u["load1"].notna().any() else None
+    out = {"model": "harness/projection/costmodel.py, compute fitted on this run (medians after update 1)",
+           "link": link_words, "workers": workers, "cores": cores, "cc": net.cc, "variants": {}}
+    for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
+        if variant not in measured:
+            continue
+        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac))
+        bottleneck, evidence = _bottleneck(p, workers, cores, None if load != load else load)
+        out["variants"][variant] = {
+            "predicted_s": p.seconds_per_update, "measured_s": measured[variant],
+            "error": (p.seconds_per_update - measured[variant]) / measured[variant],
+            "transfer_down_s": p.transfer_down_s, "transfer_up_s": p.transfer_up_s, "rollout_s": p.rollout_s,
+            "train_s": p.train_s, "bound": p.bound, "link_bottleneck": p.bottleneck,
+            "bottleneck": bottleneck, "evidence": evidence}
+    return out
+
+
+def write(run_dir: str | Path) -> Path | None:
+    doc = build(run_dir)
+    if not doc:
+        return None
+    path = Path(run_dir) / FILE
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m harness.projection.prediction RUN_DIR", file=sys.stderr)
+        return 2
+    write(argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,113 @@
+"""Two report sections: the byte ledger (payload vs socket vs link bytes per update) and the cost
+model's prediction for each variant with the variant's bottleneck in words.
+
+Ledger, per (run, variant), mean bytes per update over the updates whose three layers were all
+recorded (tables.ledger_columns): payload = update bodies to every worker + rollout bodies;
+frames = what the harness wrote (payload + 44-byte frame headers); socket = the TCP data bytes the
+kernel sent (TCP_INFO bytes_sent, retransmissions included) and retransmitted bytes; link = what
+the worker links carried (interface counters: IP/TCP/Ethernet headers, ACKs, retransmissions).
+overhead = (link - payload) / payload = framing + retransmissions + headers and ACKs (the rest,
+link - socket; what the split leaves is shown as the residual: the up direction's TCP counters are
+taken at the workers' rollout rows, shifted by up to one update).
+
+Model: read from the run's ``prediction.json`` (harness/projection/prediction.py, written when the
+run finished; this room never imports the projection room).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.results import tables as results
+
+PREDICTION_FILE = "prediction.json"
+FRAME_HEADER_BYTES = 44      # trainers/protocol/wire.py HEADER_BYTES (a frame header per message)
+LEDGER = ("payload", "frames", "socket", "retrans", "link")
+
+
+def _md(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def ledger_rows(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, variant): mean bytes per update of each ledger layer (see the docstring)."""
+    need = {"socket_bytes_down", "socket_bytes_up", "link_bytes_down", "link_bytes_up"}
+    if updates.empty or not need <= set(updates):
+        return pd.DataFrame()
+    df = updates.dropna(subset=sorted(need))
+    if df.empty:
+        return pd.DataFrame()
+    copies = (df["wire_bytes_down"] / (df["payload_bytes_down"] + FRAME_HEADER_BYTES)).round()
+    layers = pd.DataFrame({
+        "run_id": df["run_id"], "variant": df["variant"],
+        "payload": df["payload_bytes_down"] * copies + df["payload_bytes_up"],
+        "frames": df["wire_bytes_down"] + df["wire_bytes_up"],
+        "socket": df["socket_bytes_down"] + df["socket_bytes_up"],
+        "retrans": df["socket_retrans_bytes_down"].fillna(0) + df["socket_retrans_bytes_up"].fillna(0),
+        "link": df["link_bytes_down"] + df["link_bytes_up"]})
+    out = layers.groupby(["run_id", "variant"], sort=False).mean().reset_index()
+    out["updates"] = layers.groupby(["run_id", "variant"], sort=False).size().to_numpy()
+    return out
+
+
+def section(updates: pd.DataFrame) -> list[str]:
+    """The "Byte ledger" section; [] when no update recorded its socket and link bytes."""
+    led = ledger_rows(updates)
+    if led.empty:
+        return []
+    kb = lambda v: f"{v / 1e3:,.1f}"     # noqa: E731  (bytes -> kB)
+    pct = lambda v, of: f"{100 * v / of:.1f} %" if of else "-"     # noqa: E731
+    head = ["run", "method", "updates", "payload kB", "frames kB", "socket kB", "retrans kB (of socket)",
+            "link kB", "overhead vs payload", "framing", "retransmissions", "headers + ACKs", "residual"]
+    rows = []
+    for _, r in led.iterrows():
+        framing, hdr = r["frames"] - r["payload"], r["link"] - r["socket"]
+        residual = r["socket"] - r["frames"] - r["retrans"]
+        rows.append([str(r["run_id"]), str(r["variant"]), str(int(r["updates"])), kb(r["payload"]), kb(r["frames"]),
+                     kb(r["socket"]), f"{kb(r['retrans'])} ({pct(r['retrans'], r['socket'])})", kb(r["link"]),
+                     pct(r["link"] - r["payload"], r["payload"]), pct(framing, r["payload"]),
+                     pct(r["retrans"], r["payload"]), pct(hdr, r["payload"]), pct(residual, r["payload"])])
+    return ["## Byte ledger", "",
+            "Mean bytes per update, both directions, all workers: payload (message bodies), frames (what the harness "
+            "wrote: + frame headers), socket (TCP data bytes the kernel sent, TCP_INFO bytes_sent: retransmissions "
+            "included), link (what the worker links carried: + IP/TCP/Ethernet headers and ACKs). Overhead vs "
+            "payload = framing + retransmissions + headers and ACKs (+ the residual: the up direction's socket "
+            "counters are read at the workers' rollout rows, up to one update late).", "", _md(head, rows), ""]
+
+
+def read_prediction(run: results.Run) -> dict:
+    path = Path(run.dir) / PREDICTION_FILE
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise results.ResultsError(f"{path}: not a JSON document ({err})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("variants", {}), dict):
+        raise results.ResultsError(f"{path}: expected an object with a 'variants' object")
+    return doc
+
+
+def model_section(runs: list[results.Run]) -> list[str]:
+    """"Cost model vs measured": each variant's predicted and measured seconds per update, the error,
+    and its bottleneck with the evidence in words; [] when no run has a prediction.json."""
+    head = ["run", "method", "predicted s/update", "measured s/update", "error", "bottleneck"]
+    rows, words = [], []
+    for run in runs:
+        doc = read_prediction(run)
+        for variant, v in doc.get("variants", {}).items():
+            rows.append([run.dir.name, variant, f"{v['predicted_s']:.3f}", f"{v['measured_s']:.3f}",
+                         f"{v['error']:+.1%}", v["bottleneck"]])
+            words.append(f"- `{run.dir.name}` **{variant}**: {v['bottleneck']}: {v['evidence']}.")
+        if doc:
+            words.append(f"- `{run.dir.name}`: {doc.get('workers')} workers on {doc.get('cores')} cores, "
+                         f"{doc.get('link')}, congestion control {doc.get('cc')}; {doc.get('model')}.")
+    if not rows:
+        return []
+    return ["## Cost model vs measured", "",
+            "The cost model's seconds per update for each method at this run's link and with its compute measured "
+            "here (`prediction.json`; `harness project --from RUN` is the same model at other scales), the measured "
+            "median after the first update, and what bounds each cell.", "", _md(head, rows), "", *words, ""]
