@@ -35,4 +35,10 @@ COPY netem_profiles /app/netem_profiles
 COPY presets /app/presets
 COPY trainers /app/trainers
 COPY harness /app/harness
+# provenance (meta.json git_sha, git_dirty): the commit the image's code was copied from; the image
+# has no .git. docker/build-base.sh passes them; `docker compose build` takes GIT_SHA/GIT_DIRTY from
+# the environment. Last, so that a new commit rebuilds only this layer.
+ARG GIT_SHA=
+ARG GIT_DIRTY=
+ENV WAN_GIT_SHA=${GIT_SHA} WAN_GIT_DIRTY=${GIT_DIRTY}
 CMD ["harness", "--help"]

@@ -55,7 +55,21 @@ for sdist in docker/wheelhouse/*.tar.gz; do
 done
 echo "build-base.sh: wheelhouse docker/wheelhouse ($(ls docker/wheelhouse | wc -l) wheels, $(du -sh docker/wheelhouse | cut -f1))"
 
+# The image, and no dangling one left behind: the build stage (the venv with torch, ~1.5 GB) is
+# tagged wan-harness-build:latest, so it is the next build's layer cache instead of an untagged
+# image; an image that a new build replaces under the same tag is removed (unless a container uses it).
 if [[ $build_image == 1 ]]; then
-  docker build -q --build-arg BASE_IMAGE="$BASE" -t wan-harness:latest . >/dev/null
-  echo "build-base.sh: image wan-harness:latest built on $BASE"
+  image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+  old_final=$(image_id wan-harness:latest) old_build=$(image_id wan-harness-build:latest)
+  sha=$(git rev-parse HEAD 2>/dev/null || true)
+  dirty=$([[ -n "$sha" && -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && echo 1 || echo 0)
+  docker build -q --build-arg BASE_IMAGE="$BASE" --target build -t wan-harness-build:latest . >/dev/null
+  docker build -q --build-arg BASE_IMAGE="$BASE" --build-arg GIT_SHA="$sha" --build-arg GIT_DIRTY="$dirty" \
+    -t wan-harness:latest . >/dev/null
+  for id in "$old_final" "$old_build"; do
+    if [[ -n "$id" && "$id" != "$(image_id wan-harness:latest)" && "$id" != "$(image_id wan-harness-build:latest)" ]]; then
+      docker rmi "$id" >/dev/null 2>&1 || echo "build-base.sh: the replaced image ${id:7:12} is still used by a container: docker rmi it after removing that container" >&2
+    fi
+  done
+  echo "build-base.sh: image wan-harness:latest built on $BASE (commit ${sha:0:12}$([[ $dirty == 1 ]] && echo ', with uncommitted changes'))"
 fi

@@ -8,7 +8,8 @@ runs ``python -m harness.run.containers``, which
 
 1. reads the run's settings from the environment through the run spec (:func:`values_from_env`:
    every parameter by its upper-case name, the profile as ``WAN_PROFILE``); a bad value, or an
-   unknown profile, exits 2 with one line before anything is shaped;
+   unknown profile, exits 2 with one line before anything is shaped. Valid settings touch
+   READY_FILE, the compose healthcheck on which the learner and workers wait: they start only then;
 2. finds its learner and worker containers through the docker SDK (compose or stack labels,
    ``State.Pid``) and names each container's network namespace ``/run/netns/wh<RID>-<node>`` (a
    symlink to ``/proc/<pid>/ns/net``, inside the controller only), so the topology, the shaper,
@@ -20,12 +21,14 @@ runs ``python -m harness.run.containers``, which
 4. runs every cell through :func:`harness.run.launch.execute`, starting the learner and the workers
    inside their containers as the non-root user (``docker exec``, :class:`ExecProcess`), and
    writes the same ``results/<run-id>/`` to the bind-mounted ``./results``;
-5. tears everything down (delay lines, rules, qdiscs, veths, the router namespace) and exits 0
-   when every cell completed, 1 otherwise (``--abort-on-container-exit`` then stops the rest).
+5. tears everything down (delay lines, rules, qdiscs, veths, the router namespace), stops the
+   learner and worker containers (so a bare ``docker compose up`` returns), and exits 0 when every
+   cell completed, 1 otherwise.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -56,10 +59,26 @@ SERVICE_UID = 1000
 FIND_TIMEOUT_S = 120.0       # how long the controller waits for its learner and workers to run
 ENV_NAMES = {"profile": "WAN_PROFILE", "seed": "SEEDS"}   # every other parameter: NAME.upper()
 ROLE_LABEL = "wan-harness.role"
+# the compose healthcheck's file: the settings are valid, so the learner and workers may start
+# (docker-compose.yml: they depend on the controller being healthy; a bad setting never starts them).
+# It holds the controller's pid, which the check signals (0): a file left by an earlier run is stale.
+READY_FILE = Path("/tmp/wan-harness-ready")
+CALIBRATION_POLICIES = ("fail", "warn")   # CALIBRATION: a link that misses its profile stops the run, or marks it
 
 
 class ContainersError(RuntimeError):
     """The stack is not as the run needs it (a container missing, no engine); one line."""
+
+
+class CalibrationMissed(ContainersError):
+    """A container link measured off its profile (CALIBRATION=fail): the run would not measure the
+    WAN it names (once, a worker's RTT measured 0.2 ms where the profile wanted 71 ms)."""
+
+    def __init__(self, misses: list[str]):
+        self.misses = misses
+        super().__init__(f"harness containers: calibration missed the profile on {len(misses)} link "
+                         f"direction(s): {'; '.join(misses)}; no cell was run (CALIBRATION=warn runs it, "
+                         "marked invalid)")
 
 # ---- settings -------------------------------------------------------------------------------
 
@@ -261,8 +280,8 @@ class ContainerTopology(Topology):
         cell_dir = os.path.dirname(log)
         cache = kwargs["env"].get("WAN_CACHE_DIR")
         if cache:
-            os.makedirs(cache, exist_ok=True)
-        for path in filter(None, (cell_dir, log, cache)):
+            share_cache(Path(cache))
+        for path in filter(None, (cell_dir, log)):
             os.chown(path, SERVICE_UID, SERVICE_UID)   # the non-root services write there
         env = {k: v for k, v in kwargs["env"].items() if k in _ENV_KEYS}
         return ExecProcess(self.api, self.containers[node].id, list(argv), env, str(kwargs.get("cwd", "/app")), log)
@@ -284,10 +303,27 @@ class ContainerTopology(Topology):
         return removed
 
 
+def share_cache(cache: Path) -> None:
+    """The model cache as the services' user needs it: its folders theirs (a model built in a cell
+    writes a file and its lock there), every file readable. A host `harness run` or this root
+    controller built it, and a cache from before models were written 0644 holds 0600 files."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for root, dirs, files in os.walk(cache):
+        os.chown(root, SERVICE_UID, SERVICE_UID)
+        for name in files:
+            path = os.path.join(root, name)
+            mode = os.stat(path).st_mode
+            if mode & 0o044 != 0o044:
+                os.chmod(path, mode | 0o044)
+
+
 @contextlib.contextmanager
-def container_network(cfg, client, calibrate_s: float = 0.0) -> Iterator[tuple[ContainerTopology, str]]:
+def container_network(cfg, client, calibrate_s: float = 0.0, policy: str = "fail",
+                      misses: list[str] | None = None) -> Iterator[tuple[ContainerTopology, str]]:
     """launch.execute's network context with the stack's containers as the nodes; with
-    ``calibrate_s`` > 0 each container link is measured first (calibration.json in the run folder)."""
+    ``calibrate_s`` > 0 each container link is measured first (calibration.json in the run folder).
+    A link that misses its profile (calibrate's checks: goodput, RTT, loss) is added to ``misses``
+    and, under policy "fail", stops the run before its first cell (CalibrationMissed)."""
 
     nodes = find_services(client, cfg.workers)
 
@@ -296,7 +332,11 @@ def container_network(cfg, client, calibrate_s: float = 0.0) -> Iterator[tuple[C
 
     with shaper.emulate(cfg.load_profile(), cfg.workers, backend=cfg.backend, create=create) as (topo, shp):
         if calibrate_s > 0:
-            measure_links(cfg, topo, shp.plan.backend, calibrate_s)
+            found = calibration_misses(measure_links(cfg, topo, shp.plan.backend, calibrate_s))
+            if misses is not None:
+                misses.extend(found)
+            if found and policy == "fail":
+                raise CalibrationMissed(found)
         yield topo, shp.plan.backend
 
 
@@ -306,7 +346,6 @@ def measure_links(cfg, topo: ContainerTopology, backend: str, secs: float) -> Pa
     """Goodput, RTT and loss of every worker's path to the learner, measured as `harness calibrate`
     does, by probes running in the containers' namespaces (the controller's processes: the
     measurement is of the link, which is the namespace's); writes <run>/calibration.json."""
-    import json
     import types
     from dataclasses import asdict
 
@@ -333,21 +372,36 @@ def measure_links(cfg, topo: ContainerTopology, backend: str, secs: float) -> Pa
     return path
 
 
+def calibration_misses(path: Path) -> list[str]:
+    """One phrase per measured link direction that failed calibrate's checks, with what it wanted."""
+    doc = json.loads(path.read_text())
+    out = []
+    for r in doc["rows"]:
+        bad = []
+        if not r["ok_rtt"]:
+            got = "none" if r["rtt_median_s"] is None else f"{r['rtt_median_s'] * 1e3:.1f} ms"
+            bad.append(f"RTT {got} vs {r['rtt_want_s'] * 1e3:.1f} ms wanted")
+        if not r["ok_goodput"]:
+            got = "none" if r["goodput_bit_s"] is None else f"{r['goodput_bit_s'] / 1e6:.2f} Mbit/s"
+            bad.append(f"goodput {got} at a rate of {(r['rate_bit_s'] or 0) / 1e6:.2f} Mbit/s")
+        if not r["ok_loss"]:
+            bad.append(f"loss {r['loss_lost']}/{r['loss_sent']} vs {r['loss_want']:.2%} wanted")
+        if bad:
+            out.append(f"{r['node']} {r['direction']} {', '.join(bad)}")
+    return out
+
+
 # ---- the controller ----------------------------------------------------------------------------
 
 def main(environ: Mapping[str, str] | None = None) -> int:
-
     environ = os.environ if environ is None else environ
+    READY_FILE.unlink(missing_ok=True)          # a restarted container's file is an earlier run's
     try:
-        cfg = config_from_env(environ)
-        secs = _calibrate_secs(environ)
-        if not cfg.emulation:
-            raise ConfigError("EMULATION: the containers front door always shapes the links")
+        cfg, secs, policy = settings(environ)
     except ConfigError as err:
         print(f"harness containers: {env_message(str(err))}", file=sys.stderr)
         return 2
-    if cfg.run_id is None:
-        cfg = _with_run_id(cfg, launch.new_run_id(cfg))
+    READY_FILE.write_text(f"{os.getpid()}\n")   # healthy: compose starts the learner and the workers now
     import docker
 
     try:
@@ -359,20 +413,84 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     me = client.containers.get(socket.gethostname())
     if swarm_task(me):
         return run_sibling(client, me, environ)
+    # provenance: uname here is the container id; the engine knows the host (meta.json host)
+    os.environ.setdefault("WAN_HOST", str(client.info().get("Name") or ""))
     try:
-        run_dir = launch.execute(cfg, progress=_progress, net=lambda c: container_network(c, client, secs))
+        return run(cfg, client, secs, policy)
+    finally:
+        if me.labels.get("com.docker.compose.project"):
+            stop_services(client, me.labels["com.docker.compose.project"])
+
+
+def settings(environ: Mapping[str, str]):
+    """(RunConfig, calibration seconds, calibration policy) from the environment; ConfigError names
+    the variable. Every check runs here, before the learner and workers are started."""
+    cfg = config_from_env(environ)
+    secs = _calibrate_secs(environ)
+    policy = environ.get("CALIBRATION", "").strip() or "fail"
+    if policy not in CALIBRATION_POLICIES:
+        raise ConfigError(f"CALIBRATION: {policy!r} is not one of {', '.join(CALIBRATION_POLICIES)}")
+    if not cfg.emulation:
+        raise ConfigError("EMULATION: the containers front door always shapes the links")
+    if cfg.run_id is None:
+        cfg = _with_run_id(cfg, launch.new_run_id(cfg))
+    return cfg, secs, policy
+
+
+def run(cfg, client, secs: float, policy: str) -> int:
+    """The run through launch.execute with the containers as the nodes; the exit code."""
+    misses: list[str] = []
+    try:
+        run_dir = launch.execute(cfg, progress=_progress,
+                                 net=lambda c: container_network(c, client, secs, policy, misses))
+    except CalibrationMissed as err:
+        mark_calibration(cfg.run_dir.resolve(), err.misses, failed=True)
+        print(str(err), file=sys.stderr)
+        return 2
     except (ContainersError, launch.PreflightFailed) as err:
         print(str(err), file=sys.stderr)
         return 2
     except launch.CellFailed as err:
         print(f"harness containers: {err}", file=sys.stderr)
         return 1
-    import json
-
+    except RuntimeError as err:          # a learner that did not start: its log says why
+        print(f"harness containers: {err}{_log_tail(str(err))}", file=sys.stderr)
+        return 1
+    if misses:
+        mark_calibration(run_dir, misses, failed=False)
+        print(f"harness containers: INVALID run (CALIBRATION=warn): calibration missed the profile: "
+              f"{'; '.join(misses)}", file=sys.stderr, flush=True)
     meta = json.loads((run_dir / "meta.json").read_text())
     print(f"harness containers: run {cfg.run_id} {meta['status']} on the {meta['backend']} backend: "
           f"{run_dir}/report.md", flush=True)
     return 0 if meta["complete"] else 1
+
+
+def mark_calibration(run_dir: Path, misses: list[str], failed: bool) -> None:
+    """meta.json (and the report's run line, which prints its errors and status note) say that the
+    links missed their profile: the run stopped before its cells, or ran marked invalid."""
+    from trainers.events import atomic_write_json
+
+    path = run_dir / "meta.json"
+    meta = json.loads(path.read_text()) if path.exists() else {"run_id": run_dir.name, "errors": []}
+    meta["calibration_ok"] = False
+    meta.setdefault("errors", []).append(f"calibration missed the profile: {'; '.join(misses)}")
+    if failed:
+        meta.update(status="failed", complete=False, status_note="calibration missed the profile: no cell run")
+    else:
+        meta["status_note"] = "INVALID: calibration missed the profile (CALIBRATION=warn)"
+    atomic_write_json(path, meta)
+    if not failed:
+        launch.finalize(run_dir)        # the report's run line from the updated meta.json
+
+
+def stop_services(client, project: str) -> None:
+    """Stop the learner and worker containers of this compose project: they idle (`sleep infinity`)
+    and a bare `docker compose up` returns only when every container has exited."""
+    for c in client.containers.list(filters={"label": [f"com.docker.compose.project={project}",
+                                                       f"{ROLE_LABEL}=service"]}):
+        with contextlib.suppress(Exception):   # already gone (docker compose down): nothing to stop
+            c.stop(timeout=10)
 
 
 # ---- swarm: a node controller starts the controller next to it ----------------------------------
@@ -437,10 +555,17 @@ def _with_run_id(cfg, run_id: str):
     return dataclasses.replace(cfg, run_id=run_id)
 
 
+def _log_tail(message: str) -> str:
+    """': <last line of the log>' when `message` points at one ('... (see <cell>/learner.log)')."""
+    found = re.search(r"\(see (\S+\.log)\)", message)
+    if not found or not os.path.exists(found.group(1)):
+        return ""
+    lines = [line for line in Path(found.group(1)).read_text(errors="replace").splitlines() if line.strip()]
+    return f": {lines[-1].strip()}" if lines else ""
+
+
 def _progress(cell, cell_dir: Path) -> None:
     """One line per cell as it finishes (compose shows the controller's output)."""
-    import json
-
     if cell_dir in _done or not (cell_dir / "summary.json").exists():
         return
     try:

@@ -92,15 +92,25 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+def _env_flag(name: str) -> bool | None:
+    """'1'/'0' from the environment as True/False; unset or empty: None (unknown)."""
+    value = os.environ.get(name, "").strip()
+    return None if not value else value not in ("0", "false", "no")
+
+
 def meta(cfg: RunConfig, backend: str) -> dict:
 
     uname = platform.uname()
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {"run_id": cfg.run_id, "status": "running", "complete": False,
             "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "git_sha": _git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,
+            # a container image has no .git: its build recorded the commit (WAN_GIT_SHA, Dockerfile), and
+            # its controller names the engine's host (WAN_HOST; uname there is the container id)
+            "git_sha": _git("rev-parse", "HEAD") or os.environ.get("WAN_GIT_SHA") or None,
+            "git_dirty": bool(status) if status is not None else _env_flag("WAN_GIT_DIRTY"),
             "packages": {p: _version(p) for p in PACKAGES}, "python": platform.python_version(),
-            "kernel": uname.release, "host": uname.node, "machine": uname.machine, "cpus": os.cpu_count(),
+            "kernel": uname.release, "host": os.environ.get("WAN_HOST") or uname.node, "machine": uname.machine,
+            "cpus": os.cpu_count(),
             "emulation": cfg.emulation, "backend": backend, "profile": cfg.profile_name,
             "cells": [c.name for c in cells(cfg)], "cells_complete": [],
             # who runs it (pid + /proc start time: a recycled pid is not the owner); `harness clean`
