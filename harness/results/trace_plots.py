@@ -1,0 +1,80 @@
+"""The trace figure of a run whose links followed a schedule or a trace (harness/net/traces.py):
+for each method, the rate the shaper applied to w1's links (each cell's schedule.csv), the rate
+w1's links achieved (the link counters, links.csv) and the seconds per update at the time each
+update finished, on the cell's own clock (every cell replays the trace from its start).
+
+Returns (name, figure, caption) tuples; plots.py wraps them (this module imports no other results
+module but tables and style, so plots.py may import it).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness.results import tables as results
+from harness.results.style import style
+
+NODE = "w1"
+
+
+def _t0(cell_dir: Path) -> float | None:
+    """The cell's time origin (its learner's first event, monotonic seconds), as tables.CellFiles.t0."""
+    path = cell_dir / "events-learner.jsonl"
+    try:
+        with path.open() as fh:
+            return float(json.loads(fh.readline())["t"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def schedule(run: results.Run) -> pd.DataFrame:
+    """Every cell's applied steps of w1's links: cell, direction, t_s (cell clock), rate_bit_s."""
+    frames = []
+    for path in sorted((Path(run.dir) / "cells").glob("*/schedule.csv")):
+        t0 = _t0(path.parent)
+        try:
+            df = pd.read_csv(path)
+        except (OSError, ValueError, pd.errors.EmptyDataError) as err:
+            raise results.ResultsError(f"{path}: not a schedule file ({err})") from None
+        if t0 is None or df.empty:
+            continue
+        df = df[(df["node"] == NODE) & (df["skipped"].astype(str) != "True")]
+        frames.append(pd.DataFrame({"cell": path.parent.name, "direction": df["direction"],
+                                    "t_s": df["applied_t_s"] - t0, "rate_bit_s": df["rate_bit_s"]}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
+    """[("trace", figure, caption)] for a single run with schedule files; [] otherwise."""
+    if len(t.runs) != 1 or t.updates.empty:
+        return []
+    sched = schedule(t.runs[0])
+    if sched.empty:
+        return []
+    seed = t.updates["seed"].min()
+    u = t.updates[t.updates["seed"] == seed]
+    links = t.links
+    if not links.empty:
+        links = links[(links["node"] == NODE) & (links["direction"] == "down") & (links["seed"] == seed)]
+    fig, (ax_rate, ax_spu) = plt.subplots(2, 1, figsize=(7.0, 4.6), sharex=True, height_ratios=[3, 2])
+    for variant, g in u.groupby("variant", sort=False):
+        colour, marker = style(str(g["method"].iloc[0]))
+        ax_spu.plot(g["t_end_s"], g["seconds_per_update"], color=colour, marker=marker, ms=3, lw=1, label=variant)
+        if not links.empty:
+            lg = links[links["variant"] == variant]
+            ax_rate.plot(lg["t_s"], lg["throughput_bit_s"] / 1e6, color=colour, lw=0.8, alpha=0.8,
+                         label=f"{variant}: achieved ({NODE} down)")
+    first = sched[(sched["cell"] == sched["cell"].iloc[0]) & (sched["direction"] == "down")].sort_values("t_s")
+    ax_rate.step(first["t_s"], first["rate_bit_s"] / 1e6, where="post", color="black", lw=1.2,
+                 label=f"trace as applied ({NODE} down)")
+    ax_rate.set_ylabel("Mbit/s")
+    ax_rate.legend(fontsize=7, loc="upper right")
+    ax_spu.set_ylabel("seconds per update")
+    ax_spu.set_xlabel("seconds since the cell started (each cell replays the trace from 0)")
+    ax_spu.legend(fontsize=7)
+    caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
+               "counters), and each method's seconds per update at the time the update finished (first seed).")
+    return [("trace", fig, caption)]
