@@ -169,6 +169,7 @@ class Learner:
             loss, metrics = self.objective.loss(self.model, rollouts)
             loss.backward()
             grads = lora_gradients(self.model)
+        shipped: dict = {}  # encode_adapter's figures (full sync only): a replay method ships no adapter
         if self.method.replay:
             with timer.phase("encode"):
                 msg = self.compressor.encode(grads)
