@@ -17,6 +17,7 @@ from trainers.hilo import methods
 from trainers.model.models import LoraSpec, attach_lora, build_tokenizer, lora_parameters
 from trainers.model.replica import OptimConfig, Replica
 from trainers.model.run_models import base_for
+from trainers.tasks.heldout import rollout_seed  # noqa: F401  (re-exported: the worker and benchmarks import it here)
 from trainers.spec import RunParams
 
 
@@ -44,11 +45,6 @@ def build_replica(params: RunParams, method: methods.Method, task: tasks.Task | 
     rank = method.lora_rank or params.lora_rank
     model = attach_lora(base_for(params, task), LoraSpec(rank=rank, seed=params.seed))  # base: pre-trained, cached
     return model, Replica(lora_parameters(model), OptimConfig(lr=params.lr))
-
-
-def rollout_seed(seed: int, worker: int, batch: int) -> int:
-    """The sampling seed of worker `worker`'s rollouts for batch `batch` (= update batch + 1)."""
-    return ((seed * 1_000_003 + worker) * 1_000_003 + batch) % (2**63 - 1)
 
 
 def shipped_policy_hash(adapter: dict[str, torch.Tensor], dtype: torch.dtype) -> str:

@@ -2,7 +2,8 @@
 
 A CPU box has no checkpoint to download, so the harness makes its own "pre-trained" models:
 a tiny model whose every weight is trained by supervised learning on the task's gold
-completions of TRAINING problems (`trainers.tasks.heldout.training_problems`; never a held-out one).
+completions of TRAINING problems (`trainers.tasks.heldout.training_problems`; never a problem whose
+logic, its canonical form, is held out).
 
 - The student's base (`build_base`, spec param `base_steps`): trained to partial competence,
   then frozen; every replica attaches the same seeded LoRA adapter to it. It does not depend
@@ -44,15 +45,16 @@ from trainers.model.models import build_base_model, build_tokenizer
 from trainers.model.rollout import encode_prompt
 
 # Bump when the training recipe changes, so that old cache files are not reused (bases and teachers).
-RECIPE_VERSION = 2
+# 3: the held-out split is by logic (issue 21), so the warm-up pools changed.
+RECIPE_VERSION = 3
 BASE_SEED = 0            # the base's init and data seed: one base for every run seed
 BASE_LR = 1e-3           # AdamW peak lr of the supervised warm-up (the teacher docstring's tiny recipe)
 BASE_BATCH = 32          # gold completions per step
 BASE_TRAIN = 4000        # distinct training problems the warm-up draws from
 PROGRESS_LINES = 10      # progress lines per training run
-
-
 CACHE_FILE_MODE = 0o644   # cached models: readable by every user (they are not secrets)
+
+
 def default_cache_dir(kind: str) -> Path:
     """Where cached models of `kind` (\"bases\", \"teachers\") live: $WAN_CACHE_DIR/<kind>, else ~/.cache."""
     root = os.environ.get("WAN_CACHE_DIR")
@@ -98,13 +100,11 @@ def load_or_train(model, path: Path, config: dict, train: Callable[[torch.nn.Mod
             if not path.exists():  # another process may have written it while we waited
                 train(model)
                 save_atomic(model, path, config)
+    check_readable(path)
     model.load_state_dict(load_file(str(path)))  # also after training: every caller gets the file's bits
     return model.eval().requires_grad_(False)
-    check_readable(path)
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path: Path):
 def check_readable(path: Path) -> None:
     """PermissionError naming the file, its mode and owner when this process cannot read a cached model
     (safetensors reports an unreadable file as FileNotFoundError: a cache built by another user)."""
@@ -116,6 +116,8 @@ def check_readable(path: Path) -> None:
                           "cache (WAN_CACHE_DIR)")
 
 
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
     with open(lock_path, "a+") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes (or the process dies)
         try:
@@ -131,11 +133,11 @@ def save_atomic(model, path: Path, config: dict) -> None:
     os.close(fd)
     try:
         save_file(state, tmp, metadata={"config": json.dumps(config, sort_keys=True, default=str)})
-        os.replace(tmp, path)  # atomic: a concurrent reader sees no file or the whole file
-    finally:
         # mkstemp makes it 0600: other users' processes load the same cache (the containers' services
         # run as uid 1000 on a cache the root controller or a host run built)
         os.chmod(tmp, CACHE_FILE_MODE)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees no file or the whole file
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 

@@ -16,6 +16,13 @@ Contract (every task in `trainers/tasks/` implements all of it):
 - `score(problem, completion) -> Score`: the reward, whether the answer is correct, and a
   short reason (why the format was rejected, which part was wrong). Never raises on model
   output, however malformed: bad text scores low with a reason.
+- `canonical(problem) -> str`: the problem's LOGICAL identity, the key of the held-out split
+  (`trainers.tasks.heldout`): two problems with the same canonical form are the same question
+  however they are worded (the same answer set), so one of them may not be trained on while the
+  other is evaluated. The default is the prompt text; a task whose prompts can word one problem
+  several ways (names, order of numbers, operands of a commutative op) must override it.
+- `fields(problem) -> dict`: the problem's structured content as plain JSON values (what
+  `harness data` prints next to the prompt and gold).
 - `reward(problem, completion) -> float` and `is_correct(problem, completion) -> bool`:
   shorthands for `score(...).reward` and `score(...).correct`.
 
@@ -64,6 +71,14 @@ class Task(ABC):
     @abstractmethod
     def score(self, problem: Any, completion: str) -> Score:
         """Reward, correctness and reason for `completion`; never raises on malformed text."""
+
+    def canonical(self, problem: Any) -> str:
+        """The logical identity of `problem` (the held-out split's key); the prompt by default."""
+        return self.prompt(problem)
+
+    def fields(self, problem: Any) -> dict[str, Any]:
+        """The problem's structured content as JSON values; the dataclass's fields by default."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(problem).items()}
 
     def reward(self, problem: Any, completion: str) -> float:
         return self.score(problem, completion).reward

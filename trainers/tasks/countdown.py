@@ -158,6 +158,10 @@ class Countdown(Task):
         nums = ", ".join(map(str, problem.numbers))
         return f"Using the numbers {nums} ({rule}) with + - * / and parentheses, make {problem.target}.\nAnswer: "
 
+    def canonical(self, problem):
+        """The multiset of numbers and the target: the order the numbers are listed in is wording."""
+        return f"{sorted(problem.numbers)}->{problem.target}"
+
     def gold(self, problem):
         return problem.solution
 

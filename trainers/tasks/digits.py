@@ -66,6 +66,12 @@ class Digits(Task):
             return f"add {problem.a}+{problem.b}="
         return f"{problem.op} {problem.a}="
 
+    def canonical(self, problem):
+        """The op and its operands; add's two operands as a sorted pair (a+b is b+a)."""
+        if problem.op == "add":
+            return "add " + "+".join(sorted((problem.a, problem.b)))
+        return f"{problem.op} {problem.a}"
+
     def gold(self, problem):
         if problem.op == "copy":
             return problem.a

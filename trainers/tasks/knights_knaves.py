@@ -18,8 +18,11 @@ Two options size the puzzle's *surface* for a tiny CPU model without changing it
   "compact" ("A: not B knight. B: A knave iff B knight." and nothing else; ~50 bytes for two
   people instead of ~220). A prompt's tokens are what a CPU step costs, so compact trains
   ~3.4x more steps in the same time (measured: 0.9 vs 3.0 s per 32-row step, one thread).
-The held-out split is by prompt text (`trainers.tasks.heldout`), so with letters the held-out puzzles
-are logically different from every training puzzle, not the same logic under other names.
+The held-out split is by logic (`canonical`: each statement's truth table over all 2^N assignments,
+in speaker order), so no wording, naming or phrasing of a held-out puzzle is ever trained on. Two
+people admit only 108 such puzzles at any depth (each of the 4 assignments is consistent for 1 of
+the 4 truth-value pairs of the two statements, and exactly one must be: 4 x 3^3), too few to hold out
+64; the hilo-kk preset therefore uses 3 people (presets/hilo-kk.yaml).
 
 Answer format (the gold): "(1) Alice is a knight (2) Bob is a knave", one clause per
 inhabitant in puzzle order. Parsing is tolerant in form: any order, any whitespace and
@@ -83,6 +86,20 @@ def solutions(statements: tuple[tuple, ...]) -> list[tuple[bool, ...]]:
     n = len(statements)
     return [k for k in itertools.product((True, False), repeat=n)
             if all(evaluate(s, k) == k[i] for i, s in enumerate(statements))]
+
+
+def truth_table(statement: tuple, people: int) -> str:
+    """The statement's truth value under every assignment (itertools.product order, knight first),
+    as '1'/'0' characters: two statements with the same table say the same thing."""
+    return "".join("1" if evaluate(statement, k) else "0" for k in itertools.product((True, False), repeat=people))
+
+
+def as_lists(statement: tuple) -> list:
+    """A statement as nested JSON lists: ["is", i, "knight"|"knave"], ["not", s], ["and"|"or", s, ...],
+    ["implies"|"iff", a, b]."""
+    if statement[0] == "is":
+        return ["is", statement[1], "knight" if statement[2] else "knave"]
+    return [statement[0]] + [as_lists(s) for s in statement[1:]]
 
 
 def render(statement: tuple, names: tuple[str, ...], top: bool = True) -> str:
@@ -172,6 +189,17 @@ class KnightsKnaves(Task):
         says = " ".join(f"{name} says: {render(s, problem.names)}." for name, s in zip(problem.names, problem.statements))
         return (f"Knights always tell the truth and knaves always lie. Inhabitants: {', '.join(problem.names)}. "
                 f"{says} Who is a knight and who is a knave?\nAnswer: ")
+
+    def canonical(self, problem):
+        """The statements' truth tables in speaker order: names, wording and the shape of each
+        formula drop out (a relabelling of the speakers is a different question: the answer is
+        positional)."""
+        people = len(problem.statements)
+        return f"{people}:" + "/".join(truth_table(s, people) for s in problem.statements)
+
+    def fields(self, problem):
+        return {"names": list(problem.names), "statements": [as_lists(s) for s in problem.statements],
+                "solution": ["knight" if k else "knave" for k in problem.solution]}
 
     def gold(self, problem):
         return " ".join(f"({i + 1}) {name} is a {'knight' if k else 'knave'}"
