@@ -76,14 +76,12 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               delay: str = typer.Option(None, help="override the worker one-way delay, e.g. 20ms"),
               jitter: str = typer.Option(None, help="override the worker jitter, e.g. 1ms"),
               loss: str = typer.Option(None, help="override the worker loss, e.g. 0.1%"),
-              trace: str = typer.Option(None, help="play a trace on every worker link (file or shipped name; "
-                                        "harness traces list); use --secs 20 or more"),
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
     from harness.net import commands as linkcli
     try:
-        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
+        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss)
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
@@ -442,6 +440,29 @@ spec_command("sweep", sweep, [
     _extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
     *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
     "except --method/--budget/--seeds, which every run holds; resumable.", as_list=True)
+
+
+@app.command()
+def data(preset: str = typer.Option(None, help="a preset's task and streams (harness run --preset)"),
+         task: str = typer.Option(None, help="task name (wins over the preset's)"),
+         task_options: str = typer.Option(None, "--task-options", help="the task's options, key=value comma list"),
+         split: str = typer.Option("heldout", help="heldout (what evaluation scores) | train (what a run draws)"),
+         count: int = typer.Option(10, help="problems to print (heldout: the set of --eval-problems COUNT)"),
+         seed: int = typer.Option(None, help="train: the run seed whose draws to print (default: the first seed)"),
+         workers: int = typer.Option(None, help="train: workers of the run"),
+         problems_per_worker: int = typer.Option(None, "--problems-per-worker", help="train: problems per batch"),
+         updates: int = typer.Option(None, help="train: updates of the run"),
+         json_out: bool = typer.Option(False, "--json", help="one JSON object a line")):
+    """Print a task's problems as a run sees them, one a line: canonical form (the held-out split's
+    key), prompt, gold answer and structured fields."""
+    from harness.run import data as datacmd
+    flags = {"task": task, "task_options": task_options, "workers": workers,
+             "problems_per_worker": problems_per_worker, "updates": updates}
+    try:
+        lines = [datacmd.line(r, json_out) for r in datacmd.rows(datacmd.resolve(preset, flags), split, count, seed)]
+    except ValueError as err:
+        raise _usage_error(err) from None
+    typer.echo("\n".join(lines))
 
 
 @app.command()
