@@ -1,15 +1,28 @@
-"""Held-out quality and time-to-quality: the other half of the comparison.
+"""Held-out quality, paired differences and time-to-quality: the other half of the comparison.
 
 From the `evals` table (harness/results/tables.py: one row per cell x evaluated version):
 
 - **quality** of a variant = its final held-out figure (pass@k by default, `--quality-metric`),
   mean over seeds with a 95 % confidence interval (Student's t, seeds as the samples);
-- **time to quality**: the target is `start + quality_target x (final - start)` of the baseline
-  (its mean over seeds at version 0 and at its last version; default 90 % of the baseline's final
-  improvement). For each seed of each variant: the first evaluated version whose figure reaches
-  the target, and the training seconds up to it (`wall_s`: the sum of the updates' seconds per
-  update, evaluation excluded). A method 2x faster per update that needs 2.3x the updates is
-  slower here, which is the point.
+- **paired difference** (issue 21): the seeds are paired by design (the same initial adapter, the same
+  rollout seeds, the same evaluation dice), so per seed d = variant's final - the baseline's final,
+  and the difference is mean(d) ± t(0.975, n-1) sd(d) / sqrt(n). Its **resolution** is the smallest
+  difference this design detects with 80 % power at the 5 % level, (t(0.975, n-1) + t(0.80, n-1))
+  sd(d) / sqrt(n) (the minimum detectable effect of a paired t test; n = 3 seeds: 3.1 sd(d)). The
+  verdict is "better" / "worse" when the 95 % interval excludes 0, else "indistinguishable" (at that
+  resolution). `seeds_for(sd, gap)` inverts it: the seeds a pilot's paired sd needs to resolve a gap.
+  Student's t, not a bootstrap: with 3-5 seeds a bootstrap's interval is too narrow (it cannot see
+  tails it never sampled);
+- **time to quality** (issue 21): per seed, the target is that seed's BASELINE improvement, `start +
+  quality_target x (final - start)` (default 90 %), so every baseline seed reaches its own target. A
+  seed of a variant reaches it when its curve stays at or past the target for the rest of the run
+  (a dip below it later un-reaches it); the version and the training seconds (`wall_s`: the sum of
+  seconds per update, evaluation excluded) are interpolated linearly between the last evaluation
+  short of the target and the next one, so the figure is finer than `--eval-every` (which sets how
+  often the curve is sampled: each evaluation costs eval_problems x eval_samples rollouts after the
+  loop, none in the timeline). A method 2x faster per update that needs 2.3x the updates is slower
+  here, which is the point. Its paired difference with the baseline (seconds) is reported like
+  quality's, over the seeds where both reached.
 
 Every variant of a seed starts from the same policy (the LoRA update is zero at version 0) and
 is evaluated on the same held-out problems with the same sampling seed, so the methods' curves
@@ -28,6 +41,17 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
+# Student's t, one-sided 80 % (the power term of the minimum detectable difference), by degrees of
+# freedom; 0.842 (the normal's) beyond the table.
+T80 = {1: 1.376, 2: 1.061, 3: 0.978, 4: 0.941, 5: 0.920, 6: 0.906, 7: 0.896, 8: 0.889, 9: 0.883,
+       10: 0.879, 12: 0.873, 15: 0.866, 20: 0.860, 30: 0.854}
+
+
+def _t(table: dict, df: int, beyond: float) -> float:
+    """The table's value at `df`, else at the next larger tabulated df (conservative), else `beyond`."""
+    return table.get(df) or next((table[k] for k in sorted(table) if k >= df), beyond)
+
+
 def mean_sd(xs: list[float]) -> tuple[float, float | None]:
     """(mean, sample sd with n - 1) of a non-empty list; sd None with fewer than 2 values."""
     mean = sum(xs) / len(xs)
@@ -44,9 +68,39 @@ def ci95(values) -> tuple[float | None, float | None]:
     mean, sd = mean_sd(xs)
     if sd is None:
         return mean, None
-    df = len(xs) - 1
-    t = T95.get(df) or next((T95[k] for k in sorted(T95) if k >= df), 1.96)
-    return mean, t * sd / math.sqrt(len(xs))
+    return mean, _t(T95, len(xs) - 1, 1.96) * sd / math.sqrt(len(xs))
+
+
+def resolution(sd: float, n: int) -> float | None:
+    """The smallest paired difference n seeds resolve with 80 % power at the 5 % level (two-sided):
+    (t(0.975, n-1) + t(0.80, n-1)) x sd / sqrt(n); None below 2 seeds."""
+    if n < 2:
+        return None
+    return (_t(T95, n - 1, 1.96) + _t(T80, n - 1, 0.842)) * sd / math.sqrt(n)
+
+
+def seeds_for(sd: float, gap: float, most: int = 1000) -> int | None:
+    """The fewest seeds whose resolution is at most `gap` given a paired sd `sd` (from a pilot run);
+    None if more than `most` would be needed."""
+    if sd <= 0:
+        return 2
+    return next((n for n in range(2, most + 1) if resolution(sd, n) <= gap), None)
+
+
+def paired(diffs: list[float], lower: bool = False) -> dict:
+    """Mean, 95 % half-width, sd, n, resolution and verdict of per-seed differences (variant -
+    baseline); `lower`: a negative difference is the better one (reverse KL)."""
+    n = len(diffs)
+    if not n:
+        return {"n": 0, "mean": None, "ci95": None, "sd": None, "resolution": None, "verdict": None}
+    mean, half = ci95(diffs)
+    sd = mean_sd(diffs)[1]
+    verdict = None
+    if half is not None:
+        better = mean < 0 if lower else mean > 0
+        verdict = "indistinguishable" if abs(mean) <= half else "better" if better else "worse"
+    return {"n": n, "mean": mean, "ci95": half, "sd": sd, "verdict": verdict,
+            "resolution": resolution(sd, n) if sd is not None else None}
 
 
 def metric_column(metric: str) -> str:
@@ -97,14 +151,31 @@ def improvement_in_sd(s: pd.DataFrame) -> float | None:
     return abs(mean) / sd if sd > 0 else (math.inf if mean else 0.0)
 
 
-def first_reach(g: pd.DataFrame, col: str, target: float, lower: bool) -> tuple[int | None, float | None]:
-    """(version, training seconds) at which one seed's curve first reaches `target`."""
+def seed_targets(base: pd.DataFrame, col: str, frac: float, lower: bool) -> dict:
+    """seed -> that baseline seed's target, start + frac x (final - start), or None where the seed
+    did not improve (no target to reach)."""
+    out = {}
+    for seed, r in per_seed(base, col).iterrows():
+        gain = float(r["final"] - r["start"])
+        out[seed] = float(r["start"] + frac * gain) if (gain < 0 if lower else gain > 0) else None
+    return out
+
+
+def reach_and_hold(g: pd.DataFrame, col: str, target: float, lower: bool) -> tuple[float | None, float | None]:
+    """(version, training seconds) from which one seed's curve stays at or past `target` to its last
+    evaluation, interpolated linearly between the last evaluation short of it and the next; (None,
+    None) when the last evaluation is short of it."""
     g = g.sort_values("version")
-    hit = g[g[col] <= target] if lower else g[g[col] >= target]
-    hit = hit[hit["version"] > 0]  # version 0 is the shared start, never "reached by training"
-    if hit.empty:
+    ys, vs, ws = (g[c].astype(float).tolist() for c in (col, "version", "wall_s"))
+    ok = [(y <= target) if lower else (y >= target) for y in ys]
+    if not ok or not ok[-1]:
         return None, None
-    return int(hit["version"].iloc[0]), float(hit["wall_s"].iloc[0])
+    short = [i for i, k in enumerate(ok) if not k]
+    if not short:
+        return vs[0], ws[0]
+    i = short[-1]
+    f = (target - ys[i]) / (ys[i + 1] - ys[i])  # in (0, 1]: ys[i] is short of the target, ys[i+1] is not
+    return vs[i] + f * (vs[i + 1] - vs[i]), ws[i] + f * (ws[i + 1] - ws[i])
 
 
 def quality_table(evals: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -127,33 +198,54 @@ def quality_table(evals: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: float) -> list[dict]:
-    """The rows of one coordinate group: the baseline's curve sets the target for every variant."""
+    """The rows of one coordinate group: each baseline seed's curve sets that seed's target."""
     baseline = group["baseline"].iloc[0] if "baseline" in group else None
     base = group[group["method"] == baseline]
-    target, improvement, signal = None, None, None
+    targets, improvement, signal, base_final, base_ttq = {}, None, None, None, {}
     if not base.empty:
         s = per_seed(base, col)
         improvement = float(s["final"].mean() - s["start"].mean())
         signal = improvement_in_sd(s)
-        improving = improvement < 0 if lower else improvement > 0
-        target = float(s["start"].mean() + frac * improvement) if improving else None
+        targets = seed_targets(base, col, frac, lower)
+        base_final = s["final"]
+        base_ttq = _ttq(base, col, targets, lower)
+    shown = [t for t in targets.values() if t is not None]
     rows = []
     for variant, g in group.groupby("variant", sort=False):
         s = per_seed(g, col)
-        reach = [first_reach(gs, col, target, lower) if target is not None else (None, None)
-                 for _, gs in g.groupby("seed")]
-        secs = [r[1] for r in reach if r[1] is not None]
-        ups = [r[0] for r in reach if r[0] is not None]
+        ttq = _ttq(g, col, targets, lower)
+        secs = [r[1] for r in ttq.values() if r[1] is not None]
         row = {**coords, "variant": variant, "method": g["method"].iloc[0], "heldout_seeds": int(len(s)),
-               "heldout_start": float(s["start"].mean()), "heldout_target": target,
+               "heldout_start": float(s["start"].mean()), "heldout_target": sum(shown) / len(shown) if shown else None,
                "baseline_improvement": improvement, "baseline_improvement_sd": signal,
-               "ttq_reached": len(secs), "ttq_updates_mean": ci95(ups)[0]}
+               "ttq_reached": len(secs), "ttq_updates_mean": ci95([r[0] for r in ttq.values() if r[0] is not None])[0]}
         row["ttq_seconds_mean"], row["ttq_seconds_ci95"] = ci95(secs)
         row["heldout_mean"], row["heldout_ci95"] = ci95(s["final"])
         for name, c in (("pass_at_1", "pass_at_1"), ("pass_at_k", "pass_at_k"), ("objective", "objective_value")):
             row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(per_seed(g, c)["final"]) if c in g else (None, None)
+        row.update(_paired_columns(s["final"], base_final, ttq, base_ttq, lower))
         rows.append(row)
     return _with_ttq_speedup(rows, baseline)
+
+
+def _ttq(g: pd.DataFrame, col: str, targets: dict, lower: bool) -> dict:
+    """seed -> (version, seconds) at which the seed reaches and holds its baseline seed's target."""
+    return {seed: reach_and_hold(gs, col, targets[seed], lower) if targets.get(seed) is not None else (None, None)
+            for seed, gs in g.groupby("seed")}
+
+
+def _paired_columns(final, base_final, ttq: dict, base_ttq: dict, lower: bool) -> dict:
+    """Per-seed differences from the baseline: final quality (heldout_diff_*) and seconds to the
+    target (ttq_diff_*, over the seeds where both reached it; fewer seconds is better)."""
+    if base_final is None:
+        return {}
+    seeds = [x for x in final.index if x in base_final.index]
+    q = paired([float(final[x] - base_final[x]) for x in seeds], lower)
+    both = [x for x in seeds if ttq.get(x, (None, None))[1] is not None and base_ttq.get(x, (None, None))[1] is not None]
+    t = paired([ttq[x][1] - base_ttq[x][1] for x in both], lower=True)
+    return {"heldout_diff_mean": q["mean"], "heldout_diff_ci95": q["ci95"], "heldout_diff_sd": q["sd"],
+            "heldout_diff_n": q["n"], "heldout_resolution": q["resolution"], "heldout_verdict": q["verdict"],
+            "ttq_diff_mean": t["mean"], "ttq_diff_ci95": t["ci95"], "ttq_diff_n": t["n"], "ttq_verdict": t["verdict"]}
 
 
 def _with_ttq_speedup(rows: list[dict], baseline) -> list[dict]:

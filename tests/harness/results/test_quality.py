@@ -27,23 +27,44 @@ BASE = {1: [0.1, 0.3, 0.4, 0.47, 0.5], 2: [0.1, 0.3, 0.42, 0.465, 0.5]}
 SPAR = {1: [0.1, 0.2, 0.3, 0.35, 0.40, 0.45, 0.47, 0.5], 2: [0.1, 0.2, 0.3, 0.35, 0.40, 0.45, 0.465, 0.49]}
 
 
-def test_time_to_quality_uses_the_baselines_improvement_and_training_seconds():
+def test_time_to_quality_uses_each_seeds_baseline_improvement_held_and_interpolated():
     ev = _evals({"full-bf16": BASE, "spar@1.6%": SPAR}, {"full-bf16": 1.0, "spar@1.6%": 0.5})
     q = quality.quality_table(ev, ["profile", "workers"]).set_index("variant")
-    target = 0.1 + 0.9 * (0.5 - 0.1)  # 0.46
+    target = 0.1 + 0.9 * (0.5 - 0.1)  # 0.46 for both baseline seeds (each 0.1 -> 0.5)
     assert q.loc["full-bf16", "heldout_target"] == pytest.approx(target)
-    # baseline: seed 1 reaches 0.47 at v15, seed 2 0.465 at v15 -> 15 s each
-    assert q.loc["full-bf16", "ttq_seconds_mean"] == pytest.approx(15.0)
-    assert q.loc["full-bf16", "ttq_updates_mean"] == pytest.approx(15.0)
-    # spar: 0.47 at v30 (seed 1), 0.465 at v30 (seed 2): 30 updates x 0.5 s = 15 s... and the speedup is 1.0
-    assert q.loc["spar@1.6%", "ttq_updates_mean"] == pytest.approx(30.0)
-    assert q.loc["spar@1.6%", "ttq_seconds_mean"] == pytest.approx(15.0)
-    assert q.loc["spar@1.6%", "ttq_speedup"] == pytest.approx(1.0)
+    # baseline seed 1: 0.40 at v10, 0.47 at v15 -> v = 10 + 5 x 0.06/0.07; seed 2: 0.42 -> 0.465: 10 + 5 x 0.04/0.045
+    base = [10 + 5 * 0.06 / 0.07, 10 + 5 * 0.04 / 0.045]
+    assert q.loc["full-bf16", "ttq_updates_mean"] == pytest.approx(sum(base) / 2)
+    assert q.loc["full-bf16", "ttq_seconds_mean"] == pytest.approx(sum(base) / 2)  # 1 s per update
+    assert q.loc["full-bf16", "ttq_reached"] == 2  # every baseline seed reaches its own target
+    # spar: 0.45 at v25, then 0.47 (seed 1) / 0.465 (seed 2) at v30; 0.5 s per update
+    spar = [25 + 5 * 0.01 / 0.02, 25 + 5 * 0.01 / 0.015]
+    assert q.loc["spar@1.6%", "ttq_updates_mean"] == pytest.approx(sum(spar) / 2)
+    assert q.loc["spar@1.6%", "ttq_seconds_mean"] == pytest.approx(sum(spar) / 4)
+    assert q.loc["spar@1.6%", "ttq_speedup"] == pytest.approx(sum(base) / (sum(spar) / 2))
     assert q.loc["spar@1.6%", "heldout_mean"] == pytest.approx((0.5 + 0.49) / 2)
     assert q.loc["spar@1.6%", "ttq_reached"] == 2 and q.loc["spar@1.6%", "heldout_seeds"] == 2
     # 95 % CI over 2 seeds: t(1) = 12.706 x sd / sqrt(2)
     sd = abs(0.5 - 0.49) / 2 ** 0.5
     assert q.loc["spar@1.6%", "heldout_ci95"] == pytest.approx(12.706 * sd / 2 ** 0.5)
+    # paired: d = 0.0 (seed 1), -0.01 (seed 2); seconds to target d = spar's - the baseline's, seed by seed
+    assert q.loc["spar@1.6%", "heldout_diff_mean"] == pytest.approx(-0.005)
+    assert q.loc["spar@1.6%", "heldout_diff_ci95"] == pytest.approx(12.706 * sd / 2 ** 0.5)
+    assert q.loc["spar@1.6%", "heldout_resolution"] == pytest.approx((12.706 + 1.376) * sd / 2 ** 0.5)
+    assert q.loc["spar@1.6%", "heldout_verdict"] == "indistinguishable"
+    assert q.loc["spar@1.6%", "ttq_diff_mean"] == pytest.approx((spar[0] / 2 - base[0] + spar[1] / 2 - base[1]) / 2)
+    assert q.loc["full-bf16", "heldout_diff_mean"] == 0 and q.loc["spar@1.6%", "ttq_diff_n"] == 2
+
+
+def test_a_seed_that_falls_back_below_the_target_has_not_reached_it():
+    """Reaching means holding: a curve that crosses the target and dips below it again reaches it at
+    its last crossing, and a curve that ends below it does not reach it at all."""
+    g = pd.DataFrame({"version": [0, 5, 10, 15, 20], "wall_s": [0, 5, 10, 15, 20],
+                      "q": [0.1, 0.5, 0.3, 0.45, 0.6]})
+    v, secs = quality.reach_and_hold(g, "q", 0.4, lower=False)
+    assert v == pytest.approx(10 + 5 * 0.1 / 0.15) and secs == pytest.approx(v)  # not 5: it fell back at 10
+    g.loc[4, "q"] = 0.35
+    assert quality.reach_and_hold(g, "q", 0.4, lower=False) == (None, None)
 
 
 def test_a_method_faster_per_update_but_slower_to_quality_is_shown_as_slower():
@@ -53,11 +74,12 @@ def test_a_method_faster_per_update_but_slower_to_quality_is_shown_as_slower():
                          {"variant": "spar@1.6%", "method": "spar", "baseline": "full-bf16", "speedup": 1 / 0.6,
                           "profile": "p", "workers": 2}])
     comp = compare._with_quality(comp, ev, ["profile", "workers"]).set_index("variant", drop=False)
-    assert comp.loc["spar@1.6%", "ttq_speedup"] == pytest.approx(15.0 / 18.0)  # 30 updates x 0.6 s vs 15 s
+    base, spar = 10 + 5 * (0.06 / 0.07 + 0.04 / 0.045) / 2, 25 + 5 * (0.5 + 2 / 3) / 2  # mean updates to target
+    assert comp.loc["spar@1.6%", "ttq_speedup"] == pytest.approx(base / (0.6 * spar))  # 0.86x
     notes = report._quality_notes(comp)
-    assert len(notes) == 1 and "spar@1.6%" in notes[0] and "1.67x per update, 0.83x to quality" in notes[0]
+    assert len(notes) == 1 and "spar@1.6%" in notes[0] and "1.67x per update, 0.86x to quality" in notes[0]
     head, rows = report.quality_rows(comp)
-    assert [r[1] for r in rows] == ["full-bf16", "spar@1.6%"] and rows[1][-2:] == ["0.83x", "1.67x"]
+    assert [r[1] for r in rows] == ["full-bf16", "spar@1.6%"] and rows[1][-2:] == ["0.86x", "1.67x"]
 
 
 def test_seeds_that_never_reach_the_target_are_counted_not_averaged_away():
@@ -73,11 +95,33 @@ def test_lower_is_better_for_reverse_kl_and_no_target_when_the_baseline_does_not
     q = quality.quality_table(ev, ["profile"]).set_index("variant")
     assert bool(q["heldout_lower_is_better"].all())
     assert q.loc["full-bf16", "heldout_target"] == pytest.approx(0.9 - 0.9 * 0.4)  # KL falls 0.9 -> 0.5
-    assert q.loc["full-bf16", "ttq_updates_mean"] == pytest.approx(15.0)
+    assert q.loc["full-bf16", "ttq_updates_mean"] == pytest.approx(10 + 5 * (0.06 / 0.07 + 0.04 / 0.045) / 2)
+    assert q.loc["spar@1.6%", "heldout_verdict"] == "indistinguishable"
     flat = _evals({"full-bf16": {1: [0.2, 0.2, 0.2]}, "spar@1.6%": {1: [0.2, 0.3, 0.4]}},
                   {"full-bf16": 1.0, "spar@1.6%": 1.0})
     q = quality.quality_table(flat, ["profile"])
     assert q["heldout_target"].isna().all() and (q["ttq_reached"] == 0).all()
+
+
+def test_paired_difference_resolution_and_verdict():
+    """Worked by hand: d = 0.02, 0.03, 0.04 -> mean 0.03, sd 0.01, 95 % half-width 4.303 x 0.01/sqrt(3);
+    resolution (4.303 + 1.061) x 0.01 / sqrt(3) = 3.1 sd (3 seeds); the interval excludes 0: better."""
+    p = quality.paired([0.02, 0.03, 0.04])
+    assert p["mean"] == pytest.approx(0.03) and p["sd"] == pytest.approx(0.01)
+    assert p["ci95"] == pytest.approx(4.303 * 0.01 / 3 ** 0.5)
+    assert p["resolution"] == pytest.approx((4.303 + 1.061) * 0.01 / 3 ** 0.5)
+    assert p["verdict"] == "better" and quality.paired([-0.02, -0.03, -0.04])["verdict"] == "worse"
+    assert quality.paired([-0.02, -0.03, -0.04], lower=True)["verdict"] == "better"  # reverse KL falls
+    assert quality.paired([0.01, -0.02, 0.015])["verdict"] == "indistinguishable"
+    assert quality.paired([0.0, 0.0, 0.0])["verdict"] == "indistinguishable"  # bit-identical methods
+    assert quality.paired([0.01])["verdict"] is None and quality.paired([])["n"] == 0
+
+
+def test_seeds_for_inverts_the_resolution():
+    # the HiLo paper's gap, 0.016, at a paired sd of 0.015: resolution(n) <= 0.016 first at n = 9
+    n = quality.seeds_for(0.015, 0.016)
+    assert quality.resolution(0.015, n) <= 0.016 < quality.resolution(0.015, n - 1)
+    assert quality.seeds_for(0.0, 0.01) == 2 and quality.seeds_for(1.0, 1e-6) is None
 
 
 def test_ci95_matches_students_t():
@@ -104,3 +148,18 @@ def test_the_report_states_the_baselines_signal_in_seed_sds_and_flags_a_weak_one
     assert "+0.400 (all seeds equal)" in text and "Weak signal" not in text
     one = _evals({"full-bf16": {1: [0.1, 0.5]}, "spar@1.6%": {1: [0.1, 0.4]}}, {"full-bf16": 1.0, "spar@1.6%": 1.0})
     assert report._signal_text(compare._with_quality(comp, one, ["profile", "workers"])) == ""  # 1 seed: no sd
+
+
+def test_the_report_has_a_paired_line_per_method_with_resolution_and_verdict():
+    spar = {1: [0.1, 0.3, 0.38, 0.44, 0.47], 2: [0.1, 0.3, 0.40, 0.45, 0.48], 3: [0.1, 0.3, 0.39, 0.43, 0.46]}
+    base = {1: [0.1, 0.3, 0.4, 0.47, 0.5], 2: [0.1, 0.3, 0.42, 0.465, 0.51], 3: [0.1, 0.3, 0.41, 0.46, 0.49]}
+    ev = _evals({"full-bf16": base, "spar@1.6%": spar}, {"full-bf16": 1.0, "spar@1.6%": 0.5})
+    comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
+                          "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
+    comp = compare._with_quality(comp, ev, ["profile", "workers"])
+    lines = report._paired_section(comp)
+    text = "\n".join(lines)
+    assert "## Paired differences from the baseline" in text and text.count("- `") == 1
+    # d = -0.03 on every seed: sd 0, the interval is a point away from 0
+    assert "`spar@1.6%` − baseline: pass@4 -0.030 ± 0.000 (3 paired seeds" in text and "**worse**" in text
+    assert "worse than the baseline" in " ".join(report.verdict(comp))  # the verdict reads the paired columns
