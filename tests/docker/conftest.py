@@ -60,6 +60,21 @@ class Project:
     def up(self, **env: str) -> subprocess.CompletedProcess:
         return self.compose("up", "--abort-on-container-exit", env=env)
 
+    def up_bare(self, **env: str) -> subprocess.CompletedProcess:
+        """`docker compose up` as a user types it: it must return by itself when the run ends."""
+        return self.compose("up", env=env)
+
+    def containers(self) -> dict[str, dict]:
+        """Container name -> `docker inspect` State of this project's containers."""
+        ids = subprocess.run(["docker", "container", "ls", "-aq", "--filter",
+                              f"label=com.docker.compose.project={self.name}"],
+                             capture_output=True, text=True, timeout=60).stdout.split()
+        if not ids:
+            return {}
+        docs = json.loads(subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True,
+                                         timeout=60).stdout)
+        return {d["Name"].lstrip("/"): d["State"] for d in docs}
+
     def down(self) -> subprocess.CompletedProcess:
         return self.compose("down", "--remove-orphans", "--timeout", "10")
 

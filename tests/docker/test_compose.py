@@ -19,13 +19,49 @@ RUN = {"WORKERS": "2", "UPDATES": "3", "SEEDS": "1", "MODEL": "micro", "METHOD":
        "CALIBRATE_SECS": "1"}
 
 
-def test_unknown_profile_exits_2_naming_the_valid_ones(project):
-    res = project.up(WAN_PROFILE="nope", WORKERS="1")
+def test_unknown_profile_exits_2_naming_the_valid_ones_before_any_service_starts(project):
+    res = project.up_bare(WAN_PROFILE="nope", WORKERS="1")
     assert res.returncode != 0
     lines = [ln for ln in (res.stdout + res.stderr).splitlines() if "WAN_PROFILE" in ln and "unknown profile" in ln]
     assert len(lines) == 1, res.stdout[-3000:] + res.stderr[-3000:]
     assert "'nope'" in lines[0] and "transatlantic" in lines[0] and "paper-62.5mbit" in lines[0]
     assert not list((project.dir / "results").iterdir())      # nothing ran, nothing was written
+    states = project.containers()
+    services = {name: st for name, st in states.items() if "-controller-" not in name}
+    assert services and all(st["StartedAt"].startswith("0001-01-01") for st in services.values()), states
+    [controller] = [st for name, st in states.items() if "-controller-" in name]
+    assert controller["ExitCode"] == 2
+
+
+def test_after_a_host_run_a_bare_compose_up_runs_and_returns(project, tmp_path):
+    """The README's order: `harness run` on the host, then the containers in the same folder. The host's
+    model cache is root's; the services (uid 1000) must read it. A bare `up` returns by itself."""
+    small = ["--model", "tiny", "--base-steps", "4", "--teacher-steps", "4", "--updates", "2", "--seeds", "1",
+             "--method", "spar", "--baseline", "none", "--workers", "2"]
+    host = subprocess.run([sys.executable, "-m", "harness.cli", "run", *small, "--no-emulation", "--run-id",
+                           "dkr-host-first", "--out", str(project.dir / "results"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert host.returncode == 0, host.stdout[-3000:] + host.stderr[-3000:]
+    models = list((project.dir / "results" / ".cache").rglob("*.safetensors"))
+    assert models
+    for path in models:
+        path.chmod(0o600)            # as a host run before models were written 0644 left them
+    res = project.up_bare(WAN_PROFILE="transatlantic", RUN_ID="dkr-after-host", MODEL="tiny", UPDATES="2",
+                          SEEDS="1", METHOD="spar", BASELINE="none", CALIBRATE_SECS="1", CALIBRATION="warn",
+                          WAN_EXTRA="base_steps=4 teacher_steps=4")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    meta = json.loads((project.run_dir("dkr-after-host") / "meta.json").read_text())
+    assert meta["complete"], meta
+    assert all(p.stat().st_mode & 0o044 == 0o044 for p in models)
+    # provenance: the image's commit and the engine's host, not None and a container id
+    image_sha = subprocess.run(["docker", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}",
+                                "wan-harness:latest"], capture_output=True, text=True).stdout
+    want = next((ln.split("=", 1)[1] for ln in image_sha.splitlines() if ln.startswith("WAN_GIT_SHA=")), "")
+    assert want and meta["git_sha"] == want, (meta["git_sha"], want)
+    engine_host = subprocess.run(["docker", "info", "--format", "{{.Name}}"], capture_output=True, text=True).stdout.strip()
+    assert meta["host"] == engine_host
+    # every container has exited: that is why the bare `up` returned
+    assert all(not st["Running"] for st in project.containers().values())
 
 
 def test_compose_run_shapes_each_container_and_matches_harness_run(project, tmp_path):
