@@ -83,10 +83,11 @@ def test_flags_override_the_profile_and_are_parsed_once():
     link = prof.link("w3").down
     assert (link.rate_bit_s, link.delay_s, link.loss_frac) == (20e6, 0.005, 0.001)
     assert cfg.rate_bit_s == 20e6 and cfg.seeds == (1, 2) and cfg.overrides["rate"] == "20mbit"
-    assert [v.label for v in cfg.variants] == ["spar@1.6%", "full-bf16"]  # the default baseline
-    assert [v.label for v in config.build(method="full,int8", baseline="full").variants] == ["full", "int8@1.6%"]  # int8 meets a budget
-    assert [v.label for v in config.build(method="spar", baseline="none").variants] == ["spar@1.6%"]
-    assert [v.label for v in config.build(method="spar", baseline="full-bf16").variants] == ["spar@1.6%", "full-bf16"]
+    # the default baseline, at the default budget (spec.RUN_BUDGET: the paper's directions per factor at rank 8)
+    assert [v.label for v in cfg.variants] == ["spar@12.8%", "full-bf16"]
+    assert [v.label for v in config.build(method="full,int8", baseline="full").variants] == ["full", "int8@12.8%"]  # int8 meets a budget
+    assert [v.label for v in config.build(method="spar", baseline="none").variants] == ["spar@12.8%"]
+    assert [v.label for v in config.build(method="spar", baseline="full-bf16", budget="1.6%").variants] == ["spar@1.6%", "full-bf16"]
     with pytest.raises(Exception):
         cfg.workers = 5  # frozen
 
