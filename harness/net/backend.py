@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import os
 from dataclasses import dataclass
-from harness.net import topology
 
 BACKENDS = ("netem", "fallback")
 
@@ -78,6 +77,7 @@ def probe_by_trying() -> str:
     from pyroute2 import IPRoute, netns
     from pyroute2.netlink.exceptions import NetlinkError
 
+    from harness.net import topology  # here, not at the top: plan imports this module and stays pyroute2-free
 
     scratch = topology.ns_name(topology.new_run_id(), "probe")
     netns.create(scratch)
