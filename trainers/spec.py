@@ -47,8 +47,12 @@ FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (tr
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
 # Data-parallel family (trainers/dataparallel registry); lordo-* may name a QHM variant: lordo-global-none.
-DP_METHODS = ("ddp", "diloco", "lordo-global", "lordo-local", "lowrank-ddp")
-DP_METHOD = re.compile(r"^(ddp|lowrank-ddp|diloco|lordo-global|lordo-local)(?:-(none|lowrank|fullrank))?$")
+# lowrank-ddp-dense: the LoRDO review's baseline (dense gradients every step, Q in the optimizer only);
+# lowrank-ddp-projected: Q^T G on the wire; `lowrank-ddp` = projected, its name before the split (old results).
+DP_METHODS = ("ddp", "diloco", "lordo-global", "lordo-local", "lowrank-ddp", "lowrank-ddp-dense", "lowrank-ddp-projected")
+# lordo-*-fullrank may also name what its full-rank term applies: lordo-global-fullrank-reapplied.
+DP_METHOD = re.compile(r"^(ddp|lowrank-ddp(?:-dense|-projected)?|diloco|lordo-global|lordo-local)"
+                       r"(?:-(none|lowrank|fullrank))?(?:-(gradient|reduced|reapplied))?$")
 QUALITY_METRICS = ("pass_at_k", "pass_at_1", "objective")
 
 # Options of each compressor (name -> default). The compressor classes take their defaults
@@ -317,6 +321,10 @@ PARAMS: list[Param] = [
           lo=1, hi=4096),
     Param("lordo_qhm", str, "full-rank", "lordo: quasi-hyperbolic momentum term (a lordo-*-none|lowrank|fullrank "
           "name overrides it)", choices=("none", "low-rank", "full-rank")),
+    Param("lordo_qhm_residual", str, "reduced", "lordo full-rank QHM: what its term applies: reduced (G + E, E "
+          "reduced by what the term applied: each residual once), gradient (this step's) or reapplied (G + E with E "
+          "kept: the code before issue 22); a lordo-*-fullrank-<reading> name overrides it",
+          choices=("reduced", "gradient", "reapplied")),
     Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0),
     Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step"),
     Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed"),
@@ -397,13 +405,17 @@ def resolve_group_size(objective: str, group_size: int | None) -> int:
 
 
 def dp_method_names() -> list[str]:
-    return list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}"]
+    return list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}",
+                               "lordo-{global,local}-fullrank-{gradient,reduced,reapplied}"]
 
 
 def is_data_parallel(name: str) -> bool:
     """A data-parallel method (aggregator + dp workers instead of learner + workers)."""
     m = DP_METHOD.match(name)
-    return bool(m) and (m.group(2) is None or m.group(1).startswith("lordo"))
+    if not m:
+        return False
+    lordo = m.group(1).startswith("lordo")
+    return (m.group(2) is None or lordo) and (m.group(3) is None or (lordo and m.group(2) == "fullrank"))
 
 
 def check_method(name: str) -> str:

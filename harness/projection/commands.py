@@ -80,15 +80,26 @@ def _loss(text: str | None) -> float:
 def parse_options(pairs: list[str]) -> dict[str, Any]:
     """--opt powersgd_rank=4 --opt spar_dtype=bf16: compressor options as run-spec parameters."""
     out = {}
-    names = {p.name for p in spec.PARAMS if p.group == "compressor"}
+    names = {p.name for p in spec.PARAMS if p.group == "compressor"} | set(cm.MODEL_OPTIONS)
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in names:
             raise ValueError(f"--opt: {pair!r} is not NAME=VALUE with NAME a compressor option "
                              f"({', '.join(sorted(names))})")
-        out[key] = spec.parse_value(key, value)
+        out[key] = model_option(key, value) if key in cm.MODEL_OPTIONS else spec.parse_value(key, value)
     return out
+
+
+def model_option(key: str, value: str) -> float:
+    """A cost-model-only option (cm.MODEL_OPTIONS: delta's measured density and codec ratio), a fraction in (0, 1]."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x <= 1:
+        raise ValueError(f"--opt: {key}={value!r} must be a fraction in (0, 1]")
+    return x
 
 
 def network(workers: int, bw: str | None, delay: str | None, loss: str | None, profile: str | None,

@@ -42,6 +42,13 @@ CONTAINER_PREFIX_BYTES = 6     # trainers/compress/base.py _PREFIX: magic "HLOC"
 CONTAINER_TABLE_LEN_BYTES = 4  # ... then the u32 table length
 TABLE_ZLIB_LEVEL = 6           # ... the JSON table is zlib-compressed at this level
 TOPK_INDEX_BYTES = 4           # trainers/compress/topk.py _INDEX_BYTES
+DELTA_HEADER_BYTES = 48        # trainers/compress/delta.py HEADER
+DELTA_INDEX_BYTES = 4          # trainers/compress/delta.py GAP: one uint32 gap per changed element
+# delta's bytes depend on the training run, so they are parameters (--opt delta_density=...,
+# delta_compression=...): the fraction of the shipped adapter's elements that change per update and
+# the codec's compressed / raw ratio. Defaults: the worst case (every element changes, no codec gain);
+# harness run's updates table measures both (delta_density; payload_bytes_down / the raw pairs).
+MODEL_OPTIONS = {"delta_density": 1.0, "delta_compression": 1.0}
 SPAR_SIGMA_BYTES = 4           # trainers/compress/spar.py _SIGMA_BYTES
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "int16": 2, "int32": 4, "int64": 8}  # trainers/protocol/dtypes.py
 
@@ -155,6 +162,11 @@ def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
         shipped = adapter.at_rank(int(rank.group(1))) if rank else adapter
         dtype = "bf16" if method == "full-bf16" else "fp32"
         return tensor_table_bytes(shipped.tensors, dtype, {"version": TYPICAL_VERSION})
+    if method in spec.DELTA_METHODS:   # header + codec(uint32 gaps + values) of the changed elements
+        opts = {**MODEL_OPTIONS, "delta_dtype": spec.get("delta_dtype").default, **(options or {})}
+        changed = opts["delta_density"] * adapter.n_params
+        raw = changed * (DELTA_INDEX_BYTES + DTYPE_BYTES[opts["delta_dtype"]])
+        return DELTA_HEADER_BYTES + math.ceil(raw * opts["delta_compression"])
     opts = method_options(method, options)
     if budget is not None:
         opts["budget"] = budget

@@ -5,6 +5,7 @@ seeds, for LoRDO-Global with QHM none vs full-rank, from `falsifier.csv` (the in
 trainers/dataparallel/falsifier.py):
 
     python -m harness.results.dataparallel_plots results/falsifier     # -> results/falsifier/figures/falsifier.pdf + .png
+                                                                        #    and paired.md (dataparallel_report.paired_lines)
 
 From a `harness run` folder's tables (called by `plots.write`, same style and colours):
 `dp_ppl_vs_bytes` held-out perplexity vs wire bytes per optimizer step per worker (log x; mean and
@@ -27,7 +28,10 @@ from harness.results.style import save, style  # noqa: E402
 from harness.results.quality import ci95  # noqa: E402
 from trainers import spec  # noqa: E402
 
-LABELS = {"lordo-global-none": "global, QHM none", "lordo-global-fullrank": "global, full-rank QHM"}
+LABELS = {"lordo-global-none": "global, QHM none", "lordo-global-fullrank": "global, full-rank QHM",
+          "lordo-global-fullrank-reapplied": "full-rank QHM on G + E, E kept (before the fix)",
+          "lordo-global-fullrank-gradient": "full-rank QHM on G (the fix)",
+          "lordo-global-fullrank-reduced": "full-rank QHM on G + E, E reduced"}
 
 
 def band(df: pd.DataFrame) -> pd.DataFrame:
@@ -148,3 +152,7 @@ if __name__ == "__main__":
         raise SystemExit(2)
     for p in figure(sys.argv[1]):
         print(p)
+    folder = Path(sys.argv[1])
+    md = dpreport.paired_lines(pd.read_csv(folder / "falsifier.csv"), pd.read_csv(folder / "heldout.csv"))
+    (folder / "paired.md").write_text("\n".join(md))
+    print(folder / "paired.md")

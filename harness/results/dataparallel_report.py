@@ -4,9 +4,10 @@ Per variant (link coordinates, workers, method), over each seed's optimizer step
 optimizer step per worker, each direction, as the method's analytic formula claims (tensor data,
 4 bytes per fp32 element) and as measured where written (payload = the SYNC tensor-table body;
 wire = + the 44-byte frame header), the framing overhead (measured payload / claimed), and the
-ratio of the measured payload (up + down) to `lowrank-ddp`'s and `ddp`'s under the same
-coordinates and number of steps; seconds per optimizer step and held-out perplexity (mean and 95 %
-CI over seeds). Then, per variant whose workers refresh a projection (lordo-*, lowrank-ddp), the
+ratio of the measured payload (up + down) to each baseline's under the same coordinates and
+number of steps (REFERENCES: `lowrank-ddp-dense`, the LoRDO review's low-rank DDP, dense gradients
+every step; `lowrank-ddp-projected`, Q^T G on the wire, named `lowrank-ddp` in older results; `ddp`); seconds per optimizer step and held-out perplexity (mean and 95 %
+CI over seeds). Then, per variant whose workers refresh a projection (lordo-*, lowrank-ddp-*), the
 subspace overlap mean(sigma^2(Q_{t+1}^T Q_t)) per sync (results.py's `overlap` column): the mean over
 each seed's syncs (mean and 95 % CI over seeds) and the lowest sync of any seed (1 = Q did not move).
 """
@@ -18,6 +19,12 @@ from harness.results.quality import ci95
 from trainers import spec
 
 KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]
+# The baselines each ratio is against: column suffix -> (the methods that are it, what it sends).
+REFERENCES = {
+    "lowrank-ddp-dense": (("lowrank-ddp-dense",), "the review's low-rank DDP: dense gradients every step"),
+    "lowrank-ddp-projected": (("lowrank-ddp-projected", "lowrank-ddp"), "Q^T G every step (GaLore-style)"),
+    "ddp": (("ddp",), "dense gradients every step, plain Adam"),
+}
 
 
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +62,8 @@ def table(updates: pd.DataFrame) -> pd.DataFrame:
         rows.append(row)
     out = pd.DataFrame(rows)
     link = [k for k in KEYS if k in out]
-    for ref in ("lowrank-ddp", "ddp"):
-        base = out[out["method"] == ref][link + ["measured", "steps"]].rename(
+    for ref, (names, _) in REFERENCES.items():
+        base = out[out["method"].isin(names)].drop_duplicates(link)[link + ["measured", "steps"]].rename(
             columns={"measured": f"{ref}_measured", "steps": f"{ref}_steps"})
         out = out.merge(base, on=link, how="left")
         same = out[f"{ref}_steps"] == out["steps"]   # ratios only over the same number of optimizer steps
@@ -116,12 +123,14 @@ def section(updates: pd.DataFrame) -> list[str]:
         return []
     head = ["workers", "method", "seeds x steps", "claimed B/step up", "measured payload up", "wire up",
             "claimed B/step down", "measured payload down", "wire down", "payload / claimed",
-            "vs lowrank-ddp", "vs ddp", "s/step", "held-out ppl (mean ± 95% CI)"]
+            *(f"vs {ref}" for ref in REFERENCES), "s/step", "held-out ppl (mean ± 95% CI)"]
     lines = ["## Data-parallel bytes: claimed vs measured", "",
              "Bytes per optimizer step per worker (mean over the steps of each seed, then over seeds). Claimed = "
              "the method's formula (fp32 tensor data); payload = the SYNC tensor-table body as written; wire = "
-             "+ frame header. Ratios: measured payload (up + down) / that of `lowrank-ddp` and `ddp` under the "
-             "same link and number of optimizer steps.", "",
+             "+ frame header. Ratios: measured payload (up + down) / that of each baseline under the same link and "
+             "number of optimizer steps (- where the run has none): "
+             + "; ".join(f"`{ref}` = {text}" for ref, (_, text) in REFERENCES.items())
+             + ". The LoRDO review's ~10x claim is against `lowrank-ddp-dense`.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in t.iterrows():
         claimed = r["claimed_up"] + r["claimed_down"]
@@ -130,6 +139,51 @@ def section(updates: pd.DataFrame) -> list[str]:
         cells = [str(int(r["workers"])), r["method"], f"{r['seeds']} x {r['steps']:.0f}", _b(r["claimed_up"]),
                  _b(r["payload_up"]), _b(r["wire_up"]), _b(r["claimed_down"]), _b(r["payload_down"]),
                  _b(r["wire_down"]), f"{r['measured'] / claimed:.4f}" if claimed else "-",
-                 _x(r["vs_lowrank-ddp"]), _x(r["vs_ddp"]), f"{r['s_per_step']:.3f}", ppl]
+                 *(_x(r[f"vs_{ref}"]) for ref in REFERENCES), f"{r['s_per_step']:.3f}", ppl]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""] + overlap_lines(updates)
+
+
+# ---- paired in-process comparisons (trainers/dataparallel/falsifier.py: falsifier.csv, heldout.csv) ----
+
+def paired_table(falsifier: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant: held-out perplexity and mean overlap per seed (mean ± 95 % CI over seeds),
+    and their paired differences from the reference (the first variant run), seed by seed."""
+    over = falsifier[falsifier["kind"] == "overlap"].groupby(["variant", "seed"])["value"].agg(["mean", "min"])
+    per = heldout.set_index(["variant", "seed"]).join(over, how="left")
+    ref = heldout["variant"].iloc[0]
+    rows = []
+    for variant in heldout["variant"].unique():
+        g = per.loc[variant]
+        base = per.loc[ref].reindex(g.index)
+        row = {"variant": variant, "seeds": len(g), "reference": ref}
+        for col, name in (("heldout_ppl", "ppl"), ("mean", "overlap")):
+            row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(g[col])
+            row[f"{name}_diff"], row[f"{name}_diff_ci95"] = ci95(g[col] - base[col]) if variant != ref else (None, None)
+        row["overlap_min"] = g["min"].min()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pm(mean, ci, fmt=".4f") -> str:
+    if mean is None or pd.isna(mean):
+        return "-"
+    return f"{mean:{fmt}}" + ("" if ci is None or pd.isna(ci) else f" ± {ci:{fmt}}")
+
+
+def paired_lines(falsifier: pd.DataFrame, heldout: pd.DataFrame) -> list[str]:
+    t = paired_table(falsifier, heldout)
+    head = ["variant", "seeds", "held-out ppl (± 95% CI)", "ppl - reference (paired, ± 95% CI)",
+            "overlap mean per seed (± 95% CI)", "overlap - reference (paired)", "lowest overlap"]
+    lines = [f"## Paired comparison against `{t['reference'].iloc[0]}`", "",
+             "Same seeds, same data and initialisation, one variable changed (trainers/dataparallel/falsifier.py). "
+             "Overlap = mean(σ²(Q_{t+1}ᵀ Q_t)) over each seed's syncs (1 = the subspace did not move); "
+             "differences are taken seed by seed, then mean ± 95 % CI (Student's t) over seeds.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in t.iterrows():
+        lines.append("| " + " | ".join([r["variant"], str(r["seeds"]), _pm(r["ppl_mean"], r["ppl_ci95"], ".3f"),
+                                        _pm(r["ppl_diff"], r["ppl_diff_ci95"], "+.3f"),
+                                        _pm(r["overlap_mean"], r["overlap_ci95"]),
+                                        _pm(r["overlap_diff"], r["overlap_diff_ci95"], "+.4f"),
+                                        _pm(r["overlap_min"], None)]) + " |")
+    return lines + [""]

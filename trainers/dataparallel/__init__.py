@@ -1,7 +1,9 @@
 """Data-parallel methods by name (one file each, `@register("name")` on the class; the contract is base.py).
 
 `lordo-global` / `lordo-local` take the run's --lordo-qhm; a suffix names the QHM variant
-instead (`lordo-global-none`, `-lowrank`, `-fullrank`), so that variants compare in one run.
+instead (`lordo-global-none`, `-lowrank`, `-fullrank`), so that variants compare in one run;
+after `-fullrank`, a reading of its term may follow (`lordo-global-fullrank-reapplied`: see
+trainers/optim/lordo.py QHM_RESIDUALS).
 A method from another package registers through the entry-point group `wan_harness.dataparallel`
 (docs/PLUGINS.md).
 """
@@ -30,6 +32,8 @@ def resolve(name: str, cfg: DPConfig) -> tuple[type[DataParallelMethod], DPConfi
     if m and spec.is_data_parallel(name):
         if m.group(2):
             cfg = dataclasses.replace(cfg, qhm=QHM_SUFFIX[m.group(2)])
+        if m.group(3):  # lordo-*-fullrank-<reading>: what the full-rank QHM term applies
+            cfg = dataclasses.replace(cfg, qhm_residual=m.group(3))
         return _REGISTRY.get_class(m.group(1)), cfg
     return _REGISTRY.get_class(name), cfg    # a plugin, or the unknown-name error
 

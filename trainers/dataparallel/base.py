@@ -40,6 +40,7 @@ class DPConfig:
     rank: int = 8
     qhm: str = "full-rank"
     omega: float = 0.97
+    qhm_residual: str = "reduced"     # lordo full-rank QHM: what the term applies (trainers/optim/lordo.py)
     error_feedback: bool = True
     rotation: bool = True
     outer_lr: float = 0.7             # diloco's outer Nesterov SGD

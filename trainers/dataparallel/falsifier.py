@@ -1,9 +1,16 @@
-"""The review's falsifier for LoRDO's global projection, run in-process (trainers/dataparallel/inprocess.py):
-without the full-rank QHM term the pseudo-gradient lies in span(Q), so the next Q spans the same
-subspace and the overlap mean(sigma^2(Q_{t+1}^T Q_t)) stays at 1; with it, Q keeps moving.
+"""Paired in-process comparisons of LoRDO variants (trainers/dataparallel/inprocess.py), same seeds,
+same data, one variable changed:
 
-    python -m trainers.dataparallel.falsifier --out results/falsifier --seeds 1,2,3
-    python -m harness.results.dataparallel_plots results/falsifier          # figures/falsifier.pdf + .png
+- `stagnation` (the review's falsifier for LoRDO's global projection): without the full-rank QHM
+  term the pseudo-gradient lies in span(Q), so the next Q spans the same subspace and the overlap
+  mean(sigma^2(Q_{t+1}^T Q_t)) stays at 1; with it, Q keeps moving. QHM none vs full-rank.
+- `qhm-residual` (issue 22): the full-rank QHM term before the fix (`reapplied`: G + E with E kept,
+  the same residual applied at every step) vs after it (`reduced`: G + E, E reduced by what the
+  term applied), and the other reading (`gradient`: this step's gradient only).
+
+    python -m trainers.dataparallel.falsifier --out results/falsifier --seeds 1,2,3 [--compare qhm-residual]
+    python -m harness.results.dataparallel_plots results/falsifier          # figures/falsifier.pdf + .png,
+                                                                           # paired.md (paired CIs over seeds)
 
 Writes `falsifier.csv`: variant, seed, kind (overlap | loss), index (sync number | step), value;
 and `heldout.csv`: variant, seed, heldout_ppl.
@@ -17,26 +24,37 @@ from pathlib import Path
 from trainers.dataparallel.base import DPConfig
 from trainers.dataparallel.inprocess import simulate
 
-VARIANTS = ("lordo-global-none", "lordo-global-fullrank")
+COMPARISONS = {  # name -> variants, the reference first (paired differences are against it)
+    "stagnation": ("lordo-global-none", "lordo-global-fullrank"),
+    "qhm-residual": ("lordo-global-fullrank-reapplied", "lordo-global-fullrank-reduced",
+                     "lordo-global-fullrank-gradient"),
+}
+VARIANTS = COMPARISONS["stagnation"]
 
 
 def run(out: Path, seeds: list[int], steps: int = 96, k: int = 4, rank: int = 4, workers: int = 2,
-        model: str = "micro", omega: float = 0.97, lr: float = 3e-3) -> list[dict]:
+        model: str = "micro", omega: float = 0.97, lr: float = 3e-3, variants: tuple[str, ...] = VARIANTS) -> list[dict]:
     rows, held = [], []
-    for variant in VARIANTS:
-        for seed in seeds:
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:  # seed by seed: a paired comparison is readable from the first seed on
+        for variant in variants:
             cfg = DPConfig(steps=steps, k=k, k_states=k, rank=rank, omega=omega, lr=lr, seed=seed)
             t = simulate(variant, cfg, model=model, workers=workers, batch=4, seq_len=32, heldout=64)
             rows += [dict(variant=variant, seed=seed, kind="overlap", index=i, value=v) for i, v in enumerate(t.overlaps, 1)]
             rows += [dict(variant=variant, seed=seed, kind="loss", index=i, value=v) for i, v in enumerate(t.losses, 1)]
             held.append(dict(variant=variant, seed=seed, heldout_ppl=t.heldout_ppl))
-    out.mkdir(parents=True, exist_ok=True)
+            write(out, rows, held)  # as the runs go (small tables: rewritten whole)
+    return rows
+
+
+def write(out: Path, rows: list[dict], held: list[dict]) -> None:
     for name, table in (("falsifier.csv", rows), ("heldout.csv", held)):
-        with open(out / name, "w", newline="") as fh:
+        tmp = out / (name + ".tmp")
+        with open(tmp, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(table[0]))
             w.writeheader()
             w.writerows(table)
-    return rows
+        tmp.replace(out / name)
 
 
 def main(argv=None) -> int:
@@ -47,9 +65,11 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rank", type=int, default=4)
     ap.add_argument("--model", default="micro")
+    ap.add_argument("--compare", default="stagnation", choices=sorted(COMPARISONS),
+                    help="which paired comparison (the module docstring)")
     args = ap.parse_args(argv)
     run(Path(args.out), [int(s) for s in args.seeds.split(",")], steps=args.steps, k=args.k, rank=args.rank,
-        model=args.model)
+        model=args.model, variants=COMPARISONS[args.compare])
     return 0
 
 

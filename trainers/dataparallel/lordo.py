@@ -31,7 +31,7 @@ class LoRDO(DataParallelMethod):
     def __init__(self, params, cfg, worker=1):
         super().__init__(params, cfg, worker)
         low = cfg.adam(rank=cfg.rank, qhm=cfg.qhm, omega=cfg.omega, error_feedback=cfg.error_feedback,
-                       rotation=cfg.rotation)
+                       rotation=cfg.rotation, qhm_residual=cfg.qhm_residual)
         self.states = {n: MatrixAdam(s, low if n in self.lowrank else cfg.adam()) for n, s in self.shapes.items()}
         self.anchor = {n: p.detach().clone() for n, p in params.items()}
         self.last_grad: dict[str, torch.Tensor] = {}

@@ -10,8 +10,20 @@ Adam moments u, v live in the projected space (r x l). One local step:
     den = sqrt(v_hat) + eps
     qhm none:      d = Q (u_hat / den)
     qhm low-rank:  d = Q ((omega u_hat + (1 - omega) g) / den)          (QHAdam inside the projection)
-    qhm full-rank: d = omega Q (u_hat / den) + (1 - omega) G' / (mu + eps),  mu = mean(den)
+    qhm full-rank: d = omega Q (u_hat / den) + (1 - omega) R / (mu + eps),  mu = mean(den)
     theta -= lr * d
+
+R, the full-rank term's input (`qhm_residual`; docs/ALGORITHMS.md says why the default):
+    reduced    R = G' = G + E, and the carried residual loses what the term applied of it:
+               E = omega (G' - Q g)  (the term delivered (1 - omega) of the out-of-span part), so
+               every bit of gradient the projection drops reaches the weights once in total: by
+               the term now or through Q later, never both (default)
+    gradient   R = G, this step's (clipped) gradient: QHM's "(1 - nu) g_t"; E is applied only
+               through the projection, but G's own out-of-span part is applied now by the term
+               AND carried in E (so once more when Q captures it); Q barely moves (overlap ~0.99)
+    reapplied  R = G' = G + E with E kept whole: the code before issue 22, where the same residual
+               (||E|| / ||G|| measured at 3-6) is applied by the term at every step while it is also
+               carried to the next; kept as a named variant for the paired comparison
 
 Full rank (r >= s) means Q = I: a full-rank projection carries no information, and Adam is not
 rotation-invariant (its per-coordinate normalisation changes under any other orthogonal Q), so the
@@ -31,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 QHM_MODES = ("none", "low-rank", "full-rank")
+QHM_RESIDUALS = ("reduced", "gradient", "reapplied")  # what the full-rank QHM term applies (module docstring)
 
 
 @dataclass(frozen=True)
@@ -43,10 +56,13 @@ class AdamConfig:
     omega: float = 1.0               # weight of the low-rank momentum term (qhm none: ignored, 1)
     error_feedback: bool = False
     rotation: bool = True
+    qhm_residual: str = "reduced"    # full-rank QHM: what its term applies (module docstring)
 
     def __post_init__(self):
         if self.qhm not in QHM_MODES:
             raise ValueError(f"qhm {self.qhm!r} is not one of {', '.join(QHM_MODES)}")
+        if self.qhm_residual not in QHM_RESIDUALS:
+            raise ValueError(f"qhm_residual {self.qhm_residual!r} is not one of {', '.join(QHM_RESIDUALS)}")
         if not 0.0 <= self.omega <= 1.0:
             raise ValueError(f"omega {self.omega} is outside [0, 1]")
         if self.rank is not None and self.rank < 1:
@@ -131,29 +147,32 @@ class MatrixAdam:
         """One step's update direction (theta -= lr * direction), in the parameter's own shape.
         `projected`: `grad` is already Q^T G (r x l, e.g. an all-reduced projected gradient)."""
         cfg, (b1, b2) = self.cfg, self.cfg.betas
+        omega = 1.0 if cfg.qhm == "none" else cfg.omega
         if projected:
             g = grad.float()
-            g_full = g if self.full else self.q @ g
+            g_full = current = g if self.full else self.q @ g
         else:
-            g_full = self.orient(grad.float())
+            g_full = current = self.orient(grad.float())
             if self.e is not None:
                 g_full = g_full + self.e
             g = g_full if self.full else self.q.T @ g_full              # r x l
             if self.e is not None:
                 self.e = g_full - self.q @ g
+                if cfg.qhm == "full-rank" and cfg.qhm_residual == "reduced":
+                    self.e.mul_(omega)                                  # the term applies (1 - omega) of it now
         self.t += 1
         self.u.mul_(b1).add_(g, alpha=1 - b1)
         self.v.mul_(b2).addcmul_(g, g, value=1 - b2)
         bc1, bc2 = 1 - b1 ** self.t, 1 - b2 ** self.t
         den = self.v.sqrt() / math.sqrt(bc2) + cfg.eps                  # torch Adam's order of operations
-        omega = 1.0 if cfg.qhm == "none" else cfg.omega
         if cfg.qhm == "low-rank":
             low = (omega * (self.u / bc1) + (1 - omega) * g) / den
         else:
             low = (self.u / bc1) / den
         d = low if self.full else self.q @ low
         if cfg.qhm == "full-rank" and omega < 1.0:
-            d = omega * d + (1 - omega) * g_full / (den.mean() + cfg.eps)
+            residual = current if cfg.qhm_residual == "gradient" else g_full
+            d = omega * d + (1 - omega) * residual / (den.mean() + cfg.eps)
         return self.orient(d).reshape(self.shape)
 
     def state(self) -> dict[str, torch.Tensor]:

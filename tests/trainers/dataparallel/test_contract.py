@@ -43,7 +43,7 @@ def test_exchanged_bytes_are_the_formula(trace):
     name, t = trace
     assert t.data_bytes == t.claimed, name
     syncs = [s for s, (up, _) in enumerate(t.claimed, 1) if up]
-    every = name in ("ddp", "lowrank-ddp")
+    every = name in ("ddp", "lowrank-ddp", "lowrank-ddp-dense", "lowrank-ddp-projected")
     assert syncs == (list(range(1, 7)) if every else [2, 4, 6]), name
 
 
