@@ -273,6 +273,10 @@ PARAMS: list[Param] = [
           "meaningless), or a local folder holding config.json (with weights: loaded; without: random init)"),
     Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
     Param("lr", float, 2e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
+    # Replayed by every replica (trainers/model/replica.py, bit-identical at any thread count); off by default.
+    Param("weight_decay", float, 0.0, "AdamW decoupled weight decay of the adapter (0: off)", lo=0.0, hi=1.0),
+    Param("max_grad_norm", float, 0.0, "clip the decoded gradient's global L2 norm to this before AdamW, on every "
+          "replica (0: off)", lo=0.0, hi=1e6),
     Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
     Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
           "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),

@@ -44,7 +44,8 @@ def build_replica(params: RunParams, method: methods.Method, task: tasks.Task | 
     task = task if task is not None else tasks.build_task(params)
     rank = method.lora_rank or params.lora_rank
     model = attach_lora(base_for(params, task), LoraSpec(rank=rank, seed=params.seed))  # base: pre-trained, cached
-    return model, Replica(lora_parameters(model), OptimConfig(lr=params.lr))
+    return model, Replica(lora_parameters(model), OptimConfig(lr=params.lr, weight_decay=params.weight_decay,
+                                                                   max_grad_norm=params.max_grad_norm))
 
 
 def shipped_policy_hash(adapter: dict[str, torch.Tensor], dtype: torch.dtype) -> str:

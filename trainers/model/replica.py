@@ -8,8 +8,16 @@ state, and snapshots/restores it to bytes with safetensors (no pickle) so that a
 restarted worker can load a snapshot and replay the logged updates after it.
 
 Bit-exactness: AdamW runs its single-tensor, non-fused path (`foreach=False, fused=False`),
-which is elementwise and so independent of the thread count; decode is made deterministic by
-the compressors (see `trainers.compress.base.add_outer_`).
+which is elementwise and so independent of the thread count (decoupled weight decay included);
+decode is made deterministic by the compressors (see `trainers.compress.base.add_outer_`).
+Global-norm clipping (`max_grad_norm`) needs a reduction, whose order a multi-threaded sum would
+change with the thread count; `global_norm` sums fixed blocks of at most `NORM_BLOCK` elements
+(each reduced by one thread: below torch's parallel grain) in float64, in a fixed order, so every
+replica computes the same norm and the same scale at any thread count.
+
+Snapshots may carry extra named tensors (`snapshot(extra=...)`, returned by `restore`): the
+learner's error-feedback residual and compressor state (`object_state`), so that a restarted
+learner continues bit-identically (tests/trainers/model/test_replica.py).
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ class OptimConfig:
     warmup_steps: int = 0          # linear warm-up over this many updates
     schedule: str = "constant"     # "constant" or "cosine" (decays to 0 at total_steps)
     total_steps: int = 0           # only for "cosine"
+    max_grad_norm: float = 0.0     # clip the decoded gradient's global L2 norm to this before AdamW; 0: off
 
     def __post_init__(self):
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -46,6 +55,10 @@ class OptimConfig:
             raise ValueError(f"betas must lie in [0, 1), got ({self.beta1}, {self.beta2})")
         if self.schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be one of {list(_SCHEDULES)}, got {self.schedule!r}")
+        if not (self.weight_decay >= 0 and self.max_grad_norm >= 0 and math.isfinite(self.weight_decay)
+                and math.isfinite(self.max_grad_norm)):
+            raise ValueError(f"weight_decay and max_grad_norm must be finite and >= 0, got "
+                             f"{self.weight_decay}, {self.max_grad_norm}")
         if self.schedule == "cosine" and self.total_steps < 1:
             raise ValueError("the cosine schedule needs total_steps >= 1")
 
@@ -85,6 +98,8 @@ class Replica:
     def step(self, grads: dict[str, torch.Tensor]) -> None:
         """One AdamW step from a decoded gradient; version -> version + 1."""
         self._check_layout({n: tuple(g.shape) for n, g in grads.items()}, "gradient")
+        if self.optim_config.max_grad_norm > 0:
+            grads = clip_by_global_norm(grads, self.optim_config.max_grad_norm)[0]
         for name, p in self.params.items():
             p.grad = grads[name].detach().to(dtype=p.dtype, copy=True)
         for group in self.optimizer.param_groups:
@@ -130,8 +145,10 @@ class Replica:
         return h.hexdigest()[:32]
 
     # -- snapshots --------------------------------------------------------------------------
-    def snapshot(self) -> bytes:
-        tensors = {}
+    def snapshot(self, extra: dict[str, torch.Tensor] | None = None) -> bytes:
+        """Adapter, AdamW state, version and config as safetensors bytes; `extra` named tensors ride
+        along (a learner's compressor state) and come back from `restore`."""
+        tensors = {f"extra/{k}": v.detach().contiguous() for k, v in (extra or {}).items()}
         for name, p in self.params.items():
             state = self.optimizer.state[p]
             tensors[f"adapter/{name}"] = p.detach().contiguous()
@@ -142,8 +159,8 @@ class Replica:
                 "optim": json.dumps(asdict(self.optim_config), sort_keys=True)}
         return st_save(tensors, metadata=meta)
 
-    def restore(self, blob: bytes) -> None:
-        """Load a snapshot of a replica with the same layout and optimizer config."""
+    def restore(self, blob: bytes) -> dict[str, torch.Tensor]:
+        """Load a snapshot of a replica with the same layout and optimizer config; returns its extras."""
         meta, tensors = _read_snapshot(blob)
         if json.loads(meta["optim"]) != asdict(self.optim_config):
             raise ValueError(f"snapshot optimizer config {meta['optim']} differs from this replica's")
@@ -157,6 +174,7 @@ class Replica:
                     "exp_avg": _get(tensors, f"exp_avg/{name}", p.shape).to(p.dtype).clone(),
                     "exp_avg_sq": _get(tensors, f"exp_avg_sq/{name}", p.shape).to(p.dtype).clone()}
         self.version = int(meta["version"])
+        return {k[len("extra/"):]: t.clone() for k, t in tensors.items() if k.startswith("extra/")}
 
     def _check_layout(self, shapes: dict[str, tuple[int, ...]], what: str) -> None:
         mine = {n: tuple(p.shape) for n, p in self.params.items()}
@@ -168,14 +186,74 @@ class Replica:
                              f"wrong shape {wrong}")
 
 
+# Elements per block of the global norm's sum: below torch's parallel grain (32,768), so one thread
+# reduces each block whatever the thread count, and the blocks are added in a fixed order.
+NORM_BLOCK = 16_384
+
+
+def global_norm(grads: dict[str, torch.Tensor]) -> float:
+    """The joint L2 norm of `grads`, bit-identical at any thread count (float64 block sums)."""
+    total = 0.0
+    for g in grads.values():
+        flat = g.detach().reshape(-1).to(torch.float64)
+        for start in range(0, flat.numel(), NORM_BLOCK):
+            block = flat[start:start + NORM_BLOCK]
+            total += float((block * block).sum())
+    return math.sqrt(total)
+
+
 def clip_by_global_norm(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
     """Scale all gradients so their joint L2 norm is at most `max_norm`; returns (grads, norm before)."""
-    total = torch.sqrt(sum((g.detach().to(torch.float32) ** 2).sum() for g in grads.values()))
-    norm = float(total)
+    norm = global_norm(grads)
     if max_norm <= 0 or norm <= max_norm:
         return grads, norm
-    scale = max_norm / (norm + 1e-6)
+    scale = max_norm / (norm + 1e-6)  # a Python float: the same scale on every replica
     return {n: g * scale for n, g in grads.items()}, norm
+
+
+def object_state(obj) -> dict[str, torch.Tensor]:
+    """The tensors an object's future depends on, by attribute: tensors (`attr`), dicts of tensors
+    (`attr/index/key`, e.g. a compressor's error-feedback residuals and warm starts) and random generators
+    (`attr#rng`, their state). What `load_object_state` puts back; everything else (options) is
+    rebuilt by constructing the object again from the same config."""
+    out = {}
+    for attr, v in sorted(vars(obj).items()):
+        if isinstance(v, torch.Tensor):
+            out[attr] = v
+        elif isinstance(v, torch.Generator):
+            out[f"{attr}#rng"] = v.get_state()
+        elif isinstance(v, dict) and v and all(isinstance(t, torch.Tensor) for t in v.values()):
+            out.update({f"{attr}/{i:06d}/{k}": t for i, (k, t) in enumerate(v.items())})  # order kept
+    return dict(_stored(k, t) for k, t in out.items())
+
+
+def _stored(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
+    """A transposed matrix (spar's warm start is `bmat.T`) is stored as its contiguous transpose and
+    marked `#T`: a matmul with it takes another BLAS path, so its strides are part of the bits."""
+    t = t.detach()
+    if t.dim() == 2 and not t.is_contiguous() and t.T.is_contiguous():
+        return key + "#T", t.T.clone()
+    return key, t.clone()
+
+
+def load_object_state(obj, tensors: dict[str, torch.Tensor]) -> None:
+    """Put `object_state`'s tensors (or `Replica.restore`'s extras: copies, owned by the caller) back
+    into a freshly built object of the same config."""
+    dicts: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in sorted(tensors.items()):  # safetensors returns keys sorted; the index restores dict order
+        if key.endswith("#T"):
+            key, t = key[:-2], t.T  # the original's strides: a transposed view of a contiguous matrix
+        if key.endswith("#rng"):
+            getattr(obj, key[:-4]).set_state(t.to(torch.uint8))
+        elif "/" in key:
+            attr, _, name = key.split("/", 2)
+            dicts.setdefault(attr, {})[name] = t
+        else:
+            setattr(obj, key, t)
+    for attr, d in dicts.items():
+        setattr(obj, attr, d)
+    if dicts.get("residuals") and hasattr(obj, "_layout"):  # compress.base.Compressor: the residuals' layout
+        obj._layout = [(n, tuple(t.shape)) for n, t in obj.residuals.items()]
 
 
 def _update(h, name: str, t: torch.Tensor) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.trainers.compress.common import gradient, new_replica
-from trainers.model.replica import OptimConfig, Replica, clip_by_global_norm
+from tests.trainers.compress.common import gradient, new_replica, options
+from trainers import compress
+from trainers.model.replica import (OptimConfig, Replica, clip_by_global_norm, global_norm, load_object_state,
+                                    object_state)
 
 
 def test_equal_builds_hash_equal_and_steps_change_the_hash():
@@ -82,3 +84,84 @@ def test_clip_by_global_norm():
     assert float(total) == pytest.approx(1.0, rel=1e-4)
     same, _ = clip_by_global_norm(g, 10.0)
     assert same is g
+
+
+def _big_replica(optim: OptimConfig) -> Replica:
+    """Three factors of 131,072 elements: above torch's parallel grain, so 2 threads split the work."""
+    g = torch.Generator().manual_seed(7)
+    return Replica({f"f{i}": torch.nn.Parameter(torch.randn(256, 512, generator=g)) for i in range(3)}, optim)
+
+
+def _big_grads(step: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + step)
+    return {f"f{i}": torch.randn(256, 512, generator=g) * (1 + step) for i in range(3)}
+
+
+def _stepped_hash(optim: OptimConfig, threads: int, steps: int = 3) -> str:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        r = _big_replica(optim)
+        for t in range(steps):
+            r.step(_big_grads(t))
+        return r.state_hash()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_weight_decay_and_clipping_are_exercised_and_bit_identical_at_1_and_2_threads():
+    norm = global_norm(_big_grads(0))  # ~627: clipping to 10 scales every step's gradient
+    on = OptimConfig(lr=1e-2, weight_decay=0.1, max_grad_norm=10.0)
+    assert norm > on.max_grad_norm
+    assert _stepped_hash(on, 1) == _stepped_hash(on, 2)
+    plain = _stepped_hash(OptimConfig(lr=1e-2), 1)
+    assert _stepped_hash(OptimConfig(lr=1e-2, weight_decay=0.1), 1) != plain        # decay moved the weights
+    assert _stepped_hash(OptimConfig(lr=1e-2, max_grad_norm=10.0), 1) != plain      # clipping moved them
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        OptimConfig(max_grad_norm=-1.0)
+
+
+def test_global_norm_is_the_same_bits_at_1_and_2_threads():
+    grads = _big_grads(1)
+    before = torch.get_num_threads()
+    try:
+        norms = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            norms.append(global_norm(grads))
+    finally:
+        torch.set_num_threads(before)
+    assert norms[0] == norms[1]
+    assert norms[0] == pytest.approx(float(torch.sqrt(sum((t.double() ** 2).sum() for t in grads.values()))))
+
+
+@pytest.mark.parametrize("name", ["spar", "powersgd", "topk"])
+def test_a_learner_restarted_from_a_snapshot_continues_bit_identically(name):
+    """Replica + compressor (error-feedback residual, warm starts, generators) in one snapshot: a
+    learner rebuilt from it sends the same payload bytes and reaches the same state as one that ran on."""
+    def step(model, replica, codec, t):
+        payload = codec.encode(gradient(model, t))
+        replica.step(codec.decode(payload))
+        return payload
+
+    model, straight = new_replica()
+    codec = compress.get_compressor(name, **options(name))
+    sent = [step(model, straight, codec, t) for t in range(6)]
+    model2, first = new_replica()
+    codec2 = compress.get_compressor(name, **options(name))
+    for t in range(3):
+        step(model2, first, codec2, t)
+    snap = first.snapshot(extra=object_state(codec2))
+    model3, restarted = new_replica()
+    codec3 = compress.get_compressor(name, **options(name))
+    load_object_state(codec3, restarted.restore(snap))
+    with torch.no_grad():  # the restarted learner's model holds the restored adapter (it computes the gradients)
+        for n, p in restarted.params.items():
+            assert torch.equal(p, first.params[n])
+    resent = [step(model3, restarted, codec3, t) for t in range(3, 6)]
+    assert resent == sent[3:] and restarted.state_hash() == straight.state_hash()
+    # the compressor state is what makes it exact: without it the payloads differ
+    model4, forgetful = new_replica()
+    forgetful.restore(snap)
+    codec4 = compress.get_compressor(name, **options(name))
+    assert [step(model4, forgetful, codec4, t) for t in range(3, 6)] != sent[3:]
