@@ -168,7 +168,7 @@ def paired_table(falsifier: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame
 def _pm(mean, ci, fmt=".4f") -> str:
     if mean is None or pd.isna(mean):
         return "-"
-    return f"{mean:{fmt}}" + ("" if ci is None or pd.isna(ci) else f" ± {ci:{fmt}}")
+    return f"{mean:{fmt}}" + ("" if ci is None or pd.isna(ci) else f" ± {ci:{fmt.lstrip('+')}}")
 
 
 def paired_lines(falsifier: pd.DataFrame, heldout: pd.DataFrame) -> list[str]:
