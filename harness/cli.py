@@ -192,6 +192,16 @@ def _check_model_name(model: str) -> None:
     spec.check_model(model)
 
 
+@app.command()
+def check(names: list[str] = typer.Argument(None, help="compressors, tasks, objectives or data-parallel methods, "
+                                            "in-tree or plugins (default: every compressor and task)"),
+          budget: str = typer.Option(None, help="budget of budgeted compressors (default 10%: room beyond the "
+                                     "micro adapter's table)")):
+    """Run the project's contract suite on registered implementations (docs/PLUGINS.md); exit 1 on a failure."""
+    from trainers import check as contracts   # torch: only this command and bench-compress pay for it
+    raise typer.Exit(contracts.main(list(names or []), budget, echo=typer.echo))
+
+
 @app.command("bench-compress")
 def bench_compress(
         gradients: str = typer.Option("synthetic,real", help="comma list of: synthetic (a rank-64 adapter shaped "

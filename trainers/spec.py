@@ -31,14 +31,18 @@ import re
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
+
+from trainers import plugins
 
 # ---- vocabularies that the controller must know without importing torch -------------------
-# (each has a test against the registry that owns it: tests/trainers/test_spec.py)
+# (each has a test against the registry that owns it: tests/trainers/test_spec.py). These are the
+# in-tree names; installed plugins add theirs by entry-point name (trainers/plugins.py), read here
+# without importing them: `compressor_names`, `objective_names`, `is_data_parallel`.
 
 MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/model/models.py TINY_CONFIGS + real shapes:
     f.name[:-5] for f in (Path(__file__).parent / "model" / "model_configs").glob("*.json")))  # one JSON file each
-OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry
+OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry (in-tree)
 FULL_METHODS = ("full", "full-bf16")                  # trainers/hilo/methods.py FULL_DTYPES
 RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
 DELTA_METHODS = ("delta",)                            # full protocol, the changed elements only (compress/delta.py)
@@ -71,7 +75,7 @@ COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
     "spar": {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8, "warm_start": True, "seed": 0},
     "topk": {"dtype": "fp16"},
 }
-# BudgetedCompressor subclasses. A run gives every budgeted method each --budget (equal bytes):
+# BudgetedCompressor subclasses (in-tree; plugins: the entry-point group wan_harness.budgeted_compressors). A run gives every budgeted method each --budget (equal bytes):
 # `--method spar,powersgd --budget 1.6%` runs spar@1.6% and powersgd@1.6%. Only a set
 # --powersgd-rank opts powersgd out (every factor at that rank, the budget not applied).
 BUDGETED = ("int8", "powersgd", "spar", "topk")
@@ -85,6 +89,20 @@ PRETRAINED_MODELS = ("tiny", "small")
 
 class SpecError(ValueError):
     """A usage error; the message is one line that names the flag and the value."""
+
+
+def compressor_names() -> list[str]:
+    """Every compressor: in-tree (COMPRESSOR_OPTIONS) and installed plugins (not imported)."""
+    return sorted({*COMPRESSOR_OPTIONS, *plugins.names("compressor")})
+
+
+def budgeted_names() -> list[str]:
+    """Every budgeted compressor: in-tree (BUDGETED) and plugins declared budgeted."""
+    return sorted({*BUDGETED, *plugins.names("budgeted_compressor")})
+
+
+def objective_names() -> tuple[str, ...]:
+    return tuple(sorted({*OBJECTIVES, *plugins.names("objective")}))
 
 
 @dataclass(frozen=True)
@@ -243,8 +261,9 @@ def _compressor_params() -> list[Param]:
 
 PARAMS: list[Param] = [
     # what is compared
-    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, delta, rank-R, or a compressor "
-          "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + ")", many=True),
+    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, delta, rank-R, a compressor "
+          "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + "), a data-parallel method, or an installed plugin's "
+          "(docs/PLUGINS.md)", many=True),
     Param("budget", str, (RUN_BUDGET,), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
           + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
     Param("seed", int, (1, 2, 3), "seeds, comma list; every method runs every seed", lo=0, hi=2**31 - 1, many=True,
@@ -282,8 +301,8 @@ PARAMS: list[Param] = [
           "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
     Param("base_steps", int, 100, "supervised steps on gold answers of the student's base (trained here once, "
           "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000),
-    Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo",
-          choices=OBJECTIVES),
+    Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo | an installed "
+          "plugin's objective", choices=objective_names()),
     Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),
@@ -386,7 +405,7 @@ def parse_value(name: str, raw: Any) -> Any:
 # ---- methods (names only; trainers/hilo/methods.py builds them) -----------------------------------
 
 def method_names() -> list[str]:
-    return sorted(FULL_METHODS) + ["rank-R"] + list(DELTA_METHODS) + sorted(COMPRESSOR_OPTIONS) + dp_method_names()
+    return sorted(FULL_METHODS) + ["rank-R"] + list(DELTA_METHODS) + compressor_names() + dp_method_names()
 
 
 def check_combinations(values: Mapping[str, Any]) -> None:
@@ -409,31 +428,34 @@ def resolve_group_size(objective: str, group_size: int | None) -> int:
 
 
 def dp_method_names() -> list[str]:
-    return list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}",
-                               "lordo-{global,local}-fullrank-{gradient,reduced,reapplied}"]
+    return (list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}",
+                                "lordo-{global,local}-fullrank-{gradient,reduced,reapplied}"]
+            + sorted(set(plugins.names("dataparallel")) - set(DP_METHODS)))
 
 
 def is_data_parallel(name: str) -> bool:
     """A data-parallel method (aggregator + dp workers instead of learner + workers)."""
     m = DP_METHOD.match(name)
-    if not m:
-        return False
-    lordo = m.group(1).startswith("lordo")
-    return (m.group(2) is None or lordo) and (m.group(3) is None or (lordo and m.group(2) == "fullrank"))
+    if m:
+        lordo = m.group(1).startswith("lordo")
+        return (m.group(2) is None or lordo) and (m.group(3) is None or (lordo and m.group(2) == "fullrank"))
+    return name in plugins.names("dataparallel")
 
 
 def check_method(name: str) -> str:
-    if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in COMPRESSOR_OPTIONS
+    if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in compressor_names()
             or is_data_parallel(name)):
         return name
-    raise SpecError(f"--method: unknown method {quote(name)}; valid methods: {', '.join(method_names())}")
+    valid = [*FULL_METHODS, *DELTA_METHODS, "rank-R", *compressor_names(), *DP_METHODS,
+             *plugins.names("dataparallel")]
+    raise SpecError(f"--method: {plugins.unknown_name('method', 'methods', name, valid)}")
 
 
 def takes_budget(method: str, values: dict[str, Any] | None = None) -> bool:
     """Whether `method` runs at each --budget; `values` (run parameters): a set --powersgd-rank opts out."""
     if method == "powersgd" and values is not None and values.get("powersgd_rank") is not None:
         return False
-    return method in BUDGETED
+    return method in budgeted_names()
 
 
 def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -441,12 +463,13 @@ def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
     delta's codec and ship dtype)."""
     if method in DELTA_METHODS:
         return {"codec": values["delta_codec"], "dtype": values["delta_dtype"]}
-    if method not in COMPRESSOR_OPTIONS:
+    if method not in compressor_names():
         return {}
     out = {k: values[k] for k in COMMON_OPTIONS}
-    if method in BUDGETED:
+    if method in budgeted_names():
         out.update({k: values[k] for k in BUDGET_OPTIONS})
-    out.update({opt: values[f"{method}_{opt}"] for opt in COMPRESSOR_OPTIONS[method]})
+    # A plugin's own options keep their defaults: the flags are this table's, built before any plugin loads.
+    out.update({opt: values[f"{method}_{opt}"] for opt in COMPRESSOR_OPTIONS.get(method, {})})
     return out
 
 
@@ -565,6 +588,3 @@ def parse_expected(args) -> dict[str, Any]:
         out[p.name] = None if raw is None else _budget(raw) if p.name == "budget" else p.parse(raw)
     return out
 
-
-def iter_flags(where: Iterable[str] = ("service", "link", "harness")) -> list[Param]:
-    return [p for p in PARAMS if p.where in where]

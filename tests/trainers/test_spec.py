@@ -104,21 +104,29 @@ def test_run_params_reject_unknown_and_out_of_range_values():
 
 
 def test_torch_free_vocabularies_agree_with_their_registries():
-    from trainers import compress, objectives
+    """In-tree names against the registries' own modules; installed plugins' names (read torch-free
+    from entry points) against what the registries load."""
+    from trainers import compress, dataparallel, objectives, tasks
     from trainers.hilo import methods
     from trainers.model import models
     from trainers.compress.base import BudgetedCompressor, Compressor
 
     assert sorted(models.available_models()) == sorted(spec.MODEL_NAMES)
-    assert tuple(sorted(objectives.available())) == tuple(sorted(spec.OBJECTIVES))
+    assert tuple(objectives.in_tree()) == tuple(sorted(spec.OBJECTIVES))
+    assert tuple(objectives.available()) == spec.objective_names() == spec.get("objective").choices
     assert tuple(sorted(methods.FULL_DTYPES)) == tuple(sorted(spec.FULL_METHODS))
-    assert sorted(compress.available()) == sorted(spec.COMPRESSOR_OPTIONS)
+    assert compress.in_tree() == sorted(spec.COMPRESSOR_OPTIONS)
+    assert compress.available() == spec.compressor_names()
+    assert dataparallel.in_tree() == sorted(spec.DP_METHODS)
+    assert all(spec.is_data_parallel(n) for n in dataparallel.available())
+    assert set(tasks.available()) >= {"digits", "countdown", "knights_knaves"}
     assert Compressor.common_options == spec.COMMON_OPTIONS
     assert BudgetedCompressor.budget_options == spec.BUDGET_OPTIONS
     for name in compress.available():
-        comp = compress.get_compressor(name)
-        assert type(comp).options == spec.COMPRESSOR_OPTIONS[name]
-        assert isinstance(comp, BudgetedCompressor) == (name in spec.BUDGETED)
+        cls = compress.compressor_class(name)
+        assert issubclass(cls, BudgetedCompressor) == (name in spec.budgeted_names()), name
+        if name in spec.COMPRESSOR_OPTIONS:
+            assert cls.options == spec.COMPRESSOR_OPTIONS[name]
     assert sorted(methods.available()) == sorted(spec.method_names())
 
 

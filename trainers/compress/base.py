@@ -280,6 +280,9 @@ class Compressor(ABC):
 
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
+    # stated_bytes is the payload's exact size (True) or the cap every payload fills to within 10 %
+    # and never passes (False: the budgeted compressors). `harness check` holds a compressor to it.
+    exact_bytes: ClassVar[bool] = True
     # Options every compressor takes.
     common_options: ClassVar[dict[str, Any]] = spec.COMMON_OPTIONS   # defaults and flags: trainers/spec.py
 
@@ -338,6 +341,12 @@ class Compressor(ABC):
         """The error-feedback buffers E (what has been owed to the wire so far)."""
         return dict(self.residuals)
 
+    def stated_bytes(self, tensors: list[tuple[str, tuple[int, ...]]]) -> int:
+        """Bytes of one payload for gradients of this layout ((name, shape) per factor, in order; the
+        names count because the container's table holds them): exact, or the cap (`exact_bytes`).
+        The cost model (`harness project`) asks a plugin compressor this; `harness check` tests it."""
+        raise NotImplementedError(f"{self.name}: states no payload bytes (Compressor.stated_bytes)")
+
     def _check_inputs(self, grads: dict[str, torch.Tensor]) -> None:
         if not grads:
             raise ValueError(f"{self.name}: nothing to encode")
@@ -388,6 +397,11 @@ class BudgetedCompressor(Compressor):
         b = self.config["budget_bytes"]
         if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b <= 0):
             raise OptionError(f"{self.name}: budget_bytes must be a positive integer, got {b!r}")
+
+    exact_bytes: ClassVar[bool] = False   # payloads fill the budget to within 10 %, never past it
+
+    def stated_bytes(self, tensors: list[tuple[str, tuple[int, ...]]]) -> int:
+        return self.budget_for([tuple(s) for _, s in tensors])
 
     def budget_for(self, shapes: list[tuple[int, ...]]) -> int:
         """The payload's byte cap for an adapter of these shapes."""

@@ -8,7 +8,8 @@ import torch
 from trainers import spec
 
 from trainers.compress import register
-from trainers.compress.base import DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, require, unflatten
+from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, header_bytes,
+                                    itemsize, require, unflatten)
 
 
 @register("identity")
@@ -19,6 +20,10 @@ class IdentityCompressor(Compressor):
 
     def _validate(self) -> None:
         self.dtype = check_wire_dtype(self.name, self.config["dtype"])
+
+    def stated_bytes(self, tensors) -> int:
+        n = sum(math.prod(s) for _, s in tensors)
+        return header_bytes(self.name, list(tensors), [("values", self.dtype, n)]) + n * itemsize(self.dtype)
 
     def _compress(self, m):
         flat = flatten(m).to(DTYPES[self.dtype])

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from trainers import compress, spec
+from trainers.plugins import unknown_name
+from trainers.registry import Registry
 from trainers.compress.delta import DeltaSync
 from trainers.protocol import dtypes
 
@@ -64,20 +66,40 @@ def method_for(params: spec.RunParams) -> Method:
     return get_method(params.method, **params.compressor_options())
 
 
+# The named methods of the full protocol, one registered factory each (options: the run's
+# compressor_options for that name). rank-R (a pattern) and every compressor (replay) are resolved
+# in get_method: their names come from spec.RANK_METHOD and the compressor registry.
+_REGISTRY: Registry[Method] = Registry("method", "methods", ())
+register = _REGISTRY.register
+
+
+@register("full")
+def _full() -> Method:
+    return Method("full", "full", ship_dtype=FULL_DTYPES["full"])
+
+
+@register("full-bf16")
+def _full_bf16() -> Method:
+    return Method("full-bf16", "full", ship_dtype=FULL_DTYPES["full-bf16"])
+
+
+@register("delta")
+def _delta(**options) -> Method:
+    opts = {"codec": spec.get("delta_codec").default, "dtype": spec.get("delta_dtype").default, **options}
+    return Method("delta", "full", ship_dtype=dtypes.DTYPES[opts["dtype"]], delta_codec=opts["codec"])
+
+
 def get_method(name: str, **compressor_options) -> Method:
-    """The method called `name`; an unknown name fails with the list of valid ones."""
-    if name in FULL_DTYPES:
-        return Method(name, "full", ship_dtype=FULL_DTYPES[name])
-    if name in spec.DELTA_METHODS:
-        opts = {"codec": spec.get("delta_codec").default, "dtype": spec.get("delta_dtype").default, **compressor_options}
-        return Method(name, "full", ship_dtype=dtypes.DTYPES[opts["dtype"]], delta_codec=opts["codec"])
+    """The method called `name`; an unknown name fails with the valid ones and the close matches."""
+    if name in _REGISTRY.in_tree():
+        return _REGISTRY.get(name, **compressor_options)
     m = spec.RANK_METHOD.match(name)
     if m:
         return Method(name, "full", ship_dtype=torch.float32, lora_rank=int(m.group(1)))
-    if name in compress.available():
+    if name in compress.available():   # in-tree or a plugin (entry point wan_harness.compressors)
         method = Method(name, "replay", compressor=name, compressor_options=dict(compressor_options))
         method.make_compressor()  # bad options fail here, before any process starts
         return method
     if spec.is_data_parallel(name):  # not a learner/worker protocol: trainers/dataparallel/aggregator.py + trainers/dataparallel/worker.py
         raise ValueError(f"method {name!r} is data-parallel: it runs as python -m trainers.dataparallel.aggregator / trainers.dataparallel.worker")
-    raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(available())}")
+    raise ValueError(unknown_name("method", "methods", name, available()))

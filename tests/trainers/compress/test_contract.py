@@ -1,18 +1,13 @@
-"""The contract every registered compressor must meet (one suite, parametrized over the registry)."""
+"""The contract every registered compressor must meet (one suite, parametrized over the registry;
+the shared checks live in trainers/compress/contract.py, which `harness check` runs too)."""
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from tests.trainers.compress.common import gradient, new_replica, options, warm_gradients
-from tests.trainers.compress.replay_peer import decoded_hash
-from trainers import spec
-from trainers.compress import OptionError, available, get_compressor
+from trainers import compress, spec
+from trainers.compress import OptionError, available, contract, get_compressor
 from trainers.compress.base import full_adapter_bytes
 from trainers.compress.bench import rel_error
 
@@ -46,37 +41,12 @@ def test_round_trip_shapes_and_error(name, grads):
         assert 0.0 <= err < 1.0, f"{name} reconstructs worse than sending nothing ({err:.3f})"
 
 
+# The contract's own checks (trainers/compress/contract.py, also run by `harness check`): None = kept.
+
+@pytest.mark.parametrize("check", ["fresh_decode", "deterministic", "bytes", "error_feedback"])
 @pytest.mark.parametrize("name", NAMES)
-def test_fresh_instance_decodes_same_bits(name, grads):
-    c = get_compressor(name, **options(name))
-    for g in grads[:3]:
-        payload = c.encode(g)
-        a, b = c.decode(payload), get_compressor(name, **options(name)).decode(payload)
-        assert all(torch.equal(a[n], b[n]) for n in a)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_error_feedback_conserves_the_gradient_sum(name, grads):
-    c = get_compressor(name, **options(name))
-    sent = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
-    given = {n: torch.zeros_like(t, dtype=torch.float64) for n, t in grads[0].items()}
-    for g in grads:
-        out = c.decode(c.encode(g))
-        for n in g:
-            sent[n] += out[n].double()
-            given[n] += g[n].double()
-    residual = c.residual()
-    scale = max(float(t.abs().max()) for t in given.values())
-    for n in given:
-        gap = (sent[n] + residual.get(n, torch.zeros_like(sent[n])).double() - given[n]).abs().max()
-        assert float(gap) <= 1e-5 * scale, f"{name}: {n} loses {float(gap):.3g} of the gradient"
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_encode_is_deterministic(name, grads):
-    first, second = get_compressor(name, **options(name)), get_compressor(name, **options(name))
-    for g in grads[:4]:
-        assert first.encode(g) == second.encode(g)
+def test_contract_check(name, check, grads):
+    assert contract.CHECKS[check](name, options(name), grads) is None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -87,47 +57,58 @@ def test_error_feedback_off_keeps_no_residual(name, grads):
 
 
 def test_two_replicas_stay_bit_identical_across_processes(tmp_path):
-    """Learner steps from decode(encode(g)); a worker in another process replays the payloads."""
-    steps, expected = 20, {}
+    """Learner steps from decode(encode(g)); a worker in another process replays the payloads
+    (contract.replay for every compressor, one peer process for all of them)."""
+    expected = {}
     for name in NAMES:
         model, learner = new_replica()
         compressor = get_compressor(name, **options(name))
-        for t in range(steps):
-            payload = compressor.encode(gradient(model, t))
-            (tmp_path / f"{name}.{t}.bin").write_bytes(payload)
-            learner.step(compressor.decode(payload))
-        (tmp_path / f"{name}.json").write_text(json.dumps({"options": options(name), "count": steps}))
+        payloads = []
+        for t in range(contract.REPLAY_STEPS):
+            payloads.append(compressor.encode(gradient(model, t)))
+            learner.step(compressor.decode(payloads[-1]))
+        contract._write(tmp_path, name, options(name), payloads, replay=True)
         expected[name] = learner.state_hash()
-        assert learner.version == steps
-    assert replay_peer(tmp_path, threads=2) == expected
+        assert learner.version == contract.REPLAY_STEPS
+    assert contract.peer_hashes(tmp_path, threads=2) == expected
 
 
 def test_decode_bits_do_not_depend_on_the_thread_count(tmp_path):
     """Factors of more than 32k elements (where torch splits elementwise kernels across threads)
     decode to the same bits at 1 and at 3 threads, each in a process of its own."""
     g = torch.Generator().manual_seed(7)
-    shapes = {"l0.lora_A": (64, 2048), "l0.lora_B": (2048, 64), "l1.lora_A": (512, 512)}
-    grads = [{n: torch.randn(s, generator=g) for n, s in shapes.items()} for _ in range(2)]
+    grads = [{n: torch.randn(s, generator=g) for n, s in contract.THREAD_SHAPES.items()} for _ in range(2)]
     expected = {}
     for name in NAMES:
         compressor = get_compressor(name, **options(name))
         payloads = [compressor.encode(grad) for grad in grads]
-        for t, payload in enumerate(payloads):
-            (tmp_path / f"{name}.{t}.bin").write_bytes(payload)
-        (tmp_path / f"{name}.json").write_text(json.dumps({"options": options(name), "count": 2, "replay": False}))
-        expected[name] = decoded_hash([get_compressor(name, **options(name)).decode(p) for p in payloads])
-    assert replay_peer(tmp_path, threads=1) == expected
-    assert replay_peer(tmp_path, threads=3) == expected
+        contract._write(tmp_path, name, options(name), payloads, replay=False)
+        expected[name] = contract.decoded_hash([get_compressor(name, **options(name)).decode(p) for p in payloads])
+    assert contract.peer_hashes(tmp_path, threads=1) == expected
+    assert contract.peer_hashes(tmp_path, threads=3) == expected
 
 
-def replay_peer(folder, threads: int) -> dict[str, str]:
-    """Run tests/trainers/compress/replay_peer.py on `folder` in a fresh process with `threads` torch threads."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, "-m", "tests.trainers.compress.replay_peer", str(folder), str(threads)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def test_a_broken_compressor_fails_the_checks_that_catch_it(grads):
+    """The checks have teeth: a compressor that drops its residual, states wrong bytes and decodes
+    with per-instance noise fails error_feedback, bytes and fresh_decode."""
+    cls = compress.compressor_class("identity")
+
+    class Broken(cls):
+        def stated_bytes(self, tensors):
+            return super().stated_bytes(tensors) + 1
+
+        def _reconstruct(self, p):
+            out = super()._reconstruct(p)
+            return {n: t + 1e-3 * torch.rand(t.shape) for n, t in out.items()}
+
+    compress._REGISTRY._loaded["broken-test"] = Broken
+    try:
+        got = contract.run("broken-test", {"dtype": "fp32"}, ("fresh_decode", "bytes", "error_feedback"), grads)
+    finally:
+        del compress._REGISTRY._loaded["broken-test"]
+    assert got["bytes"].startswith("update 0: payload of") and "stated (exact)" in got["bytes"]
+    assert "fresh instance" in got["fresh_decode"]
+    assert "misses the inputs' sum" in got["error_feedback"]
 
 
 def test_identity_replay_equals_exact_gradient_training():
@@ -161,6 +142,8 @@ def test_value_dtypes_are_floating_names_of_the_one_table():
 def test_unknown_compressor_lists_valid_names():
     with pytest.raises(OptionError, match=r"unknown compressor 'nope'.*spar"):
         get_compressor("nope")
+    with pytest.raises(OptionError, match=r"unknown compressor 'sapr'; valid compressors: .* \(did you mean spar\?\)"):
+        get_compressor("sapr")
 
 
 @pytest.mark.parametrize("name", NAMES)
