@@ -75,3 +75,14 @@ def test_main_table_counts_a_k_step_method_per_optimizer_step_not_its_median_zer
         h[c] = 0.0
     h["budget_frac"], h["train_metric_name"] = None, "distill_loss"
     assert compare._method_row(h, pd.DataFrame())["payload_bytes_down"] == 0     # HiLo rows: the median
+
+
+def test_a_partial_last_window_is_left_out_of_k_step_bytes_and_named():
+    """10 steps at K = 4: lordo syncs at 4, 8 and (the tail) 10; per-step bytes over steps 1-8 only."""
+    df = pd.DataFrame(rows("lordo-global", 1, {4, 8, 10}, 400, 425, steps=10)
+                      + rows("ddp", 1, set(range(1, 11)), 100, 110, steps=10)).assign(lordo_k=4)
+    t = dpreport.table(df).set_index("method")
+    assert t.loc["lordo-global", "steps"] == 8 and t.loc["lordo-global", "tail"] == 2
+    assert t.loc["lordo-global", "claimed_up"] == 100 and t.loc["ddp", "steps"] == 10 and t.loc["ddp", "tail"] == 0
+    assert t.loc["lordo-global", "ppl_mean"] == pytest.approx(11.0)  # the held-out figure is still the last step's
+    assert "1 x 8 (+2 tail steps left out)" in "\n".join(dpreport.section(df))
