@@ -476,6 +476,19 @@ def data(preset: str = typer.Option(None, help="a preset's task and streams (har
 
 
 @app.command()
+def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) folder"),
+          gap: str = typer.Option("0.016,0.03", help="quality gaps to resolve, comma list (0.016: the HiLo paper's)"),
+          json_out: bool = typer.Option(False, "--json", help="one JSON object a line")):
+    """Size a run from a pilot: the seeds each gap needs at the pilot's paired sd (80 % power, 5 % level)."""
+    from harness.run import power as sizing
+    try:
+        out = sizing.lines(sizing.rows(paths, sizing.parse_gaps(gap)), json_out)
+    except (ValueError, FileNotFoundError) as err:
+        raise _usage_error(err) from None
+    typer.echo("\n".join(out))
+
+
+@app.command()
 def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing")):
     """Rebuild report.md (+ report.html) from results folders alone; written into the first folder."""

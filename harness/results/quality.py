@@ -87,6 +87,22 @@ def seeds_for(sd: float, gap: float, most: int = 1000) -> int | None:
     return next((n for n in range(2, most + 1) if resolution(sd, n) <= gap), None)
 
 
+def power_rows(comp: pd.DataFrame, gaps: list[float]) -> list[dict]:
+    """Sizing a run from a pilot (`harness power`): per method, the pilot's paired sd over n seeds,
+    the resolution it had, and the seeds each gap in `gaps` would need at that sd."""
+    rows = []
+    if "heldout_diff_sd" not in comp:
+        return rows
+    for _, r in comp[comp["heldout_diff_sd"].notna()].iterrows():
+        if r.get("method") == r.get("baseline"):
+            continue
+        sd, n = float(r["heldout_diff_sd"]), int(r["heldout_diff_n"])
+        rows.append({"variant": r["variant"], "metric": r.get("heldout_name"), "seeds": n, "paired_sd": sd,
+                     "resolution": resolution(sd, n), "diff": float(r["heldout_diff_mean"]),
+                     "seeds_needed": {g: seeds_for(sd, g) for g in gaps}})
+    return rows
+
+
 def paired(diffs: list[float], lower: bool = False) -> dict:
     """Mean, 95 % half-width, sd, n, resolution and verdict of per-seed differences (variant -
     baseline); `lower`: a negative difference is the better one (reverse KL)."""

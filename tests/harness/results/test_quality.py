@@ -163,3 +163,17 @@ def test_the_report_has_a_paired_line_per_method_with_resolution_and_verdict():
     # d = -0.03 on every seed: sd 0, the interval is a point away from 0
     assert "`spar@1.6%` − baseline: pass@4 -0.030 ± 0.000 (3 paired seeds" in text and "**worse**" in text
     assert "worse than the baseline" in " ".join(report.verdict(comp))  # the verdict reads the paired columns
+
+
+def test_power_rows_size_a_run_from_a_pilots_paired_sd():
+    base = {1: [0.1, 0.5], 2: [0.1, 0.52], 3: [0.1, 0.48]}
+    spar = {1: [0.1, 0.49], 2: [0.1, 0.49], 3: [0.1, 0.47]}  # d = -0.01, -0.03, -0.01: sd 0.01155
+    ev = _evals({"full-bf16": base, "spar@1.6%": spar}, {"full-bf16": 1.0, "spar@1.6%": 0.5})
+    comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
+                          "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
+    rows = quality.power_rows(compare._with_quality(comp, ev, ["profile", "workers"]), [0.016, 0.03])
+    assert len(rows) == 1 and rows[0]["variant"] == "spar@1.6%" and rows[0]["seeds"] == 3
+    sd = rows[0]["paired_sd"]
+    assert sd == pytest.approx(0.02 / 3 ** 0.5, rel=1e-6)
+    assert rows[0]["seeds_needed"] == {0.016: quality.seeds_for(sd, 0.016), 0.03: quality.seeds_for(sd, 0.03)}
+    assert rows[0]["seeds_needed"][0.016] > rows[0]["seeds_needed"][0.03] >= 2
