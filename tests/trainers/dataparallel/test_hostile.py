@@ -1,0 +1,170 @@
+"""Hostile peers against the data-parallel aggregator (issue 26, D4-D6), over real sockets: the
+aggregator and its dp workers run as threads of this process with the services' own classes.
+
+- idle connections without the token, re-opened as fast as they close, cannot keep the workers out
+  (the handshakes run concurrently within the gate's budget; they used to run one at a time, 10 s each);
+- a SYNC meta that fails its schema (`losses: ["x"]`, `heldout_ppl: "not-a-number"`) stops the run
+  with a ProtocolError naming the field (it used to crash with a TypeError, or complete with a
+  string for a perplexity and no report);
+- a second HELLO for a joined worker id is refused and the run goes on.
+Waits are event-driven or guards against a hang; nothing asserts how long anything took.
+"""
+import socket
+import threading
+import time
+
+import pytest
+
+from trainers.dataparallel.aggregator import Aggregator, ProtocolError
+from trainers.dataparallel.worker import join, train
+from trainers.events import EventLog, read_events
+from trainers.protocol import wire
+from trainers.protocol.wire import Connection, MessageType
+from trainers.spec import RunParams
+
+TOKEN = "t" * 32
+JOIN_S = 20  # each worker's deadline for its WELCOME: what two idle peers used to use up
+
+
+def params(**changes) -> RunParams:
+    values = dict(method="ddp", workers=2, updates=2, model="micro", seed=1, dp_batch=2, dp_seq_len=16, dp_heldout=4)
+    return RunParams(**{**values, **changes})
+
+
+def start_workers(agg: Aggregator, tmp_path, workers: int, errors: list) -> list[threading.Thread]:
+    return [start_one(agg, tmp_path, w, errors) for w in range(1, workers + 1)]
+
+
+def start_one(agg: Aggregator, tmp_path, w: int, errors: list) -> threading.Thread:
+    def worker(w):
+        try:
+            conn, p = join(f"127.0.0.1:{agg.address[1]}", w, TOKEN, JOIN_S)
+            events = EventLog(tmp_path, f"w{w}")
+            try:
+                train(conn, p, w, events)
+            finally:
+                events.close()
+                conn.close()
+        except Exception as err:  # surfaced by the test
+            errors.append(err)
+
+    t = threading.Thread(target=worker, args=(w,), daemon=True)
+    t.start()
+    return t
+
+
+def idle_flood(address, sources: list[str], threads: int, stop: threading.Event) -> list[threading.Thread]:
+    """Threads that each keep one idle connection open to `address`, re-opening it at once."""
+    def one(source):
+        while not stop.is_set():
+            try:
+                with socket.create_connection(address, timeout=5, source_address=(source, 0)) as s:
+                    s.settimeout(0.2)
+                    while not stop.is_set():
+                        try:
+                            if not s.recv(1):
+                                break
+                        except socket.timeout:
+                            continue
+            except OSError:
+                time.sleep(0.001)
+
+    out = [threading.Thread(target=one, args=(sources[i % len(sources)],), daemon=True) for i in range(threads)]
+    for t in out:
+        t.start()
+    return out
+
+
+def test_idle_connections_cannot_keep_the_workers_out(tmp_path):
+    """D4: 35 idle connections from three addresses, re-opened as they close, while two dp workers
+    join with a 20 s WELCOME deadline; the run completes."""
+    agg = Aggregator(params(), TOKEN, str(tmp_path), ("127.0.0.1", 0))
+    stop, errors = threading.Event(), []
+    flood = idle_flood(agg.address, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 35, stop)
+    try:
+        time.sleep(0.5)  # the flood holds the budget before the workers come
+        workers = start_workers(agg, tmp_path, 2, errors)
+        agg.accept(120)
+        stop.set()
+        summary = agg.run()
+    finally:
+        stop.set()
+        agg.close()
+        for t in flood:
+            t.join(10)
+    for t in workers:
+        t.join(60)
+    assert not errors, errors
+    assert summary["complete"] and summary["consistent"], summary
+    rejected = [r for r in read_events(tmp_path / "events-learner.jsonl") if r["kind"] == "rejected"]
+    assert rejected, "the flood never met the budget"
+
+
+def hostile_meta(monkeypatch, key: str, value) -> None:
+    """A token holder's worker: every SYNC meta that has `key` carries `value` there instead."""
+    real = wire.pack_tensors
+
+    def pack(tensors, meta=None):
+        if meta is not None and key in meta:
+            meta = {**meta, key: value}
+        return real(tensors, meta)
+
+    monkeypatch.setattr(wire, "pack_tensors", pack)
+
+
+@pytest.mark.parametrize("key, value, field", [("losses", ["x"], "'losses' entry 0"),
+                                               ("losses", {"a": 1}, "'losses' must be an array"),
+                                               ("heldout_ppl", "not-a-number", "'heldout_ppl'"),
+                                               ("heldout_ppl", -1, "'heldout_ppl' -1 is outside"),
+                                               ("hash", "ZZ", "'hash' must be lowercase hex")])
+def test_a_sync_meta_that_fails_its_schema_stops_the_run_with_its_field(tmp_path, monkeypatch, key, value, field):
+    """D5/D6: the SYNC metas pass `messages.SYNC_UPLOAD` / `SYNC_FINAL` before anything reads them."""
+    hostile_meta(monkeypatch, key, value)
+    agg = Aggregator(params(workers=1), TOKEN, str(tmp_path), ("127.0.0.1", 0))
+    errors: list = []
+    workers = start_workers(agg, tmp_path, 1, errors)
+    try:
+        agg.accept(60)
+        with pytest.raises(ProtocolError, match="w1: SYNC .*" + field.replace("'", ".")):
+            agg.run()
+    finally:
+        agg.close()
+        for t in workers:
+            t.join(60)
+
+
+def wait_rows(path, kind: str, timeout: float = 120) -> list[dict]:
+    end = time.monotonic() + timeout
+    while True:
+        rows = [r for r in read_events(path) if r["kind"] == kind] if path.exists() else []
+        if rows:
+            return rows
+        assert time.monotonic() < end, f"no {kind} row"
+        time.sleep(0.01)
+
+
+def test_a_second_hello_for_a_joined_worker_is_refused(tmp_path):
+    """D3 for the aggregator: w1 has joined; a forged HELLO as worker 1 is refused without a
+    WELCOME, w2 joins, and the run completes."""
+    agg = Aggregator(params(), TOKEN, str(tmp_path), ("127.0.0.1", 0))
+    errors: list = []
+    accepting = threading.Thread(target=lambda: agg.accept(120), daemon=True)
+    accepting.start()
+    threads = start_workers(agg, tmp_path, 1, errors)
+    try:
+        wait_rows(tmp_path / "events-learner.jsonl", "joined")
+        with socket.create_connection(agg.address, timeout=30) as s:
+            Connection(s, token=TOKEN, sender=1, peer="agg").send(MessageType.HELLO, wire.pack_json({"worker": 1}))
+            s.settimeout(30)
+            assert s.recv(1) == b""  # closed, no WELCOME
+        refused = wait_rows(tmp_path / "events-learner.jsonl", "rejected")
+        threads.append(start_one(agg, tmp_path, 2, errors))
+        accepting.join(120)
+        summary = agg.run()
+    finally:
+        agg.close()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    assert summary["complete"] and summary["consistent"], summary
+    assert "already connected" in refused[0]["reason"]
