@@ -38,6 +38,17 @@ def density(updates: pd.DataFrame, keys: list[str], key: tuple) -> str:
     return f"{100 * d.median():.2f}% [{100 * d.min():.2f}, {100 * d.max():.2f}] (n={len(d)})"
 
 
+def bytes_to_target(r) -> str:
+    """The equal-bytes view of time to quality: updates to the baseline-derived target (mean over the
+    seeds that reached it) x payload bytes per update, so a method that sends more per update is not
+    read as better for reaching the target in fewer updates."""
+    updates, payload = r.get("ttq_updates_mean"), r.get("payload_bytes_down")
+    reached, seeds = r.get("ttq_reached"), r.get("heldout_seeds")
+    if updates is None or pd.isna(updates) or payload is None or pd.isna(payload):
+        return "-" if reached is None or pd.isna(reached) else f"- (0 / {int(seeds)})"
+    return f"{updates * payload:,.0f} ({int(reached)} / {int(seeds)})"
+
+
 def _fmt_bytes(v) -> str:
     return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
 
@@ -52,7 +63,8 @@ def _heldout(r) -> str:
 def rows(updates: pd.DataFrame, comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     keys = [k for k in coords(updates) if k in comp]
     head = ["link", "method", "training rank", "payload B/update (1 worker)", "% of baseline",
-            "delta density median [min, max]", "held-out quality (final, ± 95% CI)", "s/update median"]
+            "delta density median [min, max]", "held-out quality (final, ± 95% CI)",
+            "cumulative B to the quality target (1 worker; seeds reaching it)", "s/update median"]
     out = []
     hilo = comp[~comp["method"].map(spec.is_data_parallel)]
     rank = updates.groupby("variant")["lora_rank"].first() if "lora_rank" in updates else pd.Series(dtype=object)
@@ -64,7 +76,8 @@ def rows(updates: pd.DataFrame, comp: pd.DataFrame) -> tuple[list[str], list[lis
                     _fmt_bytes(r.get("payload_bytes_down")),
                     "-" if frac is None or pd.isna(frac) else f"{100 * frac:.2f}%",
                     density(updates, keys + ["variant"], key) if r["method"] in spec.DELTA_METHODS else "-",
-                    _heldout(r), "-" if pd.isna(r.get("s_per_update_median")) else f"{r['s_per_update_median']:.3f}"])
+                    _heldout(r), bytes_to_target(r),
+                    "-" if pd.isna(r.get("s_per_update_median")) else f"{r['s_per_update_median']:.3f}"])
     return head, out
 
 
