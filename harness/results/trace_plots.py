@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.results import tables as results
 from harness.results.style import style
+from trainers import spec
 
 NODE = "w1"
 
@@ -31,7 +32,9 @@ def _t0(cell_dir: Path) -> float | None:
 
 
 def schedule(run: results.Run) -> pd.DataFrame:
-    """Every cell's applied steps of w1's links: cell, direction, t_s (cell clock), rate_bit_s."""
+    """Every cell's applied steps of w1's links: cell, direction, t_s (cell clock: its learner's first
+    event), rate_bit_s, and offset_s = when the cell's schedule started on that clock (<= 0: the
+    trace starts with the cell, before its learner has built its model)."""
     frames = []
     for path in sorted((Path(run.dir) / "cells").glob("*/schedule.csv")):
         t0 = _t0(path.parent)
@@ -41,9 +44,11 @@ def schedule(run: results.Run) -> pd.DataFrame:
             raise results.ResultsError(f"{path}: not a schedule file ({err})") from None
         if t0 is None or df.empty:
             continue
+        start = df["due_t_s"].iloc[0] - df["at_s"].iloc[0] - t0
         df = df[(df["node"] == NODE) & (df["skipped"].astype(str) != "True")]
         frames.append(pd.DataFrame({"cell": path.parent.name, "direction": df["direction"],
-                                    "t_s": df["applied_t_s"] - t0, "rate_bit_s": df["rate_bit_s"]}))
+                                    "t_s": df["applied_t_s"] - t0, "rate_bit_s": df["rate_bit_s"],
+                                    "offset_s": start}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -62,18 +67,23 @@ def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
     fig, (ax_rate, ax_spu) = plt.subplots(2, 1, figsize=(7.0, 4.6), sharex=True, height_ratios=[3, 2])
     for variant, g in u.groupby("variant", sort=False):
         colour, marker = style(str(g["method"].iloc[0]))
-        ax_spu.plot(g["t_end_s"], g["seconds_per_update"], color=colour, marker=marker, ms=3, lw=1, label=variant)
+        cell = f"{spec.variant_slug(str(variant))}-s{seed}"      # the cell folder (harness/run/launch.py Cell.name)
+        # x = seconds of the cell's trace (each cell replays it from 0): shift by when its schedule started
+        mine = sched[sched["cell"] == cell] if cell in set(sched["cell"]) else sched[sched["cell"] == sched["cell"].iloc[0]]
+        shift = -float(mine["offset_s"].iloc[0])
+        ax_spu.plot(g["t_end_s"] + shift, g["seconds_per_update"], color=colour, marker=marker, ms=3, lw=1,
+                    label=variant)
         if not links.empty:
             lg = links[links["variant"] == variant]
-            ax_rate.plot(lg["t_s"], lg["throughput_bit_s"] / 1e6, color=colour, lw=0.8, alpha=0.8,
-                         label=f"{variant}: achieved ({NODE} down)")
+            ax_rate.plot(lg["t_s"] + shift, lg["throughput_bit_s"] / 1e6, color=colour, lw=0.8, alpha=0.8,
+                         label=f"{variant}: achieved ({NODE} down, 0.5 s)")
     first = sched[(sched["cell"] == sched["cell"].iloc[0]) & (sched["direction"] == "down")].sort_values("t_s")
-    ax_rate.step(first["t_s"], first["rate_bit_s"] / 1e6, where="post", color="black", lw=1.2,
+    ax_rate.step(first["t_s"] - first["offset_s"], first["rate_bit_s"] / 1e6, where="post", color="black", lw=1.2,
                  label=f"trace as applied ({NODE} down)")
     ax_rate.set_ylabel("Mbit/s")
-    ax_rate.legend(fontsize=7, loc="upper right")
+    ax_rate.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
     ax_spu.set_ylabel("seconds per update")
-    ax_spu.set_xlabel("seconds since the cell started (each cell replays the trace from 0)")
+    ax_spu.set_xlabel("seconds into the trace (each cell replays it from 0 when the cell starts)")
     ax_spu.legend(fontsize=7)
     caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
                "counters), and each method's seconds per update at the time the update finished (first seed).")
