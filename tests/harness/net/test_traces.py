@@ -110,3 +110,14 @@ def test_the_plan_lists_each_traced_link_schedule_and_sizes_queues_for_the_peak(
 def test_static_plans_print_no_traces_key():
     plan = build_plan(profiles.load("transatlantic"), Topology.plan("0000", 1), "fallback")
     assert "traces" not in plan.to_json()
+
+
+def test_the_trace_flag_resolves_a_file_and_names_itself_when_bad(tmp_path, monkeypatch):
+    from harness.run import config
+    monkeypatch.chdir(tmp_path)
+    traces.save(traces.generate("constant", seconds=4, mean_bit_s=5e6), "mine.csv")
+    cfg = config.build(trace="mine.csv", workers=1)
+    assert cfg.profile_doc["defaults"]["trace"] == str(tmp_path / "mine.csv")     # config.json works from anywhere
+    assert cfg.load_profile().link("w1", 2.0).down.rate_bit_s == 5e6
+    with pytest.raises(config.ConfigError, match="^--trace: .*no-such.csv"):
+        config.build(trace="no-such.csv")
