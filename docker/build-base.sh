@@ -63,13 +63,16 @@ if [[ $build_image == 1 ]]; then
   old_final=$(image_id wan-harness:latest) old_build=$(image_id wan-harness-build:latest)
   sha=$(git rev-parse HEAD 2>/dev/null || true)
   dirty=$([[ -n "$sha" && -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && echo 1 || echo 0)
-  docker build -q --build-arg BASE_IMAGE="$BASE" --target build -t wan-harness-build:latest . >/dev/null
   docker build -q --build-arg BASE_IMAGE="$BASE" --build-arg GIT_SHA="$sha" --build-arg GIT_DIRTY="$dirty" \
     -t wan-harness:latest . >/dev/null
+  # the stage the image was just built from (a cache hit), tagged: untagged, it is a dangling image
+  docker build -q --build-arg BASE_IMAGE="$BASE" --target build -t wan-harness-build:latest . >/dev/null
   for id in "$old_final" "$old_build"; do
     if [[ -n "$id" && "$id" != "$(image_id wan-harness:latest)" && "$id" != "$(image_id wan-harness-build:latest)" ]]; then
       docker rmi "$id" >/dev/null 2>&1 || echo "build-base.sh: the replaced image ${id:7:12} is still used by a container: docker rmi it after removing that container" >&2
     fi
   done
+  dangling=$(docker images -q -f dangling=true | wc -l)
+  [[ $dangling == 0 ]] || echo "build-base.sh: $dangling dangling image(s) on this engine (a file changed during the build?): docker image prune" >&2
   echo "build-base.sh: image wan-harness:latest built on $BASE (commit ${sha:0:12}$([[ $dirty == 1 ]] && echo ', with uncommitted changes'))"
 fi

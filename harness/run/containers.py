@@ -398,8 +398,12 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     READY_FILE.unlink(missing_ok=True)          # a restarted container's file is an earlier run's
     try:
         cfg, secs, policy = settings(environ)
+        launch.check_privileges(cfg)            # root, and the kernel features of the backend (doctor)
     except ConfigError as err:
         print(f"harness containers: {env_message(str(err))}", file=sys.stderr)
+        return 2
+    except launch.PreflightFailed as err:
+        print(str(err), file=sys.stderr)
         return 2
     READY_FILE.write_text(f"{os.getpid()}\n")   # healthy: compose starts the learner and the workers now
     import docker
