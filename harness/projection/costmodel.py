@@ -31,7 +31,7 @@ import math
 import statistics
 import zlib
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from trainers import spec
 
@@ -76,19 +76,25 @@ def goodput_ratio(mtu: int = MTU_BYTES) -> float:
 # ---- the adapter and what each method ships -----------------------------------------------------
 
 Tensors = tuple[tuple[str, tuple[int, ...]], ...]
+# A plugin compressor's own statement of its payload bytes for a layout at a budget (label or None):
+# the cost model has no byte rule of its own for a compressor it has never seen, so it asks the
+# compressor (`Compressor.stated_bytes`, wired in by harness/projection/inputs.py; this module stays pure).
+StatedBytes = Callable[[Tensors, "str | None"], int]
 
 
 @dataclass(frozen=True)
 class Adapter:
     """A LoRA adapter's factors as (PEFT parameter name, shape), in registration order; A factors
-    are (rank, d_in), B factors (d_out, rank)."""
+    are (rank, d_in), B factors (d_out, rank). `stated`: plugin compressor name -> its StatedBytes."""
     tensors: Tensors
     rank: int
     model: str = ""
+    stated: Mapping[str, StatedBytes] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_shapes(cls, shapes: Iterable[tuple[str, Iterable[int]]], rank: int, model: str = "") -> "Adapter":
-        return cls(tuple((n, tuple(int(d) for d in s)) for n, s in shapes), int(rank), model)
+    def from_shapes(cls, shapes: Iterable[tuple[str, Iterable[int]]], rank: int, model: str = "",
+                    stated: Mapping[str, StatedBytes] | None = None) -> "Adapter":
+        return cls(tuple((n, tuple(int(d) for d in s)) for n, s in shapes), int(rank), model, dict(stated or {}))
 
     @property
     def n_params(self) -> int:
@@ -103,7 +109,7 @@ class Adapter:
             return ".lora_A." in name or ".lora_B." not in name and shape[0] == self.rank
 
         return Adapter(tuple((n, (rank, s[1]) if is_a(n, s) else (s[0], rank)) for n, s in self.tensors),
-                       rank, self.model)
+                       rank, self.model, self.stated)
 
 
 def _json(obj: Any) -> bytes:
@@ -216,6 +222,8 @@ def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
             ("left", dtype, sum(k * s[0] for k, (_, s) in zip(ks, t))),
             ("right", dtype, sum(k * s[1] for k, (_, s) in zip(ks, t)))])
         return min(cap, everything)
+    if method in adapter.stated:      # a plugin compressor: its own statement, at this budget
+        return int(adapter.stated[method](adapter.tensors, budget))
     raise ValueError(f"no byte rule for method {method!r}")  # a compressor added without one
 
 

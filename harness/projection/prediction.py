@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.net import profiles
 from harness.projection import costmodel as cm
-from harness.projection.commands import adapter_for, host_cc
+from harness.projection.inputs import adapter_for, host_cc
 from harness.results import tables as results
 
 FILE = "prediction.json"

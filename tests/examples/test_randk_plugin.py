@@ -68,3 +68,19 @@ def test_harness_check_passes_it_and_names_the_plugin():
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert f"compressor {NAME} (plugin: {DIST} 0.1.0)" in proc.stdout
     assert proc.stdout.count("PASS") == 7 and "every check passed" in proc.stdout
+
+
+def test_harness_project_asks_it_for_its_bytes():
+    """The cost model has no rule for randk: it asks the compressor (stated_bytes), and a real payload
+    of that layout fills the stated cap."""
+    from harness.projection import costmodel as cm, inputs
+    from trainers.compress import get_compressor
+    from trainers.compress.bench import synthetic_gradients
+
+    adapter = inputs.adapter_for("tiny", 8)
+    projected = cm.payload_bytes(NAME, adapter, "1.6%")
+    payload = get_compressor(NAME, budget="1.6%").encode(synthetic_gradients(dict(adapter.tensors)))
+    assert projected == int(0.016 * adapter.nbytes("bf16")) and 0.9 * projected <= len(payload) <= projected
+    row, = [p for p in cm.compare([(NAME, "1.6%")], "full-bf16", adapter, cm.Network.uniform(2, 62.5e6),
+                                  cm.Compute(8.0, 6.0)) if p.method == NAME]
+    assert row.payload_bytes == projected and row.variant == "randk@1.6%"

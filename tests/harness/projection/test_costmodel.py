@@ -386,7 +386,7 @@ def test_bad_project_flags_fail_with_one_line_and_exit_2(args, needle):
 
 
 def test_validate_fits_one_run_and_tabulates_the_others():
-    from harness.projection import commands as projectcli
+    from harness.projection import validate as projectcli
 
     fitted, checks = projectcli.validate(FIXTURES / "sweep-bw" / "runs" / "bw10mbit-w2",
                                          [FIXTURES / "sweep-bw" / "runs" / "bw50mbit-w2"], cc="bbr")

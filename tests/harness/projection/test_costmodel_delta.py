@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.projection import commands, costmodel as cm
+from harness.projection import costmodel as cm, inputs
 from trainers.compress.delta import HEADER, DeltaSync
 
 
@@ -25,4 +25,4 @@ def test_delta_rule_is_the_encoder_given_its_measured_density_and_codec_ratio():
 @pytest.mark.parametrize("value", ["0", "1.5", "x"])
 def test_model_options_out_of_range_fail_with_one_line(value):
     with pytest.raises(ValueError, match="delta_density=.*fraction in \\(0, 1\\]"):
-        commands.parse_options([f"delta_density={value}"])
+        inputs.parse_options([f"delta_density={value}"])

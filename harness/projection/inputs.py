@@ -1,0 +1,250 @@
+"""`harness project`'s inputs: every flag parsed and validated into one `Inputs` (ValueError: one line
+naming the flag), the adapter's factor shapes (the named model instantiated on the meta device: the
+only torch this command touches, with a plugin compressor's class when one is projected), the network
+(worker links from --bw/--delay/--loss or a profile; a shaped learner link is shared by every worker;
+an optional relay tree), and the compute per update (given, or fitted from a measured run with --from).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.projection import costmodel as cm
+from harness import units
+from trainers import spec
+
+
+@dataclass(frozen=True)
+class Inputs:
+    adapter: cm.Adapter
+    net: cm.Network
+    compute: cm.Compute
+    variants: tuple[tuple[str, str | None], ...]
+    baseline: str
+    pipelines: tuple[int, ...]
+    send: str
+    options: dict
+    notes: tuple[str, ...]
+    model: str
+    rate_bit_s: float | None
+
+
+def adapter_for(model: str, rank: int) -> cm.Adapter:
+    """The adapter's factor shapes, read from the model built on the meta device, with the byte
+    statement of every installed plugin compressor (`plugin_bytes`)."""
+    import warnings
+
+    from trainers.model.models import lora_shapes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return cm.Adapter.from_shapes(lora_shapes(model, rank), rank, model, stated=plugin_bytes())
+
+
+def plugin_bytes() -> dict[str, cm.StatedBytes]:
+    """Plugin compressor name -> its StatedBytes: the class is loaded only when a projection asks."""
+    return {name: functools.partial(_stated, name) for name in spec.compressor_names()
+            if name not in spec.COMPRESSOR_OPTIONS}
+
+
+def _stated(name: str, tensors: cm.Tensors, budget: str | None) -> int:
+    """`Compressor.stated_bytes` of plugin `name`, built with its defaults (and `budget`, if it takes one)."""
+    from trainers import compress
+
+    options = {"budget": budget} if budget is not None and name in spec.budgeted_names() else {}
+    return compress.get_compressor(name, **options).stated_bytes(list(tensors))
+
+
+def parameter_count(model: str) -> int:
+    from trainers.model.models import count_parameters
+
+    return count_parameters(model).total
+
+
+def _rate(text: str | None, flag: str) -> float | None:
+    try:
+        return None if text in (None, "", "none") else units.parse_rate(text)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
+
+
+def _time(text: str | None, flag: str) -> float:
+    try:
+        return 0.0 if text in (None, "") else units.parse_time(text)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
+
+
+def _loss(text: str | None) -> float:
+    try:
+        return 0.0 if text in (None, "") else units.parse_percent(text)
+    except ValueError as err:
+        raise ValueError(f"--loss: {err}") from None
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """--opt powersgd_rank=4 --opt spar_dtype=bf16: compressor options as run-spec parameters."""
+    out = {}
+    names = {p.name for p in spec.PARAMS if p.group == "compressor"} | set(cm.MODEL_OPTIONS)
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in names:
+            raise ValueError(f"--opt: {pair!r} is not NAME=VALUE with NAME a compressor option "
+                             f"({', '.join(sorted(names))})")
+        out[key] = model_option(key, value) if key in cm.MODEL_OPTIONS else spec.parse_value(key, value)
+    return out
+
+
+def model_option(key: str, value: str) -> float:
+    """A cost-model-only option (cm.MODEL_OPTIONS: delta's measured density and codec ratio), a fraction in (0, 1]."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x <= 1:
+        raise ValueError(f"--opt: {key}={value!r} must be a fraction in (0, 1]")
+    return x
+
+
+def network(workers: int, bw: str | None, delay: str | None, loss: str | None, profile: str | None,
+            learner_bw: str | None, relay_fanout: int | None, cc: str, mtu: int) -> tuple[cm.Network, float | None]:
+    kw = dict(relay_fanout=relay_fanout, cc=cc, mtu=mtu)
+    if profile:
+        from harness.net import profiles
+
+        prof = profiles.load(profile)
+        given = {k: v for k, v in dict(rate=bw, delay=delay, loss=loss).items() if v is not None}
+        if given:
+            prof = profiles.with_link(prof, given)
+        net = cm.Network.from_profile(prof, workers, **kw)
+        if learner_bw:
+            rate = _rate(learner_bw, "--learner-bw")
+            net = replace(net, learner=cm.Node(replace(net.learner.up, rate_bit_s=rate),
+                                               replace(net.learner.down, rate_bit_s=rate)))
+        return net, net.workers[0].down.rate_bit_s
+    rate = _rate(bw, "--bw")
+    net = cm.Network.uniform(workers, rate, _time(delay, "--delay"), _loss(loss),
+                             _rate(learner_bw, "--learner-bw"), **kw)
+    return net, rate
+
+
+def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: str | None, loss: str | None,
+          profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: str, budget: str,
+          baseline: str, pipeline: str, compute_s: float | None, rollout_s: float | None, train_s: float | None,
+          rollout_share: float, encode_s: float, replay_s: float, send: str, cc: str, mtu: int,
+          rollout_bytes: int | None, from_run: str | None, shared_cores: str | None, opt: list[str]) -> Inputs:
+    """Every flag of `harness project`, validated (ValueError: one line naming the flag)."""
+    spec.check_model(model)
+    if not 1 <= workers <= 1 << 20:
+        raise ValueError(f"--workers: {workers} is outside [1, 1048576]")
+    if not 1 <= lora_rank <= 4096:
+        raise ValueError(f"--lora-rank: {lora_rank} is outside [1, 4096]")
+    methods = [spec.check_method(m.strip()) for m in method.split(",") if m.strip()]
+    budgets = spec.parse_value("budget", budget)
+    spec.check_method(baseline)
+    opts = parse_options(opt)   # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
+    variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m, opts) else None) for m in methods for b in budgets))
+    try:
+        pipelines = tuple(sorted({int(x) for x in pipeline.split(",") if x.strip()}))
+    except ValueError:
+        raise ValueError(f"--pipeline: {pipeline!r} is not 0, 1 or 0,1") from None
+    if not pipelines or set(pipelines) - {0, 1}:
+        raise ValueError(f"--pipeline: {pipeline!r} is not 0, 1 or 0,1")
+    if send not in cm.SEND_MODES:
+        raise ValueError(f"--send: {send!r} is not one of {', '.join(cm.SEND_MODES)}")
+    if cc not in cm.CONGESTION_CONTROLS:
+        raise ValueError(f"--cc: {cc!r} is not one of {', '.join(cm.CONGESTION_CONTROLS)}")
+    if not 576 <= mtu <= 65535:
+        raise ValueError(f"--mtu: {mtu} is outside [576, 65535]")
+    if relay_fanout is not None and relay_fanout < 1:
+        raise ValueError(f"--relay-fanout: {relay_fanout} must be >= 1")
+    cores = None if shared_cores in (None, "none", "") else int(shared_cores)
+    options = parse_options(opt)
+    try:
+        net, rate = network(workers, bw, delay, loss, profile, learner_bw, relay_fanout, cc, mtu)
+    except ValueError as err:
+        raise ValueError(str(err) if str(err).startswith("--") else f"--profile: {err}") from None
+    adapter = adapter_for(model, lora_rank)
+    notes: list[str] = []
+    if from_run:
+        compute, more = fitted_compute(from_run, adapter, shared_cores=cores)
+        notes += more
+    elif compute_s is None and (rollout_s is None or train_s is None):
+        raise ValueError("--compute-s: give the compute per update (or --rollout-s and --train-s, or --from RUN)")
+    else:
+        compute = cm.Compute(0.0, 0.0, shared_cores=cores)
+    if compute_s is not None or rollout_s is not None or train_s is not None:
+        base = cm.split_compute(compute_s or 0.0, rollout_share)
+        given_train = compute_s is not None or train_s is not None
+        compute = replace(compute, rollout_s=rollout_s if rollout_s is not None else base.rollout_s,
+                          train_s=train_s if train_s is not None else base.train_s,
+                          train_workers=None if given_train else compute.train_workers)  # as given: for --workers
+    if not from_run or encode_s or replay_s:
+        codec = cm.Codec(encode_s, replay_s, replay_s)
+        codecs = dict(compute.codecs)
+        for m, b in variants:
+            if m not in spec.FULL_METHODS and not spec.RANK_METHOD.match(m):
+                codecs[spec.variant_label(m, b)] = codec
+        compute = replace(compute, codecs=codecs)
+        if not encode_s and not replay_s and any(m in spec.compressor_names() for m, _ in variants):
+            notes.append("encode and replay cost of compressed methods taken as 0 (give --encode-s/--replay-s)")
+    if rollout_bytes is not None:
+        compute = replace(compute, rollout_bytes=rollout_bytes)
+    if cores is not None and compute.shared_cores != cores:
+        compute = replace(compute, shared_cores=cores)
+    return Inputs(adapter, net, compute, variants, baseline, pipelines, send, options, tuple(notes), model, rate)
+
+
+def fitted_compute(run: str, target: cm.Adapter, shared_cores: int | None = None) -> tuple[cm.Compute, list[str]]:
+    """Compute terms fitted on a measured run (its own network and adapter), codec terms scaled to
+    the target adapter's size when it differs (linear in adapter parameters, same hardware)."""
+    from harness.net import profiles
+    from harness.results import tables as results
+
+    tables = results.read(run)
+    if tables.updates.empty:
+        raise ValueError(f"--from: {run} has no update rows")
+    cfg, meta = tables.runs[0].config, tables.runs[0].meta
+    prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+    cores = shared_cores if shared_cores is not None else (meta.get("cpus") if cfg.get("emulation", True) else None)
+    own = adapter_for(cfg["model"], cfg["lora_rank"])
+    net = cm.Network.from_profile(prof, cfg["workers"], cc=host_cc())
+    fitted = cm.fit(tables.updates, net, own, shared_cores=cores, source=str(run))
+    notes = [f"compute fitted on {run} ({fitted.updates_used} updates, {cfg['model']} rank {cfg['lora_rank']}, "
+             f"{cfg['workers']} workers{f', {cores} shared cores' if cores else ''})"]
+    compute = fitted.compute
+    if own.n_params != target.n_params:
+        factor = target.n_params / own.n_params
+        compute = replace(compute, codecs={k: c.scaled(factor) for k, c in compute.codecs.items()})
+        notes.append(f"codec terms scaled x{factor:.3g} to the target adapter; rollout and train kept as measured "
+                     "(give --compute-s for the target model)")
+    return compute, notes
+
+
+def host_cc() -> str:
+    """This host's TCP congestion control (what an emulated run here used), else cubic."""
+    try:
+        cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "cubic"
+    return cc if cc in cm.CONGESTION_CONTROLS else "cubic"
+
+
+def run_defaults(flags: dict) -> dict:
+    """--baseline and --lora-rank not given: `harness run`'s defaults (the spec's: full-bf16, rank 8), or with
+    --from the measured run's own, so that a projection's speedup uses the convention of the run it
+    stands beside (the fp32 `full` at rank 64 made 3.74x of what the run's convention gives as 2.36x)."""
+    own = {}
+    if flags.get("from_run"):
+        from harness.results import tables as results
+
+        runs = results.read(flags["from_run"]).runs
+        own = runs[0].config if runs else {}
+    for name in ("baseline", "lora_rank"):
+        if flags.get(name) is None:
+            flags[name] = own.get(name) or spec.get(name).default
+    return flags
+

@@ -1,0 +1,122 @@
+"""`harness project --from RUN --validate RUNS`: fit the compute terms on one measured run and predict
+the others (each with its own links, workers, depth and adapter); measured vs predicted."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.projection import costmodel as cm
+from harness.projection.inputs import adapter_for, host_cc
+from harness import units
+
+
+@dataclass(frozen=True)
+class Check:
+    run: str
+    variant: str
+    workers: int
+    rate_bit_s: float | None
+    delay_s: float
+    loss_frac: float
+    pipeline: int
+    measured_s: float
+    predicted_s: float
+    receive_measured_s: float      # a worker's receive of the update (header to last byte), median
+    receive_predicted_s: float     # the model's transfer less the first byte's one-way delay
+    compute_measured_s: float      # train + a worker's rollout, medians: what load on the box moves
+    compute_predicted_s: float
+    baseline: str = "full-bf16"    # the run's own --baseline: what its speedups are against
+
+    @property
+    def receive_error(self) -> float:
+        return (self.receive_predicted_s - self.receive_measured_s) / self.receive_measured_s
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
+             shared_cores: int | None = None) -> tuple[cm.Fitted, list[Check]]:
+    """Fit the compute terms on `fit_run` and predict every variant of every run in `runs` (each
+    with its own links, workers, depth and adapter): measured vs predicted median seconds per update."""
+    from harness.net import profiles
+    from harness.results import tables as results
+
+    def load(run):
+        t = results.read(run)
+        cfg, meta = t.runs[0].config, t.runs[0].meta
+        prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+        net = cm.Network.from_profile(prof, cfg["workers"], cc=cc or host_cc())
+        return t.updates, cfg, meta, net, adapter_for(cfg["model"], cfg["lora_rank"])
+
+    updates, cfg, meta, net, own = load(fit_run)
+    cores = shared_cores if shared_cores is not None else (meta.get("cpus") if cfg.get("emulation", True) else None)
+    fitted = cm.fit(updates, net, own, shared_cores=cores, source=str(fit_run))
+    checks = []
+    for run in runs:
+        u, cfg, _, net, a = load(run)
+        measured = cm.measured(u)
+        for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
+            budget = cm._budget_text(frac)   # the tables hold the fraction; predict takes the label
+            if variant not in measured:          # a cell with no update past the warm-up (unfinished run)
+                continue
+            p = cm.predict(method, a, net, fitted.compute, int(cfg["pipeline"]), budget)
+            link = net.workers[0].down
+            rows = u[(u["variant"] == variant) & (u["update_index"] > 1)]
+            one_way = cm.path(net.learner, net.workers[0]).delay_s
+            checks.append(Check(Path(run).name, variant, net.n, link.rate_bit_s, link.delay_s, link.loss_frac,
+                                int(cfg["pipeline"]), measured[variant], p.seconds_per_update,
+                                cm._med(rows["worker_receive_s"]), max(0.0, p.transfer_down_s - one_way),
+                                cm._med(rows["train_s"]) + cm._med(rows["worker_rollout_s"]),
+                                p.train_s + p.rollout_s, str(cfg.get("baseline") or "full-bf16")))
+    return fitted, checks
+
+
+def validation_table(checks: list[Check]) -> str:
+    """Markdown: one row per run and variant, then the median and worst absolute error."""
+    lines = ["| run | variant | workers | bw | delay | loss | depth | measured s | predicted s | error "
+             "| receive measured s | receive predicted s | error | compute measured / model |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in checks:
+        lines.append(f"| {c.run} | {c.variant} | {c.workers} | "
+                     f"{units.format_rate(c.rate_bit_s) if c.rate_bit_s else '-'} | {c.delay_s * 1e3:g} ms | "
+                     f"{c.loss_frac * 100:g} % | {c.pipeline} | {c.measured_s:.3f} | {c.predicted_s:.3f} | "
+                     f"{c.error * 100:+.1f} % | {c.receive_measured_s:.3f} | {c.receive_predicted_s:.3f} | "
+                     f"{c.receive_error * 100:+.1f} % | {c.compute_measured_s / c.compute_predicted_s:.2f} |")
+    import statistics
+
+    errors = sorted(abs(c.error) for c in checks)
+    if errors:
+        lines.append(f"\nseconds per update: median |error| {statistics.median(errors) * 100:.1f} %, worst "
+                     f"{errors[-1] * 100:.1f} % ({len(errors)} predictions)")
+    speed = speedups(checks)
+    if speed:
+        lines += ["", "| run | variant | speedup measured | speedup predicted | error |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r} | {v} | {m:.2f}x | {q:.2f}x | {(q - m) / m * 100:+.1f} % |" for r, v, m, q in speed]
+        errs = sorted(abs(q - m) / m for _, _, m, q in speed)
+        bases = ", ".join(dict.fromkeys(c.baseline for c in checks))
+        lines.append(f"\nspeedup vs the runs' baseline ({bases}): median |error| {statistics.median(errs) * 100:.1f} %, worst "
+                     f"{errs[-1] * 100:.1f} % ({len(errs)} predictions)")
+    big = sorted(abs(c.receive_error) for c in checks if c.receive_measured_s >= 0.05)
+    if big:
+        lines.append(f"update transfer (receives of 50 ms or more): median |error| {statistics.median(big) * 100:.1f} %, "
+                     f"worst {big[-1] * 100:.1f} % ({len(big)} predictions)")
+    return "\n".join(lines)
+
+
+def speedups(checks: list[Check]) -> list[tuple[str, str, float, float]]:
+    """(run, variant, measured, predicted) speedup over the run's own baseline (its --baseline,
+    e.g. full-bf16) in the same run: the ratio the harness reports, in which load drift common to
+    a run's cells cancels."""
+    out = []
+    for run in dict.fromkeys(c.run for c in checks):
+        cells = {c.variant: c for c in checks if c.run == run}
+        name = next(iter(cells.values())).baseline
+        base = cells.get(name)
+        if base is None:
+            continue
+        out += [(run, v, base.measured_s / c.measured_s, base.predicted_s / c.predicted_s)
+                for v, c in cells.items() if v != name]
+    return out
+
