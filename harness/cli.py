@@ -406,13 +406,13 @@ def _extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str
                              default=typer.Option(default, *flags, help=help))
 
 
-def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool):
+def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool, log: str | None):
     from harness.run import config, commands as runcli
     try:
         cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         raise _usage_error(err) from None
-    raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run))
+    raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log))
 
 
 _OUTPUT = [_extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
@@ -422,6 +422,8 @@ RUN_EXTRA = [_extra("run_id", None, ("--run-id",), "results folder name (default
              _extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
              *_OUTPUT]
 RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
+             _extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
+                    "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
 spec_command("run", run, RUN_EXTRA, RUN_DOC)
 
 
@@ -490,11 +492,14 @@ def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) fo
 
 @app.command()
 def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
-           quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing")):
-    """Rebuild report.md (+ report.html) from results folders alone; written into the first folder."""
+           quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing"),
+           out: str | None = typer.Option(None, "--out", help="folder for report.md, report.html and figures/ "
+                                          "(default: the one folder given; several: a new report-<time> beside them)")):
+    """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders
+    alone; a combined report of several folders goes to a new folder, never into an input."""
     from harness.run import commands as runcli
     try:
-        raise typer.Exit(runcli.report_cmd(paths, quiet))
+        raise typer.Exit(runcli.report_cmd(paths, quiet, out))
     except ValueError as err:
         raise _usage_error(err) from None
 

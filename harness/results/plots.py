@@ -3,16 +3,22 @@
 
     harness plot results/<run-id> [more runs or sweeps]    -> <first path>/figures/*.pdf|png
 
-Figures: seconds per update vs bandwidth (log x); stacked phase breakdown per method; quality
-vs bytes communicated (log x) with the Pareto front; held-out quality vs training seconds (the
-time-to-quality figure, shaded 95 % CI over seeds); a Gantt timeline of learner and worker
-phases over the first updates (pipelining shows as rollouts overlapping training); per-link
-throughput over time; for data-parallel runs (harness/results/dataparallel_plots.py) held-out perplexity vs bytes per
-optimizer step and the subspace overlap per sync. Every method keeps one colour (Okabe-Ito,
-colour-blind safe) and one marker across all figures.
+Each figure is drawn by a `draw_<name>` function that returns a `Plot` (the matplotlib Figure and
+its caption, which says what every line, band and error bar is), so the report prints the same
+caption under the figure and tests read back what a figure shows (axes, lines, legend) without
+decoding an image. Figures: held-out quality vs training seconds (one curve per method, mean over
+seeds, shaded 95 % CI where there are >= 3 seeds; the time-to-quality figure); quality vs bytes
+communicated (log x) with the Pareto front; stacked phase breakdown per method; a Gantt timeline of
+one seed's learner and worker phases over a few updates (pipelining shows as rollouts overlapping
+training); per-link throughput over time for one seed with the link capacity; seconds per update
+vs bandwidth (only where the runs plotted vary the bandwidth); for data-parallel runs
+(harness/results/dataparallel_plots.py) held-out perplexity vs bytes per optimizer step and the
+subspace overlap per sync. Every method keeps one colour (Okabe-Ito, colour-blind safe) and one
+marker across all figures; every link its own colour x marker x line style at any worker count.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -21,15 +27,37 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from harness.results import compare, dataparallel_plots as dpplots, quality, tables as results  # noqa: E402
-from harness.results.style import OKABE_ITO, PHASE_COLOURS, STYLE, save, style  # noqa: E402
+from harness.results import trace_plots  # noqa: E402
+from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
+from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
 
 GANTT_UPDATES = 4
 
 
-def seconds_vs_bandwidth(comp: pd.DataFrame, out: Path) -> list[Path]:
+@dataclass
+class Plot:
+    """One figure and its caption (what the report prints under it)."""
+    name: str          # file stem under figures/
+    fig: Figure
+    caption: str
+
+
+def _rate(bit_s: float) -> str:
+    return f"{bit_s / 1e6:g} Mbit/s"
+
+
+# ---- seconds per update vs bandwidth ------------------------------------------------------------
+
+def varies_bandwidth(comp: pd.DataFrame) -> bool:
+    """Did the runs plotted use more than one worker-link rate? (One rate is one x value on a log axis.)"""
+    return "rate_bit_s" in comp and comp["rate_bit_s"].dropna().nunique() > 1
+
+
+def draw_seconds_vs_bandwidth(comp: pd.DataFrame) -> Plot:
     fig, ax = plt.subplots(figsize=(4.2, 3))
     df = comp[comp["rate_bit_s"].notna()] if "rate_bit_s" in comp else comp.iloc[0:0]
     for variant, g in df.groupby("variant", sort=False):
@@ -41,15 +69,18 @@ def seconds_vs_bandwidth(comp: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_xscale("log")
     ax.set_xlabel("worker link bandwidth (Mbit/s)")
     dp = len(df) > 0 and df["method"].map(spec.is_data_parallel).all()  # an update is an optimizer step there
-    ax.set_ylabel(f"seconds per {'optimizer step' if dp else 'update'} (median, IQR)")
-    if df.empty:
-        ax.text(0.5, 0.5, "no shaped link (localhost run)", transform=ax.transAxes, ha="center")
-    else:
+    step = "optimizer step" if dp else "update"
+    ax.set_ylabel(f"seconds per {step} (median, IQR)")
+    if len(df):
         ax.legend()
-    return save(fig, out, "seconds_vs_bandwidth")
+    return Plot("seconds_vs_bandwidth", fig,
+                f"Seconds per {step} against the worker links' bandwidth. Marker: median over every {step} of "
+                "every seed; error bars: interquartile range (25th-75th percentile) of the same values.")
 
 
-def phase_breakdown(updates: pd.DataFrame, out: Path) -> list[Path]:
+# ---- phases ----------------------------------------------------------------------------------
+
+def draw_phase_breakdown(updates: pd.DataFrame) -> Plot:
     """The learner's median time per phase per update, stacked; the stack is its share of s/update."""
     phases = [p for p in results.LEARNER_PHASES if f"{p}_s" in updates]
     updates = updates.assign(bar=_bar_labels(updates))
@@ -65,7 +96,10 @@ def phase_breakdown(updates: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_ylabel("learner seconds per update (median)")
     ax.tick_params(axis="x", rotation=20)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return save(fig, out, "phase_breakdown")
+    return Plot("phase_breakdown", fig,
+                "The learner's seconds per update by phase: each segment is the phase's median over every update "
+                "of every seed (stacked; medians need not add up to the total); black tick: the median seconds "
+                "per update. No error bars.")
 
 
 def _bar_labels(updates: pd.DataFrame) -> pd.Series:
@@ -78,6 +112,8 @@ def _bar_labels(updates: pd.DataFrame) -> pd.Series:
     return label
 
 
+# ---- quality vs bytes -------------------------------------------------------------------------
+
 def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
     """Points not dominated in (fewer bytes, better quality), sorted by bytes."""
     pts = points.sort_values(["bytes", "quality"], ascending=[True, not higher_is_better])
@@ -89,21 +125,22 @@ def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
     return pd.DataFrame(front)
 
 
-def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
-    """Quality (held out where the runs evaluated it, mean ± 95 % CI; else the training-batch metric,
-    ± sd) vs bytes per update, with the Pareto front. Data-parallel methods have their own figure
-    (dpplots: perplexity vs bytes per optimizer step)."""
-
+def draw_quality_vs_bytes(comp: pd.DataFrame) -> Plot:
+    """Quality (held out where the runs evaluated it, mean ± 95 % CI over >= 3 seeds; else the
+    training-batch metric, ± sd) vs bytes per update, with the Pareto front. Data-parallel methods
+    have their own figure (dpplots: perplexity vs bytes per optimizer step)."""
     fig, ax = plt.subplots(figsize=(4.2, 3))
     comp = comp[[not spec.is_data_parallel(str(m)) for m in comp["method"]]] if len(comp) else comp
     heldout = "heldout_mean" in comp and comp["heldout_mean"].notna().any()
-    quality, err = ("heldout_mean", "heldout_ci95") if heldout else ("train_metric_mean", "train_metric_sd")
-    pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp[quality]).dropna(subset=["bytes", "quality"])
+    value, err = ("heldout_mean", "heldout_ci95") if heldout else ("train_metric_mean", "train_metric_sd")
+    pts = comp.assign(bytes=comp["wire_bytes_down"], quality=comp[value]).dropna(subset=["bytes", "quality"])
     pts = pts[pts["bytes"] > 0]
     for _, r in pts.iterrows():
         colour, marker = style(r["method"])
-        ax.errorbar(r["bytes"], r["quality"], yerr=0 if pd.isna(r[err]) else r[err], color=colour, marker=marker,
-                    capsize=2, label=r["variant"])
+        n = int(r["heldout_seeds"] if heldout else r["seeds"])
+        bar = 0 if pd.isna(r[err]) or (heldout and n < CI_MIN_SEEDS) else r[err]
+        ax.errorbar(r["bytes"], r["quality"], yerr=bar, color=colour, marker=marker, capsize=2,
+                    label=f"{r['variant']} (n={n})")
     if heldout and len(pts):
         metric, higher = f"held-out {pts['heldout_name'].iloc[0]}", not bool(pts["heldout_lower_is_better"].iloc[0])
     else:
@@ -119,18 +156,28 @@ def quality_vs_bytes(comp: pd.DataFrame, out: Path) -> list[Path]:
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     ax.legend(uniq.values(), uniq.keys(), fontsize=7)
-    return save(fig, out, "quality_vs_bytes")
+    bars = (f"the final held-out figure's mean over seeds (problems never trained on); error bars: its 95 % CI "
+            f"over seeds (Student's t), drawn only with >= {CI_MIN_SEEDS} seeds (n in the legend)" if heldout else
+            f"the training batch's metric over each seed's last {compare.QUALITY_LAST} updates, mean over seeds "
+            "(not held-out quality: these runs evaluated none); error bars: ± 1 sd over seeds")
+    return Plot("quality_vs_bytes", fig,
+                f"Quality against the framed bytes the learner sent per update (all workers, median). Marker: {bars}. "
+                "Dashed: the Pareto front (fewer bytes, better quality).")
 
 
-def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) -> list[Path]:
-    """Gantt chart of the first seed's first updates after start-up, one panel per method, one row per process."""
+# ---- timeline ---------------------------------------------------------------------------------
+
+def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES) -> Plot:
+    """Gantt chart of the first seed's updates 2..max_updates+1, one panel per method, one row per process."""
     variants = list(dict.fromkeys(phases["variant"])) if len(phases) else []
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.1 + 0.9 * max(1, len(variants))),
                              squeeze=False)
+    # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
+    first, last = 2, max_updates + 1
+    seed = int(phases["seed"].min()) if len(phases) else None
     for ax, variant in zip(axes[:, 0], variants):
-        g = phases[(phases["variant"] == variant)]
-        # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
-        g = g[(g["seed"] == g["seed"].min()) & (g["update_index"] <= max_updates + 1) & (g["update_index"] >= 2)]
+        g = phases[(phases["variant"] == variant) & (phases["seed"] == seed)]
+        g = g[(g["update_index"] <= last) & (g["update_index"] >= first)]
         procs = sorted(g["process"].unique(), key=lambda p: (p != "learner", len(p), p))
         for i, proc in enumerate(procs):
             for _, r in g[g["process"] == proc].iterrows():
@@ -138,63 +185,100 @@ def timeline(phases: pd.DataFrame, out: Path, max_updates: int = GANTT_UPDATES) 
                         color=PHASE_COLOURS.get(r["phase"], "grey"), linewidth=0)
         ax.set_yticks(range(len(procs)), procs)
         ax.invert_yaxis()
-        ax.set_title(variant, fontsize=8, loc="left", color=style(g["method"].iloc[0] if len(g) else variant)[0])
+        ax.set_title(f"{variant}: seed {seed}, updates {first}-{last}", fontsize=8, loc="left",
+                     color=style(g["method"].iloc[0] if len(g) else variant)[0])
     axes[-1, 0].set_xlabel("seconds since the learner started")
     fig.subplots_adjust(hspace=0.7)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     fig.legend(handles, [p.replace("_", " ") for p in PHASE_COLOURS], ncol=5, fontsize=7, loc="lower center",
                bbox_to_anchor=(0.5, 1.0))
-    return save(fig, out, "timeline")
+    return Plot("timeline", fig,
+                f"What each process did over updates {first}-{last} of seed {seed} (update 1 also holds the "
+                "workers' start-up), one panel per method, one bar per phase span. No error bars: one seed's spans.")
 
 
-def link_throughput(links: pd.DataFrame, out: Path) -> list[Path]:
-    """Throughput of every worker link over time (first seed), one panel per method."""
+# ---- link throughput --------------------------------------------------------------------------
+
+def _node_order(nodes) -> list[str]:
+    """learner first, then w1, w2, ..., w10 in number order."""
+    return sorted(set(nodes), key=lambda n: (n != "learner", int(n[1:]) if n[1:].isdigit() else 0, n))
+
+
+def draw_link_throughput(links: pd.DataFrame) -> Plot:
+    """Throughput of every link over time (one seed), one panel per method on one time axis, with the
+    worker links' capacity."""
     variants = list(dict.fromkeys(links["variant"])) if len(links) else []
-    fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.2 + 1.3 * max(1, len(variants))),
-                             squeeze=False)  # own y scale per panel: compressed methods move far fewer bits
+    seed = int(links["seed"].min()) if len(links) else None
+    fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.2 + 1.5 * max(1, len(variants))),
+                             squeeze=False, sharex=True)  # own y scale per panel: compressed methods move few bits
+    nodes = _node_order(links["node"]) if len(links) else []
+    rates = links["rate_bit_s"].dropna().unique() if "rate_bit_s" in links else []
     for ax, variant in zip(axes[:, 0], variants):
-        g = links[(links["variant"] == variant)]
-        g = g[(g["seed"] == g["seed"].min()) & (g["t_s"] >= 0)]  # samples before the learner started are idle
-        for i, ((node, direction), h) in enumerate(g.groupby(["node", "direction"])):
-            ax.plot(h["t_s"], h["throughput_bit_s"] / 1e6, label=f"{node} {direction}",
-                    color=OKABE_ITO[i % len(OKABE_ITO)], linestyle="-" if direction == "down" else ":")
-        ax.set_title(variant, fontsize=8, loc="left")
+        g = links[(links["variant"] == variant) & (links["seed"] == seed) & (links["t_s"] >= 0)]
+        for (node, direction), h in g.groupby(["node", "direction"]):
+            label = f"{node}{' (unshaped)' if node == 'learner' else ''} {direction}"
+            ax.plot(h["t_s"], h["throughput_bit_s"] / 1e6, label=label, markersize=3,
+                    markevery=max(1, len(h) // 8), **link_style(nodes.index(node), direction))
+        for rate in rates:
+            ax.axhline(rate / 1e6, color="black", linestyle=(0, (1, 1)), linewidth=0.8,
+                       label=f"worker link capacity {_rate(rate)}")
+        ax.set_title(f"{variant} (seed {seed})", fontsize=8, loc="left")
         ax.set_ylabel("Mbit/s")
-        ax.legend(fontsize=6, ncol=4)
-    if not variants:
+    if variants:
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        axes[0, 0].legend(handles, labels, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
         axes[0, 0].text(0.5, 0.5, "no link counters (localhost run)", transform=axes[0, 0].transAxes, ha="center")
     axes[-1, 0].set_xlabel("seconds since the learner started")
-    fig.subplots_adjust(hspace=0.6)
-    return save(fig, out, "link_throughput")
+    fig.subplots_adjust(hspace=0.5)
+    cap = (f"dotted black: the worker links' capacity ({', '.join(_rate(r) for r in rates)}; the learner's own link "
+           "is unshaped)" if len(rates) else "no capacity line: the links were not shaped")
+    return Plot("link_throughput", fig,
+                f"Bits per second each link carried (IP packets, headers and retransmissions included) between "
+                f"consecutive counter samples, seed {seed}, one panel per method on a shared time axis; {cap}. "
+                "Solid: down (learner → worker), dashed: up. No error bars: one seed's samples.")
 
 
-def quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame, out: Path) -> list[Path]:
-    """Held-out quality vs training wall-clock seconds, one line per method (mean over seeds, shaded
-    95 % CI), the baseline-derived target as a dashed line: the time-to-quality figure. One panel per
-    link coordinate group (a sweep point); a method faster per update but slower to quality shows here."""
+# ---- quality vs training seconds -------------------------------------------------------------
 
+def draw_quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame) -> Plot:
+    """Held-out quality vs training seconds, one curve per method (mean over seeds, shaded 95 % CI
+    with >= CI_MIN_SEEDS seeds), the baseline-derived target dashed: the time-to-quality figure. One
+    panel per link coordinate group (a sweep point); a method faster per update but slower to
+    quality shows here."""
     keys = [k for k in compare.coords(evals) if k in evals] if len(evals) else []
     c = quality.curves(evals, keys)
     groups = [] if c.empty else list(c.groupby(keys, dropna=False, sort=False)) if keys else [((), c)]
-    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.4 * max(1, len(groups)), 2.8), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.6 * max(1, len(groups)), 2.9), squeeze=False,
+                             sharey=True)
     for ax, (key, g) in zip(axes[0], groups):
         for variant, h in g.groupby("variant", sort=False):
             h = h.sort_values("version")
-            method = variant.split("@")[0]
-            colour, marker = style(method)
-            ax.plot(h["wall_s"], h["quality"], color=colour, marker=marker, markersize=3, label=variant)
-            ax.fill_between(h["wall_s"], h["quality"] - h["ci95"], h["quality"] + h["ci95"], color=colour,
-                            alpha=0.15, linewidth=0)
+            colour, marker = style(str(h["method"].iloc[0]) if "method" in h else variant.split("@")[0])
+            n = int(h["seeds"].min())
+            ax.plot(h["wall_s"], h["quality"], color=colour, marker=marker, markersize=3, label=f"{variant} (n={n})")
+            if n >= CI_MIN_SEEDS:
+                ax.fill_between(h["wall_s"], h["quality"] - h["ci95"], h["quality"] + h["ci95"], color=colour,
+                                alpha=0.15, linewidth=0)
         target = _target(comp, keys, key)
         if target is not None:
             ax.axhline(target, color="grey", linestyle="--", linewidth=0.8, label="target")
+        if len(groups) > 1:
+            ax.set_title(", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,))
+                                   if g[k].nunique(dropna=False) <= 1 and c[k].nunique(dropna=False) > 1),
+                         fontsize=7, loc="left")
         ax.set_xlabel("training seconds (evaluation excluded)")
-        ax.set_ylabel(f"held-out {g['heldout_name'].iloc[0]}" if len(g) else "held-out quality")
         ax.legend(fontsize=6)
+    name = c["heldout_name"].iloc[0] if len(c) else "quality"
+    axes[0, 0].set_ylabel(f"held-out {name}")
     if c.empty:
         axes[0, 0].text(0.5, 0.5, "no held-out evaluations in these runs", transform=axes[0, 0].transAxes,
                         ha="center")
-    return save(fig, out, "quality_vs_time")
+    return Plot("quality_vs_time", fig,
+                f"Held-out {name} (problems never trained on) against training seconds (the sum of seconds per "
+                "update up to each evaluated version, mean over seeds; evaluation time excluded). Line: mean over "
+                f"seeds (n in the legend); shaded: 95 % CI over seeds (Student's t), drawn only with >= "
+                f"{CI_MIN_SEEDS} seeds; dashed grey: the time-to-quality target.")
 
 
 def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
@@ -205,16 +289,41 @@ def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
     return float(vals.iloc[0]) if len(vals) else None
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> list[Path]:
-    """Every figure for the runs at or under `path` (and `extra`), into `path`/figures/; the runs
-    are parsed here unless `tables` (already read by the caller) is given."""
-    path = Path(path)
-    t = tables if tables is not None else results.read([path, *extra])
-    out = path / "figures"
+# ---- all of them -------------------------------------------------------------------------------
+
+def render(t: results.RunTables) -> list[Plot]:
+    """Every figure that applies to these tables (quality_vs_time only with held-out evaluations,
+    seconds_vs_bandwidth only over several rates)."""
     if t.updates.empty:
-        raise ValueError(f"{path}: no completed update to plot yet")
+        raise ValueError(f"{t.runs[0].dir if t.runs else 'results'}: no completed update to plot yet")
     comp = compare.comparison(t.updates, t.cells, t.evals)
     with plt.rc_context(STYLE):
-        return (seconds_vs_bandwidth(comp, out) + phase_breakdown(t.updates, out)
-                + quality_vs_bytes(comp, out) + timeline(t.phases, out) + link_throughput(t.links, out)
-                + quality_vs_time(t.evals, comp, out) + dpplots.figures(t.updates, out))
+        plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
+        plots += [draw_quality_vs_bytes(comp), draw_phase_breakdown(t.updates), draw_timeline(t.phases),
+                  draw_link_throughput(t.links)]
+        if varies_bandwidth(comp):
+            plots.append(draw_seconds_vs_bandwidth(comp))
+        plots += [Plot(*p) for p in trace_plots.figures(t)]   # links that followed a trace or schedule
+    return plots
+
+
+def save_plots(plots: list[Plot], out: Path) -> list[Path]:
+    with plt.rc_context(STYLE):
+        return [p for plot in plots for p in save(plot.fig, out, plot.name)]
+
+
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+          out: str | Path | None = None) -> list[Path]:
+    """Every figure for the runs at or under `path` (and `extra`), into `out` (default `path`/figures/);
+    the runs are parsed here unless `tables` (already read by the caller) is given."""
+    return write_plots(path, extra, tables, out)[1]
+
+
+def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+                out: str | Path | None = None) -> tuple[list[Plot], list[Path]]:
+    """(the Plots with their captions, the files written): what the report embeds."""
+    t = tables if tables is not None else results.read([Path(path), *extra])
+    out = Path(out) if out is not None else Path(path) / "figures"
+    plots = render(t)
+    with plt.rc_context(STYLE):
+        return plots, save_plots(plots, out) + dpplots.figures(t.updates, out)

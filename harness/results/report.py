@@ -25,7 +25,7 @@ from typing import Iterable
 import pandas as pd
 
 from harness.results import compare, dataparallel_report as dpreport, quality, ledger, rivals, tables as results
-from harness.results.compare import BASELINE, QUALITY_LAST
+from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from trainers import spec
 from harness.results.quality import SIGNAL_SD
 
@@ -99,9 +99,13 @@ def _equal_bytes_note(comp: pd.DataFrame) -> list[str]:
             "Compare their quality and speed with care.", ""]
 
 
-def _pm(mean, half, digits: str = ".3f") -> str:
+def _pm(mean, half, digits: str = ".3f", n=None) -> str:
+    """`mean ± half` (a 95 % CI); with n < CI_MIN_SEEDS samples `mean (n=2)` instead: an interval
+    over 2 seeds (t = 12.7) says nothing a reader can use."""
     if mean is None or pd.isna(mean):
         return "-"
+    if n is not None and not pd.isna(n) and int(n) < CI_MIN_SEEDS:
+        return f"{mean:{digits}} (n={int(n)})"
     return f"{mean:{digits}}" + ("" if half is None or pd.isna(half) else f" ± {half:{digits}}")
 
 
@@ -109,25 +113,28 @@ def _heldout(r) -> str:
     """The held-out figure of a comparison row: `pass@4 0.412 ± 0.031 (3 seeds)`, or '-'."""
     if pd.isna(r.get("heldout_mean", float("nan"))):
         return "-"
-    return f"{r['heldout_name']} {_pm(r['heldout_mean'], r.get('heldout_ci95'))} (n={_count(r.get('heldout_seeds'))})"
+    n = r.get("heldout_seeds")
+    text = _pm(r["heldout_mean"], r.get("heldout_ci95"), n=n)
+    return f"held-out {r['heldout_name']} {text}" + ("" if "(n=" in text else f" (n={_count(n)})")
 
 
 def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The held-out quality and time-to-quality table: one row per (link, variant)."""
-    head = ["link", "method", "pass@1 (final)", "pass@k (final)", "objective (final)", "target",
-            "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
+    head = ["link", "method", "held-out pass@1 (final)", "held-out pass@k (final)", "held-out objective (final)",
+            "target", "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
             "speedup per update"]
     rows = []
     for _, r in comp.iterrows():
         if pd.isna(r.get("heldout_mean", float("nan"))):
             continue
         obj = {"reverse_kl": "reverse KL", "mean_reward": "reward"}.get(r.get("objective_name"), "objective")
-        rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95")),
-                     _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95")),
-                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g')}",
+        n = r.get("heldout_seeds")
+        rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
+                     _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
+                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}",
                      "-" if pd.isna(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
                      f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
-                     _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f"),
+                     _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
                      _pm(r.get("ttq_updates_mean"), None, ".1f"), _fmt(r.get("ttq_speedup"), "x"),
                      _fmt(r.get("speedup"), "x")])
     return head, rows
@@ -223,7 +230,8 @@ def _quality_section(comp: pd.DataFrame) -> list[str]:
     r = comp[comp["heldout_mean"].notna()].iloc[0]
     frac = r.get("quality_target") if "quality_target" in r and not pd.isna(r.get("quality_target")) else 0.9
     text = (f"Held-out problems (never trained on; trainers/tasks/heldout.py), evaluated after each cell's training "
-            f"loop, so evaluation time is in no update's seconds. Final figures: mean ± 95 % CI over seeds. Target = "
+            f"loop, so evaluation time is in no update's seconds. Final figures: the figure at each seed's last evaluated "
+            f"version, mean ± 95 % CI over seeds (Student's t; with fewer than {CI_MIN_SEEDS} seeds the mean and n). Target = "
             f"{100 * frac:g} % of each baseline seed's own final improvement in {r['heldout_name']} (the column: mean over "
             "seeds); a seed reaches it when its curve stays at or past it to the end. Training s to target = the sum "
             "of seconds per update up to that point, interpolated between evaluations; speedup to "
@@ -252,6 +260,11 @@ def _paired_section(comp: pd.DataFrame) -> list[str]:
         if pd.isna(r.get("heldout_diff_ci95")):
             lines.append(f"- `{r['variant']}`: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} over {n} paired seed: "
                          "too few for an interval or a resolution.")
+            continue
+        if r["heldout_diff_sd"] == 0:  # the same difference on every seed (bit-identical methods, or no learning)
+            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
+                         f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
+                         "resolution from.")
             continue
         need = quality.seeds_for(float(r["heldout_diff_sd"]), PAPER_GAP)
         ttq = (f"; seconds to target {r['ttq_diff_mean']:+.1f} ± {r['ttq_diff_ci95']:.1f} ({int(r['ttq_diff_n'])} seeds: "
@@ -314,7 +327,93 @@ def _measured_links(doc: dict) -> list[str]:
             "backend).", "", markdown_table(head, rows), ""]
 
 
-def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
+# ---- the verdict: one paragraph at the top ----------------------------------------------------
+
+# Paired method-minus-baseline columns, when the comparison carries them (quality.py's paired
+# statistics): preferred over the unpaired difference of the two means below.
+PAIRED = ("heldout_diff_mean", "heldout_diff_ci95")
+
+
+def _speed_words(r) -> str:
+    s = r.get("speedup")
+    if s is None or pd.isna(s):
+        return "has no speedup (no baseline under the same link)"
+    return f"is {s:.2f}x faster per update" if s >= 1 else f"is {1 / s:.2f}x slower per update"
+
+
+def _ttq_words(r) -> str:
+    if pd.isna(r.get("heldout_target", float("nan"))):
+        return "has no time to quality (the baseline's held-out figure did not improve)" \
+            if pd.notna(r.get("heldout_mean", float("nan"))) else "was not evaluated on held-out problems"
+    t = r.get("ttq_speedup")
+    if t is not None and not pd.isna(t):
+        return f"reaches the baseline's quality in {1 / t:.2f}x the training time"
+    return f"reached the baseline-derived target in {_count(r.get('ttq_reached'))} of {_count(r.get('heldout_seeds'))} seeds"
+
+
+def _diff(r, base) -> tuple[float, float | None]:
+    """(method - baseline final held-out figure, 95 % half-width or None): the paired columns when
+    present, else the difference of the means with the two CIs combined as independent."""
+    if all(c in r and pd.notna(r.get(c)) for c in PAIRED):
+        return float(r[PAIRED[0]]), float(r[PAIRED[1]])
+    d = float(r["heldout_mean"] - base["heldout_mean"])
+    n = min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0)
+    halves = [r.get("heldout_ci95"), base.get("heldout_ci95")]
+    if n < CI_MIN_SEEDS or any(h is None or pd.isna(h) for h in halves):
+        return d, None
+    return d, math.sqrt(halves[0] ** 2 + halves[1] ** 2)
+
+
+def _quality_words(r, base) -> str:
+    if base is None or pd.isna(r.get("heldout_mean", float("nan"))) or pd.isna(base.get("heldout_mean", float("nan"))):
+        return ""
+    d, half = _diff(r, base)
+    name = f"held-out {r['heldout_name']}"
+    if half is None:
+        n = int(min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0))
+        return f", {name} {d:+.3f} (n={n} seeds: too few for an interval)"
+    better = (d < 0) if r.get("heldout_lower_is_better") else (d > 0)
+    words = ("indistinguishable at this run's resolution" if abs(d) <= half else
+             "better than the baseline beyond the 95 % interval" if better else "worse than the baseline beyond the 95 % interval")
+    return f", {name} {d:+.3f} ± {half:.3f}: {words}"
+
+
+def verdict(comp: pd.DataFrame) -> list[str]:
+    """One paragraph: per method and link, speed per update, time to quality and the held-out
+    difference from the baseline in words ("spar@1.6% is 2.10x faster per update, reaches the
+    baseline's quality in 1.40x the training time, held-out pass@1 -0.012 ± 0.020: indistinguishable
+    at this run's resolution")."""
+    if comp.empty or "baseline" not in comp:
+        return []
+    keys = [k for k in compare.coords(comp) if k in comp]
+    links = comp[keys].astype(str).drop_duplicates()
+    sentences = []
+    for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
+        hit = compare._same(comp[comp["method"] == comp["baseline"]], keys, [r[k] for k in keys])
+        base = hit.iloc[0] if len(hit) else None
+        where = f" ({_link(r)})" if len(links) > 1 else ""
+        sentences.append(f"`{r['variant']}`{where} {_speed_words(r)} than `{r['baseline']}`, {_ttq_words(r)}"
+                         f"{_quality_words(r, base)}.")
+    if not sentences:
+        return []
+    tail = (" Speed: median seconds per update, same link. Held-out difference: the method's final figure minus "
+            "the baseline's, mean over seeds, ± the 95 % interval of that difference.")
+    return ["**Verdict.** " + " ".join(sentences) + tail + _signal_text(comp), ""]
+
+
+# ---- figures --------------------------------------------------------------------------------
+
+def figures_section(captions: list[tuple[str, str]]) -> list[str]:
+    """(figure file under figures/, caption) -> the Figures section: each figure, then its caption."""
+    if not captions:
+        return []
+    out = ["## Figures", ""]
+    for name, caption in captions:
+        out += [f"![{name}](figures/{name})", "", f"*{name}*: {caption}", ""]
+    return out
+
+
+def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str, pd.DataFrame]:
     """(markdown, comparison table) over every run in `tables`."""
     cells = tables.cells
     comp = compare.comparison(tables.updates, cells, tables.evals)
@@ -322,13 +421,16 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
     names = sorted(set(comp["baseline"]) - {spec.NO_BASELINE}) if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
-    md = [f"# Comparison against {base}: {title}", "", "## Runs", ""]
+    md = [f"# Comparison against {base}: {title}", "", *verdict(comp), "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",
            f"Speedup = median seconds per update of {base} / that of the method, under the same link. "
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
-           "the worker links carried (IP packets). Quality over the last "
+           "the worker links carried (IP packets). Held-out quality: the final figure on problems never trained on "
+           f"(mean ± 95 % CI over seeds, n shown below {CI_MIN_SEEDS}); train-batch metric: the training batch's own "
+           "figure (distill_loss for distill, reward_mean for grpo; not held-out quality), mean ± sd over seeds "
+           "of the mean over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
            *_load_section(comp), *_quality_section(comp), *_paired_section(comp), *rivals.section(tables.updates, comp),
            *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
@@ -340,20 +442,61 @@ def build(tables: results.RunTables) -> tuple[str, pd.DataFrame]:
     md += [markdown_table(ch, crow), "", *_degraded(cells)]
     for r in tables.runs:
         md += _measured_links(r.calibration)
+    md += figures_section(list(captions))
     return "\n".join(md), comp
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None) -> Path:
-    """report.md and report.html in `path`, covering every run under it (and `extra`); the runs are
-    parsed here unless `tables` (already read by the caller) is given."""
-    path = Path(path)
-    md, comp = build(tables if tables is not None else results.read([path, *extra]))
-    (path / "report.md").write_text(md)
-    head, rows = table_rows(comp)
-    body = "".join(f"<tr>{''.join(f'<td>{html.escape(c)}</td>' for c in r)}</tr>" for r in rows)
-    (path / "report.html").write_text(
-        "<!doctype html><meta charset=utf-8><title>report</title><style>td,th{padding:2px 8px;border:1px solid #ccc}"
-        "table{border-collapse:collapse;font:13px sans-serif}</style>"
-        f"<pre>{html.escape(md.split('## Seconds')[0])}</pre><table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}"
-        f"</tr>{body}</table>")
-    return path / "report.md"
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+          out: str | Path | None = None) -> Path:
+    """report.md, report.html and figures/ in `out` (default `path`), covering every run under `path`
+    (and `extra`); the runs are parsed here unless `tables` (already read by the caller) is given."""
+    out = Path(out) if out is not None else Path(path)
+    tables = tables if tables is not None else results.read([path, *extra])
+    out.mkdir(parents=True, exist_ok=True)
+    captions = _write_figures(path, tables, out / "figures")
+    md, _ = build(tables, captions)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(to_html(md, out, title=out.name))
+    return out / "report.md"
+
+
+def _write_figures(path, tables: results.RunTables, folder: Path) -> list[tuple[str, str]]:
+    """Every figure into `folder`; (PNG file name, caption) for the report. A run with no update yet
+    has no figure (its report still says what happened)."""
+    from harness.results import plots  # matplotlib: only where figures are drawn
+
+    try:
+        drawn, files = plots.write_plots(path, tables=tables, out=folder)
+    except ValueError:  # no completed update to plot yet
+        return []
+    captions = [(f"{p.name}.png", p.caption) for p in drawn]
+    named = {c[0] for c in captions}
+    captions += [(f.name, "data-parallel figure (harness/results/dataparallel_plots.py: mean and shaded 95 % CI "
+                  "over seeds)") for f in files if f.suffix == ".png" and f.name not in named]
+    return captions
+
+
+HTML_STYLE = ("body{font:14px/1.45 sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"
+              "td,th{padding:2px 8px;border:1px solid #ccc}table{border-collapse:collapse;font-size:12px}"
+              "img{max-width:100%}code{background:#f4f4f4}")
+
+
+def to_html(md: str, folder: Path, title: str = "report") -> str:
+    """The whole report as one self-contained HTML page: the markdown rendered (CommonMark + tables,
+    markdown-it-py), every figure under `folder` inlined as a base64 PNG, so the file can be mailed."""
+    import base64
+    import re
+
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(md)
+
+    def inline(m: re.Match) -> str:
+        png = folder / m.group(1)
+        if not png.is_file():
+            return m.group(0)
+        return f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"'
+
+    body = re.sub(r'src="(figures/[^"/]+\.png)"', inline, body)
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{HTML_STYLE}</style></head><body>{body}</body></html>")

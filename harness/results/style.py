@@ -41,6 +41,18 @@ def style(method: str) -> tuple[str, str]:
     return OKABE_ITO[h % len(OKABE_ITO)], MARKERS[h // len(OKABE_ITO) % len(MARKERS)]
 
 
+LINK_MARKERS = [None, "o", "s", "^", "v", "D", "P", "X"]   # one more per 8 links: colours repeat, markers do not
+LINK_DASHES = {"down": "-", "up": "--"}
+
+
+def link_style(index: int, direction: str) -> dict:
+    """Line style of the link of node number `index` (learner 0, w1 1, ...) in `direction`: colour
+    index % 8 (Okabe-Ito), marker index // 8 (none for the first 8 nodes), solid down / dashed up, so
+    no two links of a run with up to 64 nodes share a style."""
+    return {"color": OKABE_ITO[index % len(OKABE_ITO)], "linestyle": LINK_DASHES.get(direction, ":"),
+            "marker": LINK_MARKERS[index // len(OKABE_ITO) % len(LINK_MARKERS)]}
+
+
 def save(fig, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.pdf", out / f"{name}.png"]

@@ -84,10 +84,46 @@ def dry_run_text(cfg: RunConfig) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
+class CellLogger:
+    """`--log`: hands each cell to the tracker (harness/results/tracking.py) once the next one starts,
+    and the rest when the run ends; a tracker that fails is a warning, never a failed run."""
+
+    def __init__(self, kind: str | None, run_dir: Path):
+        self.tracker, self.current = None, None
+        if kind is not None:
+            from harness.results import tracking
+
+            self.tracker = tracking.Tracker(kind, run_dir)
+
+    def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
+        if self.tracker is not None and cell.name != self.current:
+            if self.current is not None:
+                self._log(lambda: self.tracker.log_cell(self.current))
+            self.current = cell.name
+
+    def finish(self) -> None:
+        if self.tracker is not None:
+            self._log(self.tracker.log_rest)
+
+    def _log(self, step) -> None:
+        try:
+            step()
+        except Exception as err:  # noqa: BLE001  (a tracker's own failure must not fail the run)
+            print(f"warning: --log {self.tracker.kind}: {type(err).__name__}: {err}", file=sys.stderr)
+
+
+def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
     if dry_run:
         print(dry_run_text(cfg))
         return EXIT_OK
+    if log is not None:
+        from harness.results import tracking
+
+        try:
+            tracking.check(log)
+        except ValueError as err:  # before anything is built or touched: one line, exit 2
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         launch.check_privileges(cfg)
     except launch.PreflightFailed as err:
@@ -102,9 +138,10 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
               f"{cfg.workers} workers, {cfg.updates} updates, "
               f"{'profile ' + cfg.profile_name if cfg.emulation else 'localhost, unshaped'} -> {cfg.run_dir}",
               file=sys.stderr)
+    logger = CellLogger(log, cfg.run_dir)
     try:
         with Live(cfg, enabled=not quiet and not as_json) as live:
-            run_dir = launch.execute(cfg, progress=live)
+            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)))
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
         from harness.signals import exit_code
 
@@ -113,6 +150,8 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool) -> int:
     except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
         print(f"harness run failed: {err}; network torn down, partial results in {cfg.run_dir}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        logger.finish()  # the last cell (and, when interrupted, whatever the cells left)
     return finish(run_dir, quiet, as_json)
 
 
@@ -223,12 +262,11 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
-    from harness.results import plots, report, tables as results
+    from harness.results import report, tables as results
 
     try:
-        tables = results.read([out])  # parsed once, for the report and the figures
+        tables = results.read([out])  # parsed once, for the report and its figures
         report.write(out, tables=tables)
-        plots.write(out, tables=tables)
     except (FileNotFoundError, results.ResultsError) as err:  # no run got far enough, or a malformed file
         print(f"harness sweep: no combined report: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -241,12 +279,30 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
 
 # ---- report / plot ---------------------------------------------------------------------------
 
-def report_cmd(paths: list[str], quiet: bool) -> int:
+def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
+    """Where `harness report` writes: `--out`, else the one folder given (its own report rebuilt),
+    else a new `report-<time>` folder beside the first (a combined report never lands in an input)."""
+    import datetime
+
+    inputs = {Path(p).resolve() for p in paths} | {r.resolve() for r in runs}
+    if out is not None:
+        target = Path(out)
+        if len(paths) > 1 and target.resolve() in inputs:
+            raise ConfigError(f"--out: {out!r} is one of the folders being combined; name a new folder")
+        return target
+    if len(paths) == 1:
+        return Path(paths[0])
+    return Path(paths[0]).resolve().parent / f"report-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
     from harness.results import report, tables as results
 
     try:
-        results.find_runs(paths)
-        target = report.write(paths[0], extra=paths[1:])
+        runs = results.find_runs(paths)
+        folder = report_folder(paths, out, runs)
+        tables = results.read(paths)
+        target = report.write(paths[0], tables=tables, out=folder)
     except (FileNotFoundError, results.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
     if not quiet:

@@ -43,7 +43,7 @@ from harness.net import shaper
 from harness.net import doctor
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
-from harness.results import compare, plots, report, tables as results
+from harness.results import compare, report, tables as results
 
 ROOT = Path(__file__).resolve().parents[2]
 LEARNER_PORT = 29500
@@ -466,8 +466,7 @@ def finalize(run_dir: Path) -> None:
         tables = results.write_tables(run_dir)
         compare.write_summary(run_dir, tables)
         write_prediction(run_dir)
-        report.write(run_dir, tables=tables)
-        plots.write(run_dir, tables=tables)
+        report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
               file=sys.stderr)
