@@ -266,6 +266,11 @@ def _paired_section(comp: pd.DataFrame) -> list[str]:
                          f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
                          "resolution from.")
             continue
+        if r["heldout_diff_sd"] < 1e-12:  # the same difference on every seed (bit-identical methods, no learning)
+            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
+                         f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
+                         "resolution from.")
+            continue
         need = quality.seeds_for(float(r["heldout_diff_sd"]), PAPER_GAP)
         ttq = (f"; seconds to target {r['ttq_diff_mean']:+.1f} ± {r['ttq_diff_ci95']:.1f} ({int(r['ttq_diff_n'])} seeds: "
                f"{r['ttq_verdict']})" if pd.notna(r.get("ttq_diff_ci95")) else "")

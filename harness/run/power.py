@@ -45,7 +45,7 @@ def lines(out: list[dict], as_json: bool) -> list[str]:
         return [json.dumps(r) for r in out]
     text = []
     for r in out:
-        if r["paired_sd"] == 0:
+        if r["paired_sd"] < 1e-12:
             text.append(f"{r['variant']}: {r['metric']} difference {r['diff']:+.3f} on every one of {r['seeds']} pilot "
                         "seeds (paired sd 0): no spread to size a run from")
             continue

@@ -161,7 +161,14 @@ def test_the_report_has_a_paired_line_per_method_with_resolution_and_verdict():
     text = "\n".join(lines)
     assert "## Paired differences from the baseline" in text and text.count("- `") == 1
     # d = -0.03 on every seed: sd 0, the interval is a point away from 0
-    assert "`spar@1.6%` − baseline: pass@4 -0.030 ± 0.000 (3 paired seeds" in text and "**worse**" in text
+    assert "`spar@1.6%` − baseline: pass@4 -0.030 on every one of 3 paired seeds (paired sd 0): **worse**" in text
+    spar[3] = [0.1, 0.3, 0.39, 0.43, 0.47]  # d = -0.03, -0.03, -0.02: a spread, an interval, a resolution
+    comp = compare._with_quality(comp[["variant", "method", "baseline", "speedup", "profile", "workers"]],
+                                 _evals({"full-bf16": base, "spar@1.6%": spar}, {"full-bf16": 1.0, "spar@1.6%": 0.5}),
+                                 ["profile", "workers"])
+    text = "\n".join(report._paired_section(comp))
+    assert "pass@4 -0.027 ± 0.014 (3 paired seeds, sd 0.006); this run resolves differences of 0.018 or more: " \
+           "**worse**" in text and "The paper's gap (0.016) needs" in text
     assert "worse than the baseline" in " ".join(report.verdict(comp))  # the verdict reads the paired columns
 
 
