@@ -39,3 +39,16 @@ def test_arbitrary_text_never_raises_and_stays_in_range(name, text):
     p = task.generate(1, seed=0)[0]
     s = task.score(p, text)
     assert 0.0 <= s.reward <= task.max_reward and s.correct == (s.reward == task.max_reward)
+
+
+@pytest.mark.parametrize("name", available())
+def test_canonical_form_and_fields(name):
+    """canonical: a deterministic str (the held-out split's key); fields: plain JSON values (harness data)."""
+    import json
+
+    task = get_task(name)
+    problems = task.generate(20, 3)
+    assert [task.canonical(p) for p in problems] == [task.canonical(p) for p in task.generate(20, 3)]
+    for p in problems:
+        assert isinstance(task.canonical(p), str) and task.canonical(p)
+        assert json.loads(json.dumps(task.fields(p))) == task.fields(p)
