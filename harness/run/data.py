@@ -24,8 +24,6 @@ from trainers.tasks import available, check_task_options, get_task, heldout, par
 
 SPLITS = ("heldout", "train")
 MAX_COUNT = 1_000_000  # problems one call may print (a bound on what a typo can ask for)
-
-
 USED = ("task", "task_options", "workers", "problems_per_worker", "updates", "seed")
 
 
@@ -40,34 +38,46 @@ def resolve(preset: str | None, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows(values: dict[str, Any], split: str, count: int, seed: int | None) -> Iterator[dict[str, Any]]:
-    """The problems to print, as dicts; raises ValueError (one line) on bad input before any output."""
+    """The problems to print, as dicts. Raises ValueError (one line) on bad input; the caller
+    collects every row before printing, so nothing is printed then."""
+    seed = _check(split, count, seed)
+    task = _task(values)
+    if split == "heldout":
+        problems = ({"index": i, "problem": p} for i, p in enumerate(heldout.heldout_problems(task, count)))
+    else:
+        problems = _train(task, values, count, seed if seed is not None else values["seed"][0])
+    for row in problems:
+        p = row.pop("problem")
+        yield {"split": split, **row, "canonical": task.canonical(p), "prompt": task.prompt(p),
+               "gold": task.gold(p), "fields": task.fields(p)}
+
+
+def _check(split: str, count: int, seed: int | None) -> int | None:
     if split not in SPLITS:
         raise ValueError(f"--split: {split!r} is not one of {', '.join(SPLITS)}")
     if not 1 <= count <= MAX_COUNT:
         raise ValueError(f"--count: {count} is out of range 1..{MAX_COUNT:,}")
     if split == "heldout" and seed is not None:
         raise ValueError("--seed: the held-out set is the same for every seed; give --seed with --split train")
-    if seed is not None:
-        seed = spec.get("seed").parse(seed)
+    return None if seed is None else spec.get("seed").parse(seed)
+
+
+def _task(values: dict[str, Any]):
     if values["task"] not in available():
         raise ValueError(f"--task: unknown task {values['task']!r}; valid tasks: {', '.join(available())}")
     check_task_options(values["task"], values["task_options"])
-    task = get_task(values["task"], **parse_task_options(values["task"], values["task_options"]))
-    if split == "heldout":
-        problems = ({"index": i, "problem": p} for i, p in enumerate(heldout.heldout_problems(task, count)))
-    else:
-        run_seed = seed if seed is not None else values["seed"][0]
-        workers, per, updates = (int(values[k]) for k in ("workers", "problems_per_worker", "updates"))
-        if count > workers * per * updates:
-            raise ValueError(f"--count: a run of {updates} updates x {workers} workers x {per} problems draws "
-                             f"{workers * per * updates:,} problems, fewer than {count:,} (raise --updates)")
-        stream = heldout.run_stream(task, run_seed, workers, per, updates)
-        problems = ({"index": i, "seed": run_seed, "batch": b, "worker": w, "problem": p}
-                    for i, (b, w, p) in enumerate(itertools.islice(stream, count)))
-    for row in problems:
-        p = row.pop("problem")
-        yield {"split": split, **row, "canonical": task.canonical(p), "prompt": task.prompt(p),
-               "gold": task.gold(p), "fields": task.fields(p)}
+    return get_task(values["task"], **parse_task_options(values["task"], values["task_options"]))
+
+
+def _train(task, values: dict[str, Any], count: int, run_seed: int) -> Iterator[dict[str, Any]]:
+    """The first `count` problems a run of `run_seed` draws, with their batch and worker."""
+    workers, per, updates = (int(values[k]) for k in ("workers", "problems_per_worker", "updates"))
+    if count > workers * per * updates:
+        raise ValueError(f"--count: a run of {updates} updates x {workers} workers x {per} problems draws "
+                         f"{workers * per * updates:,} problems, fewer than {count:,} (raise --updates)")
+    stream = heldout.run_stream(task, run_seed, workers, per, updates)
+    return ({"index": i, "seed": run_seed, "batch": b, "worker": w, "problem": p}
+            for i, (b, w, p) in enumerate(itertools.islice(stream, count)))
 
 
 def line(row: dict[str, Any], as_json: bool) -> str:
