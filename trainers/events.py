@@ -190,5 +190,7 @@ def write_summary(run_dir: str | os.PathLike, summary: dict) -> Path:
 
 
 def median(values) -> float | None:
-    values = list(values)
+    """The median of `values` with None and NaN left out; None when nothing is left. The project's one
+    median (the learner's summary, the results tables, the cost model's fit): torch-free, so both sides import it."""
+    values = [v for v in values if v is not None and v == v]   # v != v: NaN (pandas' missing value)
     return statistics.median(values) if values else None

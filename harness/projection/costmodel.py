@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import zlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from trainers import spec
+from trainers import events, spec
 
 # ---- constants (each named once; tests check the ones that mirror another module) ----------------
 
@@ -630,8 +629,9 @@ class Fitted:
 
 
 def _med(values) -> float:
-    values = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return statistics.median(values) if values else 0.0
+    """The project's median (trainers/events.py), 0.0 where a column holds nothing (no such phase)."""
+    m = events.median(values)
+    return 0.0 if m is None else float(m)
 
 
 def fit(updates, net: Network | None = None, adapter: Adapter | None = None, shared_cores: int | None = None,
@@ -674,7 +674,7 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
             budget = _budget_text(g["budget_frac"].iloc[0]) if "budget_frac" in g else None
             p = predict(method, adapter, net, compute, 0, budget)
             residuals.append(_med(g["seconds_per_update"]) - p.seconds_per_update)
-        compute = replace(compute, worker_other_s=max(0.0, statistics.median(residuals)) / slow)
+        compute = replace(compute, worker_other_s=max(0.0, _med(residuals)) / slow)
     return Fitted(compute, workers, model, rank, len(df), source)
 
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -280,9 +279,7 @@ def budget_frac(label) -> float | None:
     return spec.parse_budget(label) if isinstance(label, str) and label else None
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+_median = events.median
 
 
 CPU_PHASES = ("train", "encode", "decode_replay")   # the learner's compute phases (one thread each)
