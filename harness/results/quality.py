@@ -36,20 +36,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-# Student's t, two-sided 95 %, by degrees of freedom (seeds - 1); 1.96 beyond the table.
+# Student's t, two-sided 95 %, by degrees of freedom (seeds - 1); between and beyond the tabulated
+# dfs, the value at the next smaller one (conservative: t falls as df grows).
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
 # Student's t, one-sided 80 % (the power term of the minimum detectable difference), by degrees of
-# freedom; 0.842 (the normal's) beyond the table.
+# freedom, read like T95.
 T80 = {1: 1.376, 2: 1.061, 3: 0.978, 4: 0.941, 5: 0.920, 6: 0.906, 7: 0.896, 8: 0.889, 9: 0.883,
        10: 0.879, 12: 0.873, 15: 0.866, 20: 0.860, 30: 0.854}
 
 
-def _t(table: dict, df: int, beyond: float) -> float:
-    """The table's value at `df`, else at the next larger tabulated df (conservative), else `beyond`."""
-    return table.get(df) or next((table[k] for k in sorted(table) if k >= df), beyond)
+def _t(table: dict, df: int) -> float:
+    """The table's value at the largest tabulated df <= `df` (df >= 1)."""
+    return table[max(k for k in table if k <= df)]
 
 
 def mean_sd(xs: list[float]) -> tuple[float, float | None]:
@@ -68,7 +69,7 @@ def ci95(values) -> tuple[float | None, float | None]:
     mean, sd = mean_sd(xs)
     if sd is None:
         return mean, None
-    return mean, _t(T95, len(xs) - 1, 1.96) * sd / math.sqrt(len(xs))
+    return mean, _t(T95, len(xs) - 1) * sd / math.sqrt(len(xs))
 
 
 def resolution(sd: float, n: int) -> float | None:
@@ -76,7 +77,7 @@ def resolution(sd: float, n: int) -> float | None:
     (t(0.975, n-1) + t(0.80, n-1)) x sd / sqrt(n); None below 2 seeds."""
     if n < 2:
         return None
-    return (_t(T95, n - 1, 1.96) + _t(T80, n - 1, 0.842)) * sd / math.sqrt(n)
+    return (_t(T95, n - 1) + _t(T80, n - 1)) * sd / math.sqrt(n)
 
 
 def seeds_for(sd: float, gap: float, most: int = 1000) -> int | None:
