@@ -165,12 +165,6 @@ def disable_offloads(netns_name: str, ifname: str) -> None:
         eth.set_features(ifname, features)
 
 
-def offload_state(netns_name: str, ifname: str) -> dict[str, bool]:
-    with in_netns(netns_name), Ethtool() as eth:
-        feats = eth.get_features(ifname).features
-        return {n: f.enable for n, f in feats.items() if OFFLOAD_PATTERN.search(n)}
-
-
 def popen_in(netns_name: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
     """Start ``argv`` inside a namespace (setns between fork and exec; no `ip netns exec`)."""
     path = os.path.join(NETNS_DIR, netns_name)

@@ -154,7 +154,7 @@ def per_seed(g: pd.DataFrame, col: str) -> pd.DataFrame:
 
 
 # Below this many seed-to-seed sds the baseline's own improvement is not told apart from seed noise,
-# so neither is any method's difference from it (issue 10: the default run must clear 3).
+# so neither is any method's difference from it (the default run is tuned to clear 3).
 SIGNAL_SD = 3.0
 
 

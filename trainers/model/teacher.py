@@ -12,7 +12,7 @@ determines them (task name and options, model name, seed, steps, batch, lr, data
 module's recipe version), stored with safetensors (never pickle), written atomically.
 Every replica that asks for the same config gets bit-identical weights.
 
-CPU recipe (measured on this 2-core box; issue 10, tests/benchmarks/heldout_curves.py):
+CPU recipe (measured on this 2-core box by tests/benchmarks/heldout_curves.py):
 - A LoRA-only student on a *random* base cannot fit a sharp teacher: the frozen random LM
   head caps the logits (about +-1.3 for "micro"). A run's policy therefore starts from a
   pre-trained base (`trainers.model.pretrained.build_base`, spec `base_steps`), and a run's teacher
