@@ -420,10 +420,10 @@ _OUTPUT = [_extra("quiet", False, ("--quiet", "-q"), "no progress; print only th
 RUN_EXTRA = [_extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
              _extra("out", "results", ("--out",), "parent folder of the run folder", str),
              _extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
-             *_OUTPUT]
-RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
              _extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
                     "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
+             *_OUTPUT]
+RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
 spec_command("run", run, RUN_EXTRA, RUN_DOC)
 
 
