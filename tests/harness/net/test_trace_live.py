@@ -49,3 +49,15 @@ def test_trace_steps_change_the_class_in_place_and_are_logged(topo1, tmp_path):
     drop = [r for r in rows if float(r["at_s"]) == 7.5 and r["node"] == "w1"]
     assert [float(r["rate_bit_s"]) for r in drop] == [16e6, 16e6]
     assert all(float(r["lag_s"]) >= 0 and float(r["applied_t_s"]) >= float(r["due_t_s"]) for r in rows)
+
+
+def test_a_trace_with_a_loss_column_swaps_the_loss_rule(topo1, tmp_path):
+    trace = tmp_path / "lossy.csv"
+    trace.write_text("time_s,rate_mbit_s,delay_ms,loss_pct\n0,20,0,0\n1,10,0,2\n")
+    prof = profiles.from_doc({"defaults": {"trace": str(trace)}}, "lossy")
+    with shaper.Shaper(build_plan(prof, topo1, "fallback")) as sh:
+        assert "--probability" not in shaper.iptables_save(topo1.router_ns)
+        sh.update(build_plan(prof, topo1, "fallback", at_s=1.0))
+        rules = shaper.iptables_save(topo1.router_ns)
+        assert rules.count("--probability 0.02") == 2            # w1's up and down loss rules
+        assert _class(topo1.nodes["w1"].netns, "eth0")["rate"] == 10e6 / 8
