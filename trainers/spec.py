@@ -296,7 +296,7 @@ PARAMS: list[Param] = [
     Param("weight_decay", float, 0.0, "AdamW decoupled weight decay of the adapter (0: off)", lo=0.0, hi=1.0),
     Param("max_grad_norm", float, 0.0, "clip the decoded gradient's global L2 norm to this before AdamW, on every "
           "replica (0: off)", lo=0.0, hi=1e6),
-    Param("task", str, "digits", "task name (digits, countdown, knights_knaves)"),
+    Param("task", str, "digits", "task name (digits, countdown, knights_knaves, or an installed plugin's)"),
     Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
           "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
     Param("base_steps", int, 100, "supervised steps on gold answers of the student's base (trained here once, "
