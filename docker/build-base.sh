@@ -61,6 +61,7 @@ echo "build-base.sh: wheelhouse docker/wheelhouse ($(ls docker/wheelhouse | wc -
 if [[ $build_image == 1 ]]; then
   image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
   old_final=$(image_id wan-harness:latest) old_build=$(image_id wan-harness-build:latest)
+  dangling_before=$(docker images -q --no-trunc -f dangling=true | sort)
   sha=$(git rev-parse HEAD 2>/dev/null || true)
   dirty=$([[ -n "$sha" && -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] && echo 1 || echo 0)
   docker build -q --build-arg BASE_IMAGE="$BASE" --build-arg GIT_SHA="$sha" --build-arg GIT_DIRTY="$dirty" \
@@ -72,7 +73,10 @@ if [[ $build_image == 1 ]]; then
       docker rmi "$id" >/dev/null 2>&1 || echo "build-base.sh: the replaced image ${id:7:12} is still used by a container: docker rmi it after removing that container" >&2
     fi
   done
-  dangling=$(docker images -q -f dangling=true | wc -l)
-  [[ $dangling == 0 ]] || echo "build-base.sh: $dangling dangling image(s) on this engine (a file changed during the build?): docker image prune" >&2
+  # a file that changed between the two builds (pyproject.toml) leaves the first build's stage untagged:
+  # remove the dangling images this script made (not those it found)
+  for id in $(comm -13 <(echo "$dangling_before") <(docker images -q --no-trunc -f dangling=true | sort)); do
+    docker rmi "$id" >/dev/null 2>&1 || echo "build-base.sh: could not remove the dangling image ${id:7:12}" >&2
+  done
   echo "build-base.sh: image wan-harness:latest built on $BASE (commit ${sha:0:12}$([[ $dirty == 1 ]] && echo ', with uncommitted changes'))"
 fi
