@@ -351,6 +351,10 @@ def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:
                     down=_dir({**flat, **raw.get("down", {})}, f"{where}.down"))
 
 
+SCHEDULE_MAX_S = 7 * 86400.0  # the latest schedule step, seconds after the start
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred bytes; traces are files of their own
+
+
 def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
     if raw is None:
         return ()
@@ -366,6 +370,9 @@ def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
             at_s = units.parse_time(item.get("at"))
         except units.UnitError as err:
             raise ProfileError(f"{where}.at: {err}") from None
+        if at_s > SCHEDULE_MAX_S:  # the shaper's thread sleeps until then: 1e300 s overflowed it mid-run
+            raise ProfileError(f"{where}.at: {item.get('at')!r}: a schedule step must come within "
+                               f"{SCHEDULE_MAX_S:g} s (7 days) of the start")
         target = item.get("target", "workers")
         if target not in ("learner", "workers") and not _WORKER.match(str(target)):
             raise ProfileError(f"{where}.target: {target!r}: expected learner, workers or w<N>")
@@ -411,9 +418,15 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
         if not path.is_file():
             raise ProfileError(f"profile: {str(name_or_path)!r} is unknown (valid: {', '.join(list_profiles(directory))})")
     try:
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"profile: {str(path)!r} is larger than {MAX_PROFILE_BYTES} bytes")
         doc = yaml.safe_load(path.read_text())
     except OSError as err:
         raise ProfileError(f"profile: {str(path)!r} cannot be read ({err.strerror})") from None
+    except (RecursionError, MemoryError):  # PyYAML composes nested collections recursively
+        raise ProfileError(f"profile: {str(path)!r} is nested too deeply to be a profile") from None
+    except UnicodeDecodeError as err:
+        raise ProfileError(f"profile: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ProfileError(f"profile: {str(path)!r} is not valid YAML ({first})") from None
