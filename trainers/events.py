@@ -31,6 +31,7 @@ be polling (temp file + rename).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -171,11 +172,17 @@ def _complete_rows(data: bytes) -> tuple[list[dict], int]:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` through a temp file + rename: a reader sees the old file or the new one."""
+    """Write `text` to `path` through a temp file + rename: a reader sees the old file or the new one.
+    A write that fails (a full disk, a read-only folder) raises and leaves no temp file behind."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return path
 
 

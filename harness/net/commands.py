@@ -3,6 +3,7 @@ cli.py so that file stays a thin list of commands. Raises ValueError (ProfileErr
 ShaperError, UnitError) for usage errors; cli.py turns them into one line and exit code 2."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -52,7 +53,12 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
     from rich.console import Console
     from rich.table import Table
 
-
+    if not (isinstance(secs, (int, float)) and math.isfinite(secs) and 0.5 <= secs <= 3600):
+        print(f"error: --secs: {secs!r} must be within 0.5 and 3600 seconds per measurement", file=sys.stderr)
+        return 2  # -1 measured nothing and reported "ok"
+    if not 1 <= workers <= topology.MAX_WORKERS:
+        print(f"error: --workers: {workers!r} must be within 1 and {topology.MAX_WORKERS}", file=sys.stderr)
+        return 2
     if dry_run:
         chosen = backends.decide(backend, create=False).name   # a dry run creates nothing to probe
         print(plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())

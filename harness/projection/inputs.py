@@ -7,6 +7,7 @@ an optional relay tree), and the compute per update (given, or fitted from a mea
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,24 @@ def network(workers: int, bw: str | None, delay: str | None, loss: str | None, p
     return net, rate
 
 
+def check_numbers(**values: float | None) -> None:
+    """The numbers of `harness project` are finite and in range: seconds >= 0 (--compute-s > 0: a
+    speedup divides by it; --compute-s -1 was a ZeroDivisionError, nan a table of nan), the rollout
+    share within 0..1, rollout bytes >= 0; --rollout-s and --train-s together not both 0."""
+    for name, v in values.items():
+        if v is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{flag}: {v!r} is not a finite number")
+        if v < 0 or (name == "compute_s" and v == 0):
+            raise ValueError(f"{flag}: {v!r} must be {'> 0' if name == 'compute_s' else '>= 0'}")
+        if name == "rollout_share" and v > 1:
+            raise ValueError(f"{flag}: {v!r} is a fraction, within 0 and 1")
+    if values.get("rollout_s") == 0 and values.get("train_s") == 0 and values.get("compute_s") is None:
+        raise ValueError("--rollout-s/--train-s: both 0 leave no compute per update")
+
+
 def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: str | None, loss: str | None,
           profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: str, budget: str,
           baseline: str, pipeline: str, compute_s: float | None, rollout_s: float | None, train_s: float | None,
@@ -138,6 +157,8 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
           rollout_bytes: int | None, from_run: str | None, shared_cores: str | None, opt: list[str]) -> Inputs:
     """Every flag of `harness project`, validated (ValueError: one line naming the flag)."""
     spec.check_model(model)
+    check_numbers(compute_s=compute_s, rollout_s=rollout_s, train_s=train_s, encode_s=encode_s, replay_s=replay_s,
+                  rollout_share=rollout_share, rollout_bytes=rollout_bytes)
     if not 1 <= workers <= 1 << 20:
         raise ValueError(f"--workers: {workers} is outside [1, 1048576]")
     if not 1 <= lora_rank <= 4096:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import units
 from harness.run import config, launch
 from harness.run.config import ConfigError, RunConfig
 
@@ -207,6 +208,27 @@ def _axis(value: Any) -> list:
     return [value]
 
 
+NORMALISE = {"bw": units.parse_rate, "delay": units.parse_delay, "jitter": units.parse_delay,
+             "loss": units.parse_loss}  # link values are text ('10Mbit'); what they mean is a number
+
+
+def check_distinct(name: str, values: list) -> None:
+    """ConfigError when two values of a grid axis mean the same (`workers: [1, 1]` collapsed into
+    one run, `lr: [0.001, 1e-3]` and `bw: [10mbit, 10Mbit]` ran the same point twice)."""
+    from trainers import spec
+
+    seen: dict[Any, Any] = {}
+    for raw in values:
+        try:
+            value = NORMALISE[name](raw) if name in NORMALISE else spec.parse_value(name, raw)
+        except (ValueError, units.UnitError):
+            continue  # the grid point's own validation names it
+        key = repr(value)
+        if key in seen:
+            raise ConfigError(f"--grid: {name}: {raw!r} and {seen[key]!r} are the same value; give each once")
+        seen[key] = raw
+
+
 def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(run id, values) per point. A `many` parameter (method, budget, seeds) is held by every
     run; any other parameter with several values is an axis, and names the runs by coordinates
@@ -215,6 +237,8 @@ def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
     many = {p.name for p in spec.PARAMS if p.many}
     axes = {k: _axis(v) for k, v in grid.items() if k not in many and len(_axis(v)) > 1}
+    for k, values in axes.items():
+        check_distinct(k, values)
     order = [p.name for p in spec.params("link")] + [p.name for p in spec.PARAMS if p.where != "link"]
     keys = sorted(axes, key=order.index)
     points = []

@@ -175,6 +175,11 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     or raise ConfigError (one line)."""
 
     values = parse_values(presets.apply(given))
+    shaping = [k for k in ("bw", "delay", "jitter", "loss", "trace") if given.get(k) not in (None, "", ())]
+    if shaping and values["emulation"] is False:  # they used to be ignored in silence
+        flags = ", ".join(f"--{k}" for k in shaping)
+        raise ConfigError(f"{flags}: shape the emulated link; with --no-emulation nothing is shaped "
+                          "(drop them, or run with emulation)")
     spec.check_model(values["model"])
     _check_task(values["task"])
     try:

@@ -26,8 +26,8 @@ from harness.net import clean
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.root, pytest.mark.faults]
-BASE = ["--workers", "2", "--method", "spar", "--baseline", "none", "--model", "micro", "--seeds", "1",
-        "--objective", "grpo", "--max-new-tokens", "4"]
+BASE = ["--workers", "2", "--method", "spar", "--budget", "1.6%", "--baseline", "none", "--model", "micro",
+        "--seeds", "1", "--objective", "grpo", "--max-new-tokens", "4"]  # budget given: the cells' names below
 TABLE: list[tuple] = []   # (fault, survived, versions lost, leftovers): printed at the end with -s
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import socket
 
 import pytest
@@ -47,14 +48,18 @@ def deep(n: int, open_: str = "[", close: str = "]") -> object:
 def near_valid(schema: messages.Schema):
     """Dictionaries with the schema's keys (some missing), each value right or wrong, and maybe extra keys."""
     right = {"int": st.integers(-3, 2**64), "str": st.text(max_size=30), "hex": st.text("0123456789abcdefAZ", max_size=140),
-             "scalars": st.dictionaries(st.text(max_size=8), LEAVES, max_size=6)}
+             "scalars": st.dictionaries(st.text(max_size=8), LEAVES, max_size=6),
+             "number": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70)),
+             "numbers": st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), LEAVES),
+                                 max_size=6)}
     values = {k: st.one_of(right[f.kind], JSON_VALUES) for k, f in schema.fields.items()}
     return st.builds(lambda present, extra: {**present, **extra},
                      st.fixed_dictionaries({}, optional=values),
                      st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=2))
 
 
-ALL_SCHEMAS = list(SCHEMAS.values()) + list(META_SCHEMAS.values())
+ALL_SCHEMAS = list(SCHEMAS.values()) + list(META_SCHEMAS.values()) + [messages.SYNC_UPLOAD, messages.SYNC_FINAL,
+                                                                      messages.SYNC_DOWN]
 
 
 def assert_matches(schema: messages.Schema, obj: dict) -> None:
@@ -71,6 +76,11 @@ def assert_matches(schema: messages.Schema, obj: dict) -> None:
             assert type(v) is int and f.lo <= v <= f.hi
         elif f.kind in ("str", "hex"):
             assert type(v) is str and len(v) <= f.max_len
+        elif f.kind == "number":
+            assert type(v) in (int, float) and math.isfinite(v) and f.lo <= v <= f.hi
+        elif f.kind == "numbers":
+            assert type(v) is list and len(v) <= f.max_len
+            assert all(x is None or (type(x) in (int, float) and math.isfinite(x)) for x in v)
         else:
             assert type(v) is dict and all(x is None or type(x) in (bool, int, float, str) for x in v.values())
 
@@ -234,13 +244,12 @@ def test_random_hellos_through_a_reader_never_raise_and_always_close(learner, bo
     data = wire.encode_frame(MessageType.HELLO, body, check=wire.token_check(TOKEN), sender=sender, version=0, seq=0)
     err = io.StringIO()
     try:
-        with members._pending_lock:
-            members._pending += 1  # as the listener does before it starts a reader
+        ticket, _ = members.gate.enter(b, "fuzz")  # as the listener does before it starts a reader
         sender_thread = _send_all(a, data)
         with contextlib.redirect_stderr(err):
-            members.read(conn)  # returns, whatever arrived
+            members.read(conn, ticket)  # returns, whatever arrived
             sender_thread.join(30)
-            assert conn.closed and members._pending == 0
+            assert conn.closed and members.gate.pending() == 0
             kinds = [item[0] for item in list(members.inbox.queue)]
             learner.pump(0)  # the main thread's side: admit (fails: closed), reject, ...
         # Every reader ends with exactly one "error" or "bad", after a "hello" if the handshake passed.
