@@ -414,6 +414,9 @@ def check_combinations(values: Mapping[str, Any]) -> None:
     resolve_group_size(values["objective"], values["group_size"])   # grpo needs a group
     if values["eval_samples"] < 2 * values["pass_k"]:  # the unbiased pass@k estimator needs n >= k; 2k keeps it stable
         raise SpecError(f"--eval-samples: {values['eval_samples']} must be at least 2 x --pass-k ({values['pass_k']})")
+    k, k_states = values.get("lordo_k"), values.get("lordo_k_states")
+    if k_states is not None and k and k_states % k:  # was refused only when the aggregator started
+        raise SpecError(f"--lordo-k-states: {k_states} must be a multiple of --lordo-k ({k})")
 
 
 def resolve_group_size(objective: str, group_size: int | None) -> int:
