@@ -359,10 +359,10 @@ def _ttq_words(r) -> str:
 def _diff(r, base) -> tuple[float, float | None]:
     """(method - baseline final held-out figure, 95 % half-width or None): the paired columns when
     present, else the difference of the means with the two CIs combined as independent."""
-    if all(c in r and pd.notna(r.get(c)) for c in PAIRED):
-        return float(r[PAIRED[0]]), float(r[PAIRED[1]])
-    d = float(r["heldout_mean"] - base["heldout_mean"])
     n = min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0)
+    if all(c in r and pd.notna(r.get(c)) for c in PAIRED):
+        return float(r[PAIRED[0]]), float(r[PAIRED[1]]) if n >= CI_MIN_SEEDS else None
+    d = float(r["heldout_mean"] - base["heldout_mean"])
     halves = [r.get("heldout_ci95"), base.get("heldout_ci95")]
     if n < CI_MIN_SEEDS or any(h is None or pd.isna(h) for h in halves):
         return d, None

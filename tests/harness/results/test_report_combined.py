@@ -1,0 +1,111 @@
+"""`harness report A B ...`: a combined report in a new folder (or --out), never over an input,
+keeping held-out quality and time to quality; the verdict paragraph at the top; CIs only where n
+allows. From checked-in real runs (tests/fixtures/runs/, see test_figures.py)."""
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.results import compare, report, tables as results
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
+RUN, HELDOUT = FIXTURES / "run-spar-20mbit", FIXTURES / "run-heldout"
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture()
+def two_runs(tmp_path, heldout_copy):
+    """The held-out run twice, the second as if run at another bandwidth (a sweep's shape)."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["profile_doc"]["defaults"]["rate"] = "20mbit"
+    (b / "config.json").write_text(json.dumps(cfg))
+    return a, b
+
+
+def test_combined_report_goes_to_a_new_folder_and_leaves_the_inputs_alone(two_runs, tmp_path):
+    a, b = two_runs
+    before = {a: digest(a), b: digest(b)}
+    res = CliRunner().invoke(app, ["report", str(a), str(b), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert before == {a: digest(a), b: digest(b)}          # no input touched (was: a's report.md overwritten)
+    made = [d for d in tmp_path.iterdir() if d.name.startswith("report-")]
+    assert len(made) == 1
+    md = (made[0] / "report.md").read_text()
+    assert "2 runs" in md and "`a`" in md and "`b`" in md
+    assert (made[0] / "report.html").is_file() and (made[0] / "figures" / "quality_vs_time.png").is_file()
+
+
+def test_combined_report_keeps_heldout_quality_and_time_to_quality(two_runs, tmp_path):
+    a, b = two_runs
+    out = tmp_path / "combined"
+    assert CliRunner().invoke(app, ["report", str(a), str(b), "--out", str(out), "-q"]).exit_code == 0
+    md = (out / "report.md").read_text()
+    assert "## Held-out quality and time to quality" in md
+    t = results.read([a, b])
+    comp = compare.comparison(t.updates, t.cells, t.evals)
+    assert sorted(comp["rate_bit_s"].unique()) == [20e6, 62.5e6]
+    assert comp["heldout_mean"].notna().all()               # was '-' for every method in a combined report
+    name = comp["heldout_name"].iloc[0]
+    for _, r in comp.iterrows():
+        assert f"held-out {name} {r['heldout_mean']:.3f} ± {r['heldout_ci95']:.3f}" in md
+
+
+def test_out_may_not_be_an_input(two_runs):
+    a, b = two_runs
+    res = CliRunner().invoke(app, ["report", str(a), str(b), "--out", str(a)])
+    assert res.exit_code == 2 and "one of the folders being combined" in res.output
+    assert not (a / "report.md").exists() or "2 runs" not in (a / "report.md").read_text()
+
+
+def test_one_folder_is_rebuilt_in_place(tmp_path):
+    run = tmp_path / "r"
+    shutil.copytree(RUN, run)
+    assert CliRunner().invoke(app, ["report", str(run), "-q"]).exit_code == 0
+    assert (run / "report.md").is_file() and (run / "figures" / "link_throughput.png").is_file()
+
+
+def test_the_verdict_states_speed_time_to_quality_and_the_quality_gap(heldout_run):
+    md, comp = report.build(results.read(heldout_run))
+    top = md.split("## Runs")[0]
+    assert "**Verdict.**" in top
+    spar = comp[comp["method"] == "spar"].iloc[0]
+    base = comp[comp["method"] == comp["baseline"]].iloc[0]
+    s = spar["speedup"]
+    assert (f"`{spar['variant']}` is {s:.2f}x faster per update" if s >= 1 else
+            f"`{spar['variant']}` is {1 / s:.2f}x slower per update") in top
+    if pd.notna(spar["ttq_speedup"]):
+        assert f"reaches the baseline's quality in {1 / spar['ttq_speedup']:.2f}x the training time" in top
+    # quality.py's paired difference when the comparison has it, else the difference of the means
+    paired = "heldout_diff_mean" in comp and pd.notna(spar.get("heldout_diff_mean"))
+    diff = spar["heldout_diff_mean"] if paired else spar["heldout_mean"] - base["heldout_mean"]
+    assert f"held-out {spar['heldout_name']} {diff:+.3f}" in top
+    assert ("indistinguishable at this run's resolution" in top) or ("beyond the 95 % interval" in top)
+
+
+def test_a_ci_over_two_seeds_is_printed_as_n(tmp_path, heldout_copy):
+    run = heldout_copy(tmp_path / "r")
+    for cell in (run / "cells").glob("*-s3"):
+        shutil.rmtree(cell)
+    md, comp = report.build(results.read(run))
+    assert (comp["heldout_seeds"] == 2).all()
+    assert "(n=2)" in md and "too few for an interval" in md
+    r = comp.iloc[0]
+    assert f"{r['heldout_mean']:.3f} ± " not in md         # no interval over 2 seeds anywhere
+
+
+def test_captions_say_train_batch_or_heldout(heldout_run):
+    md, _ = report.build(results.read(heldout_run))
+    assert "Quality over the last" not in md               # the old caption beside a held-out column
+    assert "not held-out quality" in md and "problems never trained on" in md
+    head = md.split("## Seconds per update")[1].split("\n| link")[1].split("\n")[0]
+    assert "held-out quality" in head and "train-batch metric" in head
