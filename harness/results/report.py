@@ -482,7 +482,7 @@ def _write_figures(path, tables: results.RunTables, folder: Path) -> list[tuple[
 
 
 HTML_STYLE = ("body{font:14px/1.45 sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"
-              "td,th{padding:2px 8px;border:1px solid #ccc}table{border-collapse:collapse;font-size:12px}"
+              "td,th{padding:2px 8px;border:1px solid #ccc}table{border-collapse:collapse;font-size:12px;display:block;overflow-x:auto}"
               "img{max-width:100%}code{background:#f4f4f4}")
 
 
