@@ -176,9 +176,9 @@ def test_an_unreadable_cache_file_is_named_with_its_mode(task, base, cache):
     import tempfile
     folder = Path(tempfile.mkdtemp(prefix="wh-cache-"))
     folder.chmod(0o755)
-    src = next(cache.glob("digits-micro-*.safetensors"))
-    (folder / src.name).write_bytes(src.read_bytes())
-    (folder / src.name).chmod(0o600)   # what mkstemp left before the cache was made readable
+    for src in cache.glob("digits-micro-*.safetensors"):   # the base's file among other tests' models
+        (folder / src.name).write_bytes(src.read_bytes())
+        (folder / src.name).chmod(0o600)   # what mkstemp left before the cache was made readable
     read, write = os.pipe()
     pid = os.fork()   # a child of this interpreter as uid 1000 (a new one could not reach /root's python)
     if pid == 0:
@@ -197,5 +197,5 @@ def test_an_unreadable_cache_file_is_named_with_its_mode(task, base, cache):
         message = fh.read()
     os.waitpid(pid, 0)
     subprocess.run(["rm", "-rf", str(folder)], check=True)
-    assert message.startswith(f"PermissionError: cannot read the cached model {folder / src.name} "), message
+    assert message.startswith(f"PermissionError: cannot read the cached model {folder}/digits-micro-"), message
     assert "(mode 0600, owner uid 0) as uid 1000" in message, message
