@@ -275,8 +275,10 @@ def project(
         learner_bw: str = typer.Option(None, "--learner-bw", help="the learner's own link rate: every copy "
                                        "shares it (default: unshaped, each worker link is the bottleneck)"),
         relay_fanout: int = typer.Option(None, "--relay-fanout", help="relay tree of this fan-out instead of a star"),
-        method: str = typer.Option("spar", help="method(s), comma list (as on harness run)"),
-        budget: str = typer.Option("1.6%", help="budget(s) of spar/topk, comma list, % of the bf16 adapter"),
+        method: str = typer.Option(None, help="method(s), comma list (as on harness run) [default: harness "
+                                   "run's; with --from: that run's]"),
+        budget: str = typer.Option(None, help="budget(s) of spar/topk, comma list, % of the bf16 adapter "
+                                   "[default: harness run's; with --from: that run's]"),
         baseline: str = typer.Option(None, help="the method speedups are against [default: harness run's, "
                                      "full-bf16 (the paper's); with --from: that run's]"),
         pipeline: str = typer.Option("0,1", help="pipelining depth(s): 0, 1 or 0,1"),

@@ -255,7 +255,7 @@ def host_cc() -> str:
 
 
 def run_defaults(flags: dict) -> dict:
-    """--baseline and --lora-rank not given: `harness run`'s defaults (the spec's: full-bf16, rank 8), or with
+    """--baseline, --lora-rank, --method, --budget not given: `harness run`'s defaults (the spec's), or with
     --from the measured run's own, so that a projection's speedup uses the convention of the run it
     stands beside (the fp32 `full` at rank 64 made 3.74x of what the run's convention gives as 2.36x)."""
     own = {}
@@ -264,8 +264,9 @@ def run_defaults(flags: dict) -> dict:
 
         runs = results.read(flags["from_run"]).runs
         own = runs[0].config if runs else {}
-    for name in ("baseline", "lora_rank"):
+    for name in ("baseline", "lora_rank", "method", "budget"):
         if flags.get(name) is None:
-            flags[name] = own.get(name) or spec.get(name).default
+            value = own.get(name) or spec.get(name).default
+            flags[name] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
     return flags
 

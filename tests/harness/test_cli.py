@@ -64,6 +64,8 @@ def test_project_defaults_are_the_runs():
     inputs = json.loads(res.stdout)["inputs"]
     assert inputs["baseline"] == spec.get("baseline").default == "full-bf16"
     assert inputs["lora_rank"] == spec.get("lora_rank").default
+    variants = {r["variant"] for r in json.loads(res.stdout)["methods"]}
+    assert variants == {f"{spec.get('method').default[0]}@{spec.get('budget').default[0]}", "full-bf16"}, variants
     table = CliRunner().invoke(cli.app, ["project", "--compute-s", "14", "--bw", "62.5mbit"], env={"COLUMNS": "300"})
     title = " ".join(table.stdout.split())   # the title wraps at the table's width
     assert "rank 8 " in title and "speedup vs full-bf16" in title, table.stdout

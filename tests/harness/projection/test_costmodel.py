@@ -344,7 +344,7 @@ def test_project_prints_a_table_and_writes_both_figures(tmp_path):
     from harness.cli import app
 
     res = CliRunner().invoke(app, ["project", "--model", "qwen2.5-0.5b", "--workers", "4", "--bw", "20mbit",
-                                   "--compute-s", "2", "--method", "spar,powersgd", "--pipeline", "0",
+                                   "--compute-s", "2", "--method", "spar,powersgd", "--budget", "1.6%", "--pipeline", "0",
                                    "--encode-s", "0.2", "--replay-s", "0.1", "--figures", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "spar@1.6%" in res.output and "powersgd" in res.output and "speedup" in res.output
