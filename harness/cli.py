@@ -208,7 +208,7 @@ def bench_compress(
                                       "like --model's, power-law spectra), real (tiny model's LoRA gradient)"),
         budgets: str = typer.Option("0.78%,1.6%,6.25%", help="comma list of budgets, % of the bf16 full adapter"),
         repeats: int = typer.Option(5, min=1, help="timed runs per cell; the median is reported"),
-        threads: int = typer.Option(2, min=1, help="torch threads"),
+        threads: int = typer.Option(1, min=1, help="torch threads (1: OpenMP's spin-waits at 2 slowed encode 7-30x on a busy box)"),
         shape: str = typer.Option(None, help="preset: qwen0.5b (= --model qwen2.5-0.5b) | small (micro at rank 16, "
                                   "a quick check)"),
         model: str = typer.Option(None, "--model", help="synthetic gradients shaped like this model's adapter: a name "

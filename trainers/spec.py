@@ -72,7 +72,8 @@ COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
     "identity": {"dtype": "fp32"},
     "int8": {"block_size": 256},
     "powersgd": {"rank": None, "dtype": "fp16", "warm_start": True, "seed": 0},  # rank None: ranks fit the budget
-    "spar": {"dtype": "fp16", "select": "energy", "svd": "sketch", "sketch": 8, "warm_start": True, "seed": 0},
+    # svd "gram" (exact spectra): the sketch of 8 lost to PowerSGD at equal bytes on real gradients (issue 24)
+    "spar": {"dtype": "fp16", "select": "energy", "svd": "gram", "sketch": 8, "warm_start": True, "seed": 0},
     "topk": {"dtype": "fp16"},
 }
 # BudgetedCompressor subclasses (in-tree; plugins: the entry-point group wan_harness.budgeted_compressors). A run gives every budgeted method each --budget (equal bytes):

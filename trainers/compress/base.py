@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import zlib
 from abc import ABC, abstractmethod
@@ -206,8 +207,25 @@ def _read_segments(name: str, specs: Any, body: memoryview) -> dict[str, torch.T
 
 
 def flatten(m: dict[str, torch.Tensor]) -> torch.Tensor:
-    """All tensors as one 1-D vector, in dict order."""
-    return torch.cat([t.reshape(-1) for t in m.values()])
+    """All tensors as one 1-D vector, in dict order: a view, no copy, when they already lie back to back
+    in one buffer (the error-feedback residuals, `zeros_for`); else a concatenated copy."""
+    flat = contiguous_span(list(m.values()))
+    return flat if flat is not None else torch.cat([t.reshape(-1) for t in m.values()])
+
+
+def contiguous_span(ts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The 1-D view over `ts` when they are contiguous views of one storage, each starting where the
+    previous one ends (same dtype); None otherwise."""
+    if not ts or any(not t.is_contiguous() or t.dtype != ts[0].dtype for t in ts):
+        return None
+    base = ts[0].untyped_storage().data_ptr()
+    pos = ts[0].storage_offset()
+    for t in ts:
+        if t.untyped_storage().data_ptr() != base or t.storage_offset() != pos:
+            return None
+        pos += t.numel()
+    first = ts[0]
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (pos - first.storage_offset(),))
 
 
 def unflatten(flat: torch.Tensor, tensors: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
@@ -220,13 +238,45 @@ def unflatten(flat: torch.Tensor, tensors: list[tuple[str, tuple[int, ...]]]) ->
     return out
 
 
-def zeros_for(tensors: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
-    """fp32 zeros for a layout, as views into ONE flat buffer.
+def shape_groups(m: dict[str, torch.Tensor]) -> list[list[str]]:
+    """Names of `m` grouped by shape and by name with its numbers blanked (`layers.#.q_proj.lora_A`):
+    one group per projection and factor, which lie equally spaced in a flat buffer of the model's
+    layout, so `stacked` views them without a copy. Groups and names keep `m`'s order."""
+    groups: dict[tuple, list[str]] = {}
+    for name, t in m.items():
+        groups.setdefault((tuple(t.shape), re.sub(r"\d+", "#", name)), []).append(name)
+    return list(groups.values())
+
+
+def stacked(ts: list[torch.Tensor]) -> torch.Tensor:
+    """(g, *shape) over g tensors of one shape: a strided view, no copy, when they lie equally spaced
+    in one storage (the error-feedback residuals: every layer of a model has the same layout, so a
+    factor's i-th layer sits i x the layer's size further on); else a stacked copy."""
+    first = ts[0]
+    step = ts[1].storage_offset() - first.storage_offset() if len(ts) > 1 else first.numel()
+    ptr = first.untyped_storage().data_ptr()
+    if step >= first.numel() and all(t.is_contiguous() and t.shape == first.shape and t.dtype == first.dtype
+                                     and t.untyped_storage().data_ptr() == ptr
+                                     and t.storage_offset() == first.storage_offset() + i * step
+                                     for i, t in enumerate(ts)):
+        return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
+                                       (len(ts), *first.shape), (step, *first.stride()))
+    return torch.stack(ts)
+
+
+def zeros_for(tensors: list[tuple[str, tuple[int, ...]]], reuse: torch.Tensor | None = None,
+              zero: bool = True) -> dict[str, torch.Tensor]:
+    """fp32 zeros for a layout, as views into ONE flat buffer (`reuse` zeroed in place when it has
+    exactly the layout's size: writing zeros over pages already mapped costs ~0.5 memcpy, a fresh
+    141 MB buffer 5-9 memcpy in page faults on these machines).
 
     One large allocation instead of hundreds of ~1 MB ones: glibc serves each of those with a
     fresh mmap, and their page faults cost ~10 ms per factor on these machines.
     """
-    return unflatten(torch.zeros(sum(math.prod(s) for _, s in tensors), dtype=torch.float32), tensors)
+    n = sum(math.prod(s) for _, s in tensors)
+    if reuse is not None and reuse.numel() == n and reuse.dtype == torch.float32:
+        return unflatten(reuse.zero_() if zero else reuse, tensors)
+    return unflatten(torch.zeros(n, dtype=torch.float32) if zero else torch.empty(n, dtype=torch.float32), tensors)
 
 
 def all_finite(t: torch.Tensor) -> bool:
@@ -251,11 +301,26 @@ def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch
     whatever the thread count. Neither a (a, k) @ (k, b) matmul nor `addr_` promises that
     (`addr_` gave different bits at 1 and 3 threads on factors of more than ~32k elements).
     """
+    if u.shape[0] == 0:
+        return out
     u, v, scale = u.to(torch.float32), v.to(torch.float32), scale.to(torch.float32)
-    term = torch.empty_like(out)  # (a, b), reused for every j
+    term = _scratch(out)  # (a, b), reused for every j and every factor of this shape
     for j in range(u.shape[0]):
         out.add_(torch.outer(u[j] * (alpha * float(scale[j])), v[j], out=term))
     return out
+
+
+_SCRATCH: dict[tuple[int, ...], torch.Tensor] = {}
+
+
+def _scratch(like: torch.Tensor) -> torch.Tensor:
+    """A per-shape fp32 buffer for one rank-1 term (a few shapes per model, each a factor's size):
+    allocated once per process instead of once per factor per decode. Single-threaded use only
+    (encode and decode run on one thread in every service)."""
+    buf = _SCRATCH.get(tuple(like.shape))
+    if buf is None:
+        buf = _SCRATCH[tuple(like.shape)] = torch.empty(like.shape, dtype=torch.float32)
+    return buf
 
 
 def require(cond: bool, name: str, reason: str) -> None:
@@ -299,6 +364,7 @@ class Compressor(ABC):
         self.max_decoded_elements = int(self.config["max_decoded_elements"])
         self.residuals: dict[str, torch.Tensor] = {}
         self._layout: list[tuple[str, tuple[int, ...]]] | None = None
+        self._reuse, self._out = False, None     # decode(reuse=True)'s output buffer (output_zeros)
         self._validate()
 
     def _validate(self) -> None:
@@ -312,7 +378,10 @@ class Compressor(ABC):
             segments, meta = self._compress(m)
             payload = pack(self.name, layout, segments, meta)
             if self.error_feedback:                      # E <- M - decode(payload), in place
-                self._accumulate(unpack(self.name, payload, self.max_decoded_elements), self.residuals, -1.0)
+                # from the segments the payload was packed from: the same bits as parsing the payload
+                # back (pack copies them verbatim), without copying ~the payload again
+                self._accumulate(Unpacked(layout, {seg.key: seg.array for seg in segments}, meta or {}),
+                                 self.residuals, -1.0)
         return payload
 
     def _error_corrected(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -330,8 +399,12 @@ class Compressor(ABC):
             self.residuals[name].add_(g.detach())
         return self.residuals
 
-    def decode(self, payload: bytes) -> dict[str, torch.Tensor]:
+    def decode(self, payload: bytes, reuse: bool = False) -> dict[str, torch.Tensor]:
+        """The gradients of `payload`. reuse=True: written into an output buffer this instance keeps,
+        which the next decode(reuse=True) overwrites (a service that steps from each decode at once
+        saves a fresh adapter-sized allocation per update); the bits are the same either way."""
         unpacked = unpack(self.name, payload, self.max_decoded_elements)
+        self._reuse = reuse
         try:
             with torch.no_grad():
                 return self._reconstruct(unpacked)
@@ -339,6 +412,15 @@ class Compressor(ABC):
             raise
         except Exception as exc:
             raise PayloadError(f"{self.name}: payload contents inconsistent ({type(exc).__name__}: {exc})") from None
+
+    def output_zeros(self, tensors: list[tuple[str, tuple[int, ...]]], zero: bool = True) -> dict[str, torch.Tensor]:
+        """Zeros (zero=False: any values, the caller overwrites them all) for a decode's output, as
+        views into one flat buffer (zeros_for): this instance's kept buffer under decode(reuse=True)."""
+        if not self._reuse:
+            return zeros_for(tensors, zero=zero)
+        out = zeros_for(tensors, self._out, zero)
+        self._out = contiguous_span(list(out.values())) if out else None
+        return out
 
     def residual(self) -> dict[str, torch.Tensor]:
         """The error-feedback buffers E (what has been owed to the wire so far)."""

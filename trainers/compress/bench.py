@@ -121,7 +121,7 @@ def powersgd_rank_for(grads, budget_frac: float) -> int:
     return max(1, round(budget_frac * full / per_rank))
 
 
-def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, threads: int = 2,
+def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, threads: int = 1,
         model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK, real_model: str = "tiny", progress=None) -> list[Row]:
     torch.set_num_threads(threads)
     rows = []
@@ -143,7 +143,7 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
         for frac in budgets:
             label, budget = f"{frac:.2%}", f"{100 * frac:g}%"   # the one budget syntax (trainers/spec.py)
             cell("spar", label, budget=budget)
-            cell("spar", label, "spar (gram)", budget=budget, svd="gram")
+            cell("spar", label, "spar (sketch)", budget=budget, svd="sketch")
             cell("topk", label, budget=budget)
             cell("int8", label, budget=budget)
             cell("powersgd", label, budget=budget)
@@ -154,3 +154,57 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
 
 def as_dicts(rows: list[Row]) -> list[dict]:
     return [{**asdict(r), "total_s": r.total_s} for r in rows]
+
+
+# ---- the memory floor ------------------------------------------------------------------------
+
+# (label, compressor, options) of `floor_ratios`: each at the 1.6 % budget the issue's goals name
+FLOOR_CELLS = (("spar@1.6%", "spar", {"budget": "1.6%"}),
+               ("spar (sketch 8)@1.6%", "spar", {"budget": "1.6%", "svd": "sketch"}),
+               ("powersgd@1.6%", "powersgd", {"budget": "1.6%"}),
+               ("topk@1.6%", "topk", {"budget": "1.6%"}),
+               ("int8@1.6%", "int8", {"budget": "1.6%"}),
+               ("identity", "identity", {}))
+
+
+def _cpu(fn) -> float:
+    """Process CPU seconds of `fn()` (all threads: at 2 threads the helper thread's spin counts too)."""
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def floor_ratios(grads: dict[str, torch.Tensor], cells=FLOOR_CELLS, repeats: int = 5, threads: int = 1,
+                 progress=None) -> list[dict]:
+    """Encode and decode CPU time of each cell as a ratio to a memcpy of the fp32 adapter's bytes,
+    measured side by side (a copy before every repeat) so the ratio holds on a busy machine.
+    Steady state, as the services run: one encoder carries its error feedback from update to
+    update, one decoder decodes every payload; the first round (buffers and warm starts being
+    made) is not timed. Returns rows {cell, payload_bytes, encode_x, decode_x, total_x, memcpy_s}."""
+    torch.set_num_threads(threads)
+    src = torch.cat([t.reshape(-1) for t in grads.values()])
+    dst = torch.empty_like(src)
+    dst.copy_(src)                                                     # touch the pages once
+    rows = []
+    for label, name, options in cells:
+        enc, dec = get_compressor(name, **options), get_compressor(name, **options)
+        dec.decode(enc.encode(grads))
+        copies, encodes, decodes = [], [], []
+        for _ in range(repeats):
+            copies.append(_cpu(lambda: dst.copy_(src)))
+            payload = None
+
+            def run_encode():
+                nonlocal payload
+                payload = enc.encode(grads)
+            encodes.append(_cpu(run_encode))
+            received = bytearray(payload)                  # what the wire's receive buffer holds
+            decodes.append(_cpu(lambda: dec.decode(received, reuse=True)))  # as the services decode
+        floor = statistics.median(copies)
+        e, d = statistics.median(encodes) / floor, statistics.median(decodes) / floor
+        row = {"cell": label, "payload_bytes": len(payload), "encode_x": e, "decode_x": d, "total_x": e + d,
+               "memcpy_s": floor}
+        rows.append(row)
+        if progress:
+            progress(row)
+    return rows

@@ -8,8 +8,8 @@ import torch
 from trainers import spec
 
 from trainers.compress import register
-from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, flatten, header_bytes,
-                                    itemsize, require, unflatten)
+from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, contiguous_span,
+                                    flatten, header_bytes, itemsize, require, unflatten)
 
 
 @register("identity")
@@ -34,4 +34,8 @@ class IdentityCompressor(Compressor):
         total = sum(math.prod(s) for _, s in p.tensors)
         require(values is not None and values.numel() == total, self.name,
                 f"values segment does not match the {total} elements of the table")
-        return unflatten(values.to(torch.float32), p.tensors)
+        if values.dtype == torch.float32:
+            return unflatten(values, p.tensors)             # a view over a writable receive buffer
+        out = self.output_zeros(p.tensors, zero=False)      # every element is written below
+        contiguous_span(list(out.values())).copy_(values)
+        return out

@@ -16,7 +16,8 @@ import torch
 from trainers import spec
 
 from trainers.compress import register
-from trainers.compress.base import (BudgetedCompressor, OptionError, Segment, Unpacked, flatten, header_bytes,
+from trainers.compress.base import (BudgetedCompressor, OptionError, Segment, Unpacked, contiguous_span, flatten,
+                                    header_bytes,
                                     require, unflatten)
 
 _LEVELS = 127        # symmetric int8: -127..127, so that negation is exact
@@ -47,7 +48,7 @@ class Int8Compressor(BudgetedCompressor):
                     {"block_size": self.block_size})
         bs, k = plan
         blocks = _blocks(flat, bs)                                   # (n_blocks, bs)
-        energy = blocks.double().pow(2).sum(dim=1)
+        energy = torch.linalg.vector_norm(blocks, dim=1)              # ranks as sum of squares does, no copy
         # by energy, ties to the lower index (stable sort); sent in increasing index order, which decode checks
         index = torch.sort(torch.sort(energy, descending=True, stable=True).indices[:k]).values
         scales, q = _quantise(blocks[index])
@@ -106,9 +107,14 @@ class Int8Compressor(BudgetedCompressor):
         if index.numel():
             require(int(index[0]) >= 0 and int(index[-1]) < n_blocks, self.name, f"block index outside [0, {n_blocks})")
             require(bool((index[1:] > index[:-1]).all()), self.name, "block indices not strictly increasing")
-        values = torch.zeros(n_blocks, bs, dtype=torch.float32)
+        if n_blocks * bs == total:                      # no padding: the blocks are the output itself
+            out = self.output_zeros(p.tensors)
+            values = contiguous_span(list(out.values())).reshape(n_blocks, bs)
+        else:
+            values = torch.zeros(n_blocks, bs, dtype=torch.float32)
+            out = unflatten(values.reshape(-1)[:total], p.tensors)
         values[index] = q.to(torch.float32).reshape(-1, bs) * scales[:, None]
-        return unflatten(values.reshape(-1)[:total], p.tensors)
+        return out
 
 
 def _quantise(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,5 +125,6 @@ def _quantise(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _blocks(flat: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(n_blocks, block_size) over `flat`, zero-padded at the end: a view when no padding is needed."""
     pad = (-flat.numel()) % block_size
-    return torch.nn.functional.pad(flat, (0, pad)).reshape(-1, block_size)
+    return (torch.nn.functional.pad(flat, (0, pad)) if pad else flat).reshape(-1, block_size)

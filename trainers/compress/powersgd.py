@@ -108,7 +108,7 @@ class PowerSGDCompressor(BudgetedCompressor):
         return fresh if q is None else torch.cat([q, fresh], dim=1)
 
     def _reconstruct(self, p: Unpacked):
-        out = zeros_for(p.tensors)
+        out = self.output_zeros(p.tensors)
         self._accumulate(p, out, 1.0)
         return out
 

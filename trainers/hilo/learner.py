@@ -174,7 +174,7 @@ class Learner:
             with timer.phase("encode"):
                 msg = self.compressor.encode(grads)
             with timer.phase("decode_replay"):
-                self.replica.step(self.compressor.decode(msg))
+                self.replica.step(self.compressor.decode(msg, reuse=True))  # stepped from at once: one kept buffer
         else:
             with timer.phase("decode_replay"):
                 self.replica.step(grads)

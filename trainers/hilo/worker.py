@@ -169,7 +169,7 @@ class Worker:
         if frame.version != v + 1 and (self.method.replay or frame.version <= v):
             raise WorkerError(f"version gap: holding {v}, received update {frame.version}")
         if self.method.replay:
-            self.replica.step(self.decoder.decode(frame.body))
+            self.replica.step(self.decoder.decode(frame.body, reuse=True))  # stepped from at once: one kept buffer
         elif self.delta is not None and delta.is_delta(frame.body):  # its base version is checked: never skips
             tensors, version = self.delta.apply(frame.body)
             if version != frame.version:
