@@ -49,6 +49,16 @@ def bytes_to_target(r) -> str:
     return f"{updates * payload:,.0f} ({int(reached)} / {int(seeds)})"
 
 
+def _link(r, keys: list[str]) -> str:
+    """The link in a few characters: the profile (or the rate), then any other coordinate that is set
+    and not the profile's own (delay, loss, workers, pipeline)."""
+    show = [k for k in keys if k not in ("profile", "rate_bit_s", "backend", "emulated") and not pd.isna(r[k])]
+    head = r.get("profile") if isinstance(r.get("profile"), str) else (
+        f"{r['rate_bit_s'] / 1e6:g} Mbit/s" if not pd.isna(r.get("rate_bit_s", float("nan"))) else "unshaped")
+    return ", ".join([head] + [f"{k}={r[k]:g}" if isinstance(r[k], float) else f"{k}={r[k]}" for k in show
+                               if r[k] not in (0, 0.0, False)])
+
+
 def _fmt_bytes(v) -> str:
     return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
 
@@ -70,7 +80,7 @@ def rows(updates: pd.DataFrame, comp: pd.DataFrame) -> tuple[list[str], list[lis
     rank = updates.groupby("variant")["lora_rank"].first() if "lora_rank" in updates else pd.Series(dtype=object)
     for _, r in hilo.iterrows():
         key = tuple(r[k] for k in keys) + (r["variant"],)
-        link = ", ".join(f"{k}={r[k]}" for k in keys if not pd.isna(r[k])) or "-"
+        link = _link(r, keys)
         frac = r.get("fraction_of_full")
         out.append([link, r["variant"], training_rank(r["method"], rank.get(r["variant"])),
                     _fmt_bytes(r.get("payload_bytes_down")),
