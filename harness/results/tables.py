@@ -21,8 +21,6 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     seconds_per_update, t_start_s, t_end_s (from the cell's first event),
     <phase>_s for the learner's phases (idle, train, encode, decode_replay, hash, send_update),
     worker_<phase>_s (median over workers) for rollout, send_rollouts, receive, decode_replay,
-    payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
-    payload_bytes_up / wire_bytes_up (rollout bodies / frames, all workers),
     <phase>_cpu_s (the learner thread's CPU seconds in train, encode, decode_replay), worker_rollout_cpu_s,
     process_cpu_s, busy_frac / steal_frac (of all cores' time over the update), load1, cores,
     payload_bytes_down (update body, to one worker), wire_bytes_down (frame bytes, all workers),
@@ -120,7 +118,7 @@ def read_doc(path: Path) -> dict:
     doc = read_json(path, {})
     if not isinstance(doc, dict):
         raise ResultsError(f"{path}: expected a JSON object, found a {type(doc).__name__}")
-    return doc
+    return check_doc(Path(path), doc)
 
 
 def _number(v) -> bool:
@@ -134,6 +132,8 @@ def check_rows(path: Path, rows: list) -> list[dict]:
         if not isinstance(r, dict):
             raise ResultsError(f"{path}: row {i} is not a JSON object")
         kind = r.get("kind")
+        if not isinstance(kind, str):
+            raise ResultsError(f"{path}: row {i}: 'kind' is {json.dumps(kind, default=str)[:40]}, not a string")
         if not _number(r.get("t")):
             raise ResultsError(f"{path}: row {i} ({kind}) has no numeric time 't'")
         if kind == "update":
@@ -144,7 +144,75 @@ def check_rows(path: Path, rows: list) -> list[dict]:
         for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival", "cpu_s", "machine"):
             if r.get(key) is not None and not isinstance(r[key], dict):
                 raise ResultsError(f"{path}: row {i} ({kind}): {key!r} is not a JSON object")
+        check_fields(path, i, r)
     return rows
+
+
+# Fields the tables compute with, per row kind: a number (or null) or the file is malformed.
+NUMERIC_FIELDS = {
+    "update": ("seconds_per_update", "update_payload_bytes", "loss", "lag", "harness_s", "reward_mean", "rows",
+               "batch", "payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down",
+               "heldout_ppl", "payload_bytes", "payload_bytes_down", "process_cpu_s"),
+    "eval": ("version", "pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
+             "eval_s"),
+    "heldout": ("version", "heldout_ppl"),
+    "joined": ("version", "worker"), "dropped": ("version", "worker"), "disconnected": ("version", "worker"),
+}
+DOC_TYPES = {  # per document: key -> the types its value may have (None always allowed)
+    "summary.json": {"updates": int, "updates_planned": int, "workers": int, "complete": bool, "consistent": bool,
+                     "status": str, "dropped": list, "state_hashes": dict, "eval": dict},
+    "meta.json": {"run_id": str, "status": str, "backend": str, "profile": str, "complete": bool, "emulation": bool,
+                  "cells": list, "cells_complete": list, "errors": list, "owner": dict, "netns_run_id": str},
+    "config.json": {"overrides": dict, "profile_doc": dict, "variants": list, "profile_name": str, "run_id": str},
+}
+
+
+def check_fields(path: Path, i: int, r: dict) -> None:
+    """The numeric fields of row `i` (NUMERIC_FIELDS) are numbers or null."""
+    for key in NUMERIC_FIELDS.get(r.get("kind"), ()):
+        v = r.get(key)
+        if v is not None and not _number(v):
+            raise ResultsError(f"{path}: row {i} ({r.get('kind')}): {key!r} is {json.dumps(v)[:40]}, not a number")
+
+
+def check_doc(path: Path, doc: dict) -> dict:
+    """A run or cell document's fields have the types the tables use (DOC_TYPES; config.json: every
+    run-spec parameter its spec type, or a list of them); ResultsError naming the file and field."""
+    types = DOC_TYPES.get(path.name, {})
+    for key, v in doc.items():
+        want = types.get(key)
+        if want is None and path.name == "config.json":
+            want = _param_types(key)
+        if v is None or want is None:
+            continue
+        ok = _is_a(v, want) or (isinstance(want, tuple) and isinstance(v, list) and all(_is_a(x, want) for x in v))
+        if not ok:
+            raise ResultsError(f"{path}: {key!r} is {json.dumps(v, default=str)[:40]}, not {_type_names(want)}")
+    return doc
+
+
+def _param_types(key: str):
+    """The JSON types a config.json value of run-spec parameter `key` may have (a tuple: a list of them too)."""
+    try:
+        p = spec.get(key)
+    except KeyError:
+        return None
+    return {int: (int,), float: (int, float), bool: (bool,)}.get(p.type, (str, int, float, bool))
+
+
+def _is_a(v, want) -> bool:
+    want = want if isinstance(want, tuple) else (want,)
+    if isinstance(v, bool):
+        return bool in want
+    if isinstance(v, (int, float)) and float in want:
+        return True
+    return type(v) in want
+
+
+def _type_names(want) -> str:
+    names = [t.__name__ for t in (want if isinstance(want, tuple) else (want,))]
+    return "a " + " or ".join({"dict": "mapping", "list": "list", "str": "string", "int": "integer",
+                                "float": "number", "bool": "boolean"}.get(n, n) for n in names)
 
 
 LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
@@ -205,7 +273,12 @@ class CellFiles:
 
 
 def _events(path: Path) -> list[dict]:
-    return check_rows(path, events.read_events(path)) if path.exists() else []
+    if not path.exists():
+        return []
+    try:
+        return check_rows(path, events.read_events(path))
+    except OSError as err:  # a directory where the file should be, an unreadable file
+        raise ResultsError(f"{path}: not readable ({err.strerror or type(err).__name__})") from None
 
 
 def read_cell(cell: Path) -> CellFiles:
@@ -244,13 +317,16 @@ def spec_columns(cfg: dict) -> dict:
 
 
 def planned_cells(cfg: dict, meta: dict) -> dict[str, tuple[dict, int]]:
-    """Cell folder name -> (variant as in config.json, seed), in run order: meta.json lists the
-    planned folders for seeds x variants, in config order ({} if the two do not line up)."""
-    plan = [(v, s) for s in cfg.get("seeds", []) for v in cfg.get("variants", [])]
-    names = meta.get("cells") or []
-    if len(names) != len(plan) or not all(n.endswith(f"-s{s}") for n, (_, s) in zip(names, plan)):
-        return {}
-    return dict(zip(names, plan))
+    """Cell folder name -> (variant as in config.json, seed), in run order (meta.json's `cells`, which
+    `--schedule interleaved` reorders within a seed). Matched by name (the variant's slug + seed),
+    never by position: zipping the run order with seeds x variants mislabelled interleaved cells."""
+    plan = {}
+    for s in cfg.get("seeds", []):
+        for v in cfg.get("variants", []):
+            label = v.get("label") or spec.variant_label(v.get("method"), v.get("budget"))
+            plan[f"{spec.variant_slug(label)}-s{s}"] = (v, s)
+    names = [n for n in (meta.get("cells") or []) if n in plan]
+    return {n: plan[n] for n in names + [n for n in plan if n not in names]}
 
 
 def cell_dirs(run_dir: Path, planned: dict[str, tuple[dict, int]]) -> list[Path]:
@@ -355,6 +431,8 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
         row.update({f"worker_{p}_s": _median(w.get("durations_s", {}).get(p) for w in rolls + applies
                                              if p in w.get("durations_s", {})) for p in WORKER_PHASES})
+        row.update(load_columns(r, rolls))
+        row.update(ledger_columns(r, rolls, link_totals))
         frames = r.get("update_frame_bytes") or {}
         row.update(payload_bytes_down=r.get("update_payload_bytes"), wire_bytes_down=sum(frames.values()),
                    payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
@@ -367,8 +445,6 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
         overlaps = [w["overlap"] for w in applies if _number(w.get("overlap"))]  # dp workers' rows at a sync
         if overlaps:
             row["overlap"] = sum(overlaps) / len(overlaps)
-        row.update(load_columns(r, rolls))
-        row.update(ledger_columns(r, rolls, link_totals))
         rows.append(row)
     return rows
 
