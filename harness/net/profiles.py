@@ -191,7 +191,14 @@ class Profile:
     schedule: tuple[Change, ...] = ()
 
     def link(self, node: str, at_s: float = 0.0) -> LinkSpec:
-        """The link of ``node`` ("learner" or "wN") in force ``at_s`` seconds after apply."""
+        """The link of ``node`` ("learner" or "wN") in force ``at_s`` seconds after apply; each
+        (node, time) is built through units once per profile (plan, timeline and shaper ask again)."""
+        cache = self.__dict__.setdefault("_links", {})
+        if (node, at_s) not in cache:
+            cache[(node, at_s)] = self._build_link(node, at_s)
+        return cache[(node, at_s)]
+
+    def _build_link(self, node: str, at_s: float) -> LinkSpec:
         raw = _raw_for(self, node)
         for change in self.schedule:
             if change.at_s <= at_s and _targets(change.target, node):

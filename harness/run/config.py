@@ -79,7 +79,12 @@ class RunConfig:
         return doc
 
     def load_profile(self) -> profiles.Profile:
-        return profiles.from_doc(self.profile_doc, self.profile_name)
+        """The parsed profile, parsed once per config (launch, the shaper, doctor and the plan all ask)."""
+        cached = self.__dict__.get("_profile")
+        if cached is None:
+            cached = profiles.from_doc(self.profile_doc, self.profile_name)
+            object.__setattr__(self, "_profile", cached)  # frozen dataclass: a cache, not a field
+        return cached
 
     @property
     def run_dir(self) -> Path:
