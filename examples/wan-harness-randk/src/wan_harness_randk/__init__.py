@@ -7,7 +7,9 @@ error feedback (the harness's base class) carries the unsent rest into the next 
 what makes random-k converge (the "memory" of the paper).
 
 Payload: the harness's HLOC container with one segment, `values` (k elements in `dtype`), and the
-draw's seed in the table's meta. Decode is pure: it redraws the same positions from the seed.
+draw's seed and the adapter's element count in the table's meta. Decode is pure: it redraws the same
+positions from the seed. The count is checked against the shape table: the positions are a function
+of the total alone, so without it a forged table of another size would decode without a word.
 """
 from __future__ import annotations
 
@@ -41,12 +43,12 @@ class RandKCompressor(BudgetedCompressor):
         self.updates += 1
         k = self._k(layout, flat.numel(), seed)
         values = flat[positions(flat.numel(), k, seed)].to(DTYPES[self.dtype])
-        return [Segment("values", self.dtype, values)], {"seed": seed}
+        return [Segment("values", self.dtype, values)], {"seed": seed, "numel": flat.numel()}
 
     def _k(self, layout, numel: int, seed: int) -> int:
         """The most elements whose payload fits the budget (the header counted exactly)."""
         budget = self.budget_for([s for _, s in layout])
-        size = lambda k: header_bytes(self.name, layout, [("values", self.dtype, k)], {"seed": seed}) \
+        size = lambda k: header_bytes(self.name, layout, [("values", self.dtype, k)], {"seed": seed, "numel": numel}) \
             + k * itemsize(self.dtype)  # noqa: E731
         k = min(numel, max(0, (budget - size(0)) // itemsize(self.dtype)))
         while k > 1 and size(k) > budget:    # the count's digits grow the header by a byte or two
@@ -60,6 +62,7 @@ class RandKCompressor(BudgetedCompressor):
         values, seed = p.segments.get("values"), p.meta.get("seed")
         require(values is not None and 0 < values.numel() <= total, self.name, "values segment missing or too long")
         require(isinstance(seed, int) and 0 <= seed < 2**63, self.name, "meta holds no valid seed")
+        require(p.meta.get("numel") == total, self.name, "the shape table does not hold the encoded element count")
         flat = torch.zeros(total, dtype=torch.float32)
         flat[positions(total, values.numel(), seed)] = values.to(torch.float32)
         return unflatten(flat, p.tensors)
