@@ -177,42 +177,45 @@ def check_fields(path: Path, i: int, r: dict) -> None:
 
 def check_doc(path: Path, doc: dict) -> dict:
     """A run or cell document's fields have the types the tables use (DOC_TYPES; config.json: every
-    run-spec parameter its spec type, or a list of them); ResultsError naming the file and field."""
+    run-spec parameter its spec type, a list of them where it is a comma-list parameter);
+    ResultsError naming the file and field."""
     types = DOC_TYPES.get(path.name, {})
     for key, v in doc.items():
-        want = types.get(key)
-        if want is None and path.name == "config.json":
-            want = _param_types(key)
-        if v is None or want is None:
+        if v is None:
             continue
-        ok = _is_a(v, want) or (isinstance(want, tuple) and isinstance(v, list) and all(_is_a(x, want) for x in v))
+        if key in types:
+            ok, want = _is_a(v, (types[key],)), _type_names((types[key],))
+        elif path.name == "config.json" and key in PARAM_NAMES:
+            ok, want = _param_ok(spec.get(key), v)
+        else:
+            continue
         if not ok:
-            raise ResultsError(f"{path}: {key!r} is {json.dumps(v, default=str)[:40]}, not {_type_names(want)}")
+            raise ResultsError(f"{path}: {key!r} is {json.dumps(v, default=str)[:40]}, not {want}")
     return doc
 
 
-def _param_types(key: str):
-    """The JSON types a config.json value of run-spec parameter `key` may have (a tuple: a list of them too)."""
-    try:
-        p = spec.get(key)
-    except KeyError:
-        return None
-    return {int: (int,), float: (int, float), bool: (bool,)}.get(p.type, (str, int, float, bool))
+PARAM_NAMES = frozenset(p.name for p in spec.PARAMS)
 
 
-def _is_a(v, want) -> bool:
-    want = want if isinstance(want, tuple) else (want,)
+def _param_ok(p: spec.Param, v) -> tuple[bool, str]:
+    one = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}.get(p.type, (str, int, float, bool))
+    if isinstance(v, list):
+        return p.many and all(_is_a(x, one) for x in v), f"a list of {_type_names(one)}"
+    return _is_a(v, one), _type_names(one)
+
+
+def _is_a(v, want: tuple) -> bool:
     if isinstance(v, bool):
         return bool in want
-    if isinstance(v, (int, float)) and float in want:
+    if isinstance(v, int) and float in want:
         return True
     return type(v) in want
 
 
-def _type_names(want) -> str:
-    names = [t.__name__ for t in (want if isinstance(want, tuple) else (want,))]
-    return "a " + " or ".join({"dict": "mapping", "list": "list", "str": "string", "int": "integer",
-                                "float": "number", "bool": "boolean"}.get(n, n) for n in names)
+def _type_names(want: tuple) -> str:
+    names = {"dict": "a mapping", "list": "a list", "str": "a string", "int": "an integer", "float": "a number",
+             "bool": "a boolean"}
+    return " or ".join(names.get(t.__name__, t.__name__) for t in want if not (t is int and float in want))
 
 
 LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
