@@ -1,8 +1,10 @@
 """What every service process needs, whichever family it runs: addresses, the run token,
-connecting with retries, log lines, and its thread count."""
+connecting with retries, log lines, its thread count, and dying with the harness that started it."""
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import sys
 import time
@@ -10,6 +12,8 @@ import time
 import torch
 
 RUN_TOKEN_ENV = "RUN_TOKEN"
+PARENT_PID_ENV = "WAN_PARENT_PID"  # set by harness.run.launch.Processes: the pid of the harness that started us
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -48,3 +52,20 @@ def log(process: str, msg: str) -> None:
 def set_threads(n: int) -> None:
     # Bit-exact replay needs the same op order everywhere; one thread also keeps a 2-core box usable.
     torch.set_num_threads(max(1, n))
+
+
+def die_with_parent() -> None:
+    """SIGTERM this service when the harness that started it dies, however it dies (SIGKILL too):
+    the kernel's parent-death signal (prctl PR_SET_PDEATHSIG), asked for first thing in main().
+    The harness names itself in $WAN_PARENT_PID; a parent that died before the request was made
+    (we were re-parented already) is handled here at once. Without the variable (started by hand,
+    or in a container whose controller is not our parent) nothing changes. SIGTERM, not SIGKILL:
+    the services' handlers then write their summary as interrupted and exit."""
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log("process", f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)

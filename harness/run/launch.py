@@ -161,8 +161,12 @@ class Processes:
         self.launches: dict[str, tuple] = {}  # name -> (node, argv, cell_dir, env): what `restart` repeats
 
     def start(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> subprocess.Popen:
-        """Start `argv` as process `name` on `node`, its output appended to `cell_dir/<name>.log`."""
+        """Start `argv` as process `name` on `node`, its output appended to `cell_dir/<name>.log`.
+        The service learns our pid ($WAN_PARENT_PID) and asks the kernel for SIGTERM when we die
+        (trainers.process.die_with_parent): a SIGKILLed harness leaves no service running. Call it
+        from the main thread: the kernel ties that signal to the thread that forked."""
         self.launches[name] = (node, argv, cell_dir, env)
+        env = dict(env, WAN_PARENT_PID=str(os.getpid()))
         with open(cell_dir / f"{name}.log", "ab") as log:
             self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)  # Ctrl-C reaches us; we stop them in order
@@ -424,9 +428,21 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     finally:
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        atomic_write_json(run_dir / "meta.json", doc)
+        write_final_meta(run_dir, doc)
         finalize(run_dir)
     return run_dir
+
+
+def write_final_meta(run_dir: Path, doc: dict) -> bool:
+    """meta.json with the run's final status; on a failed write (a full disk, a read-only folder)
+    one stderr line and False: the old file (status "running", its owner dead by the time anyone
+    reads it: results mark the run interrupted) stays whole, and no temp file is left."""
+    try:
+        atomic_write_json(run_dir / "meta.json", doc)
+        return True
+    except OSError as err:
+        print(f"harness run: could not write {run_dir / 'meta.json'}: {err.strerror or err}", file=sys.stderr)
+        return False
 
 
 def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progress,

@@ -43,7 +43,7 @@ from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, write_summary
-from trainers.process import log, parse_addr, run_token, set_threads
+from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.protocol.wire import Connection, MessageType
 
@@ -292,6 +292,7 @@ def _terminate(signum, _frame):
 
 
 def main(argv=None) -> int:
+    die_with_parent()  # first thing: a harness that dies takes its services with it
     ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.aggregator", description=__doc__.split("\n")[0])
     ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
     ap.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")

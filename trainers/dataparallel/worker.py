@@ -24,7 +24,7 @@ from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer
-from trainers.process import connect, log, parse_addr, run_token, set_threads
+from trainers.process import connect, die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
 
@@ -95,6 +95,7 @@ def _terminate(signum, _frame):
 
 
 def main(argv=None) -> int:
+    die_with_parent()  # first thing: a harness that dies takes its services with it
     ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.worker", description=__doc__.split("\n")[0])
     ap.add_argument("--aggregator", "--learner", dest="aggregator", required=True, help="HOST:PORT of the aggregator")
     ap.add_argument("--worker-id", type=int, required=True)

@@ -40,7 +40,7 @@ from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
 from trainers.model.run_models import teacher_for
 from trainers.objectives import available as objectives, get_objective
-from trainers.process import log, parse_addr, run_token, set_threads
+from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
 from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.protocol.wire import MessageType, WireError
@@ -382,6 +382,7 @@ def build_objective(params: RunParams, task):
 
 
 def main(argv=None) -> int:
+    die_with_parent()  # first thing: a harness that dies takes its services with it
     p = argparse.ArgumentParser(prog="python -m trainers.hilo.learner", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")

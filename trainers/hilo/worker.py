@@ -34,7 +34,7 @@ from trainers.model.rollout import generate_rollouts
 from trainers.compress import delta
 from trainers.hilo import stack
 from trainers.hilo.stack import rollout_seed
-from trainers.process import connect, log, parse_addr, run_token, set_threads
+from trainers.process import connect, die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams, add_run_args
 from trainers.protocol.wire import Connection, MessageType, PeerClosed, WireError
 
@@ -253,6 +253,7 @@ class Worker:
 
 
 def main(argv=None) -> int:
+    die_with_parent()  # first thing: a harness that dies takes its services with it
     p = argparse.ArgumentParser(prog="python -m trainers.hilo.worker", description=__doc__.split("\n")[0])
     p.add_argument("--learner", required=True, help="the learner's HOST:PORT")
     p.add_argument("--worker-id", type=int, required=True, help="1..N, unique in the run")
