@@ -2,6 +2,8 @@
 documents. Whatever the input, validation either accepts it or raises its own one-line usage
 error; it never lets another exception through (which the CLI would print as a traceback), and
 anything it accepts can be planned without error."""
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,3 +88,121 @@ def test_a_profile_that_is_not_a_mapping_is_one_line(doc):
     with pytest.raises(profiles.ProfileError) as err:
         profiles.from_doc(doc, "fz")
     _one_line(err.value)
+
+
+# ---- issue 26: the inputs that broke (profile YAML, project numbers, run folders, grids) -------------
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("a: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+    ("schedule: [{at: 1e300s, target: workers, rate: 1mbit}]\n", "within 604800 s"),
+    ("workers: {w1: null}\n", "must be a mapping"),
+    ("defaults: {up: null}\n", "must be a mapping"),
+    ("x: '" + "a" * (1 << 20) + "'\n", "larger than"),
+])
+def test_a_bad_profile_file_is_one_line(tmp_path, text, reason):
+    path = tmp_path / "fz.yaml"
+    path.write_text(text)
+    with pytest.raises(profiles.ProfileError) as err:
+        profiles.load(path)
+    _one_line(err.value)
+    assert reason in str(err.value)
+
+
+numbers = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10))
+
+
+@SETTINGS
+@given(st.fixed_dictionaries({"compute_s": numbers, "rollout_s": numbers, "train_s": numbers, "encode_s": numbers,
+                              "replay_s": numbers, "rollout_share": numbers}))
+def test_project_numbers_are_checked(nums):
+    """`harness project`'s numbers: finite and in range, or one line naming the flag (-1 was a ZeroDivisionError)."""
+    from harness.projection import inputs
+
+    try:
+        inputs.check_numbers(**nums, rollout_bytes=None)
+    except ValueError as err:
+        _one_line(err)
+        assert str(err).startswith("--")
+        return
+    import math
+
+    assert all(v is None or (math.isfinite(v) and v >= 0) for v in nums.values())
+    assert nums["compute_s"] is None or nums["compute_s"] > 0
+
+
+@pytest.mark.parametrize("grid", [{"workers": [1, 1]}, {"lr": [0.001, "1e-3"]}, {"bw": ["10mbit", "10Mbit"]},
+                                  {"delay": ["20ms", "0.02s"]}])
+def test_grid_axes_with_values_that_mean_the_same_are_refused(grid):
+    from harness.run import commands
+
+    with pytest.raises(ValueError) as err:
+        commands.grid_points(grid)
+    _one_line(err.value)
+    assert "the same value" in str(err.value)
+
+
+def test_refused_before_anything_runs(tmp_path):
+    """--no-emulation with link flags, --lordo-k-states that is not a multiple of --lordo-k, calibrate --secs -1."""
+    from harness.net import commands as net_commands
+
+    with pytest.raises(ValueError, match="with --no-emulation nothing is shaped"):
+        config.build(emulation=False, bw="10mbit", loss="1%")
+    with pytest.raises(ValueError, match="multiple of --lordo-k"):
+        config.build(method="lordo-global", lordo_k=2, lordo_k_states=3)
+    prof = profiles.load("lan")
+    for secs in (-1, 0, float("nan"), 1e9):
+        assert net_commands.calibrate_cmd(prof, 1, secs, None, str(tmp_path), dry_run=True) == 2
+    assert not list(tmp_path.iterdir())
+
+
+FIXTURES = sorted(p for p in (Path(__file__).resolve().parents[2] / "fixtures" / "runs").iterdir() if p.is_dir())
+BAD_VALUES = st.sampled_from(["x", [[1]], {"a": {"b": 1}}, None, 1e308, -5, True, float("nan"), 10**30, [], {}])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(FIXTURES), st.integers(0, 10**6), st.integers(0, 10**6), BAD_VALUES)
+def test_a_malformed_run_folder_reads_or_names_the_field(tmp_path_factory, fixture, pick_file, pick_key, value):
+    """Any field of any event row or document of a fixture run set to a wrong type, NaN, a negative or
+    huge number or nested JSON: the folder reads and reports, or one ResultsError line names the file."""
+    import json
+    import shutil
+
+    from harness.results import report, tables
+
+    run = tmp_path_factory.mktemp("run") / fixture.name
+    shutil.copytree(fixture, run)
+    files = sorted(p for p in run.rglob("*") if p.suffix in (".json", ".jsonl"))
+    path = files[pick_file % len(files)]
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        row = rows[pick_key % len(rows)]
+        row[sorted(row)[pick_key % len(row)]] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        doc = json.loads(path.read_text())
+        if doc:
+            doc[sorted(doc)[pick_key % len(doc)]] = value
+        path.write_text(json.dumps(doc))
+    try:
+        report.build(tables.read(run))
+    except tables.ResultsError as err:
+        _one_line(err)
+        assert str(path.parent) in str(err) or str(run) in str(err)
+
+
+def test_an_events_file_that_is_a_directory_is_one_line(tmp_path):
+    import shutil
+
+    from harness.results import tables
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES[0], run)
+    events = next(run.rglob("events-learner.jsonl"))
+    events.unlink()
+    events.mkdir()
+    with pytest.raises(tables.ResultsError) as err:
+        tables.read(run)
+    _one_line(err.value)
+    assert "events-learner.jsonl" in str(err.value)
