@@ -195,7 +195,7 @@ def test_hostile_members_are_dropped_and_the_genuine_worker_completes(tmp_path):
     arrives: it is turned away, retries, joins once there is room, and completes the run."""
     updates = 3
     with Cluster(tmp_path / "run", workers=1, autostart=False, method="spar", updates=updates,
-                 learner_flags=["--max-pending-connections", "2", "--handshake-timeout", "600",
+                 learner_flags=["--max-pending-connections", "2", "--handshake-timeout", "600", "--token-timeout", "600",
                                 "--worker-timeout", "900", "--join-timeout", "900",
                                 "--max-frame-bytes", str(1 << 20)]) as c:
         base_fds, base_threads = baseline(c)
@@ -312,7 +312,8 @@ def test_running_out_of_file_descriptors_does_not_stop_the_listener(tmp_path):
     junk closes, the listener recovers, the worker joins, and the run completes."""
     updates = 3
     with Cluster(tmp_path / "run", workers=1, autostart=False, method="identity", updates=updates,
-                 learner_flags=["--handshake-timeout", "600", "--max-pending-connections", "64"]) as c:
+                 learner_flags=["--handshake-timeout", "600", "--token-timeout", "600",
+                                "--max-pending-connections", "64", "--max-pending-per-source", "64"]) as c:
         base_fds, base_threads = baseline(c)
         pid, port = c.procs["learner"].pid, c.address[1]
         _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
@@ -458,6 +459,7 @@ def test_valid_frames_streamed_during_the_final_evaluation_do_not_grow_the_learn
             pass  # refused or cut by the learner: what the fix does
         s = c.wait()
         grew = peak.stop() - before
+    print(f"\nD1: learner RSS {before:.0f} MiB before the flood, peak {before + grew:.0f} MiB; {sent} frames taken")
     assert s["complete"] is True and s["status"] == "complete", s
     assert [r["version"] for r in c.events("learner") if r["kind"] == "eval"] == [0, 1, 2, 3]
     assert grew < 2 * frame_mib + 32, f"learner RSS grew {grew:.0f} MiB while {sent} frames of {frame_mib} MiB came"
