@@ -76,12 +76,14 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               delay: str = typer.Option(None, help="override the worker one-way delay, e.g. 20ms"),
               jitter: str = typer.Option(None, help="override the worker jitter, e.g. 1ms"),
               loss: str = typer.Option(None, help="override the worker loss, e.g. 0.1%"),
+              trace: str = typer.Option(None, help="play a trace on every worker link (file or shipped name; "
+                                        "harness traces list); use --secs 20 or more"),
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
     from harness.net import commands as linkcli
     try:
-        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss)
+        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:

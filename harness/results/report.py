@@ -261,11 +261,6 @@ def _paired_section(comp: pd.DataFrame) -> list[str]:
             lines.append(f"- `{r['variant']}`: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} over {n} paired seed: "
                          "too few for an interval or a resolution.")
             continue
-        if r["heldout_diff_sd"] == 0:  # the same difference on every seed (bit-identical methods, or no learning)
-            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
-                         f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
-                         "resolution from.")
-            continue
         if r["heldout_diff_sd"] < 1e-12:  # the same difference on every seed (bit-identical methods, no learning)
             lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
                          f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
