@@ -63,7 +63,7 @@ def clean(run_dir: Path) -> None:
 @pytest.mark.parametrize("mode", ["no-emulation", pytest.param("emulation", marks=pytest.mark.root)])
 def test_a_sigkilled_harness_run_takes_its_services_with_it(tmp_path, mode):
     run_id = f"pdeath-{mode}"
-    flags = [*BASE, "--updates", "500", "--run-id", run_id, "--out", str(tmp_path), "--quiet"]
+    flags = [*BASE, "--updates", "100000", "--run-id", run_id, "--out", str(tmp_path), "--quiet"]
     proc = harness("run", *flags, *(["--no-emulation"] if mode == "no-emulation" else []))
     run_dir = tmp_path / run_id
     try:
@@ -74,7 +74,7 @@ def test_a_sigkilled_harness_run_takes_its_services_with_it(tmp_path, mode):
 
 def test_a_sigkilled_sweep_takes_its_services_with_it(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = harness("sweep", *BASE, "--updates", "500,501", "--no-emulation", "--out", str(sweep), "--quiet")
+    proc = harness("sweep", *BASE, "--updates", "100000,100001", "--no-emulation", "--out", str(sweep), "--quiet")
     end = time.monotonic() + 600
     while not list(sweep.glob("**/cells/spar-1.6pct-s1/events-learner.jsonl")):
         assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
