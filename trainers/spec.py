@@ -282,6 +282,9 @@ PARAMS: list[Param] = [
           choices=QUALITY_METRICS, where="harness"),
     Param("quality_target", float, 0.9, "time-to-quality target: this fraction of the baseline's final held-out "
           "improvement (mean over seeds)", lo=0.01, hi=1.0, where="harness"),
+    Param("schedule", str, "interleaved", "order of the cells: interleaved (seed by seed, the variants' order "
+          "reversed every other seed, so a drift in the machine's load hits every method alike) or sequential "
+          "(each variant's seeds back to back)", choices=("interleaved", "sequential"), where="harness"),
     Param("worker_timeout", float, 120.0, "seconds of silence after which the learner drops a worker (the learner's "
           "--worker-timeout)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
@@ -307,9 +310,6 @@ PARAMS: list[Param] = [
     Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),
-    Param("schedule", str, "interleaved", "order of the cells: interleaved (seed by seed, the variants' order "
-          "reversed every other seed, so a drift in the machine's load hits every method alike) or sequential "
-          "(each variant's seeds back to back)", choices=("interleaved", "sequential"), where="harness"),
     Param("problems_per_worker", int, 16, "problems per worker per update", lo=1, hi=4096),
     Param("group_size", int, None, "samples per problem (the GRPO group); unset: 1 for distill (the teacher "
           "scores every sample, and distinct problems teach more than repeats), 2 for grpo", lo=1, hi=1024,

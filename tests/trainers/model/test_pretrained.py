@@ -12,8 +12,10 @@ import torch
 
 from trainers.tasks.heldout import heldout_problems
 from trainers.model.models import build_base_model, build_tokenizer
+from trainers import tasks
 from trainers.model.pretrained import build_base, gold_batch, gold_nll
-from trainers.spec import RunParams, SpecError
+from trainers.model.run_models import base_for
+from trainers.spec import RunParams
 from trainers.tasks import get_task, parse_task_options
 
 torch.set_num_threads(1)
@@ -123,17 +125,15 @@ def test_task_options_parse_and_type_like_the_constructor():
     ("digits", "copy", "'copy' is not key=value"),
 ])
 def test_bad_task_options_are_one_line_errors(task_name, text, message):
-    with pytest.raises(SpecError) as e:
-        RunParams(task=task_name, task_options=text)
+    with pytest.raises(ValueError) as e:
+        tasks.check_task_options(task_name, text)
     assert str(e.value).startswith("--task-options: ") and message in str(e.value)
     assert "\n" not in str(e.value)
 
 
 def test_micro_runs_keep_the_random_base_from_the_run_seed():
-    from trainers.model.pretrained import base_for
-
     params = RunParams(method="full", model="micro", base_steps=300, seed=3)
-    assert state_hash(base_for(params)) == state_hash(build_base_model("micro", seed=3))
+    assert state_hash(base_for(params, tasks.build_task(params))) == state_hash(build_base_model("micro", seed=3))
 
 
 def test_run_params_mode_builds_the_runs_base_and_teacher_once(tmp_path):
