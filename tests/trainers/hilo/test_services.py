@@ -278,7 +278,7 @@ def test_interrupted_run_leaves_incomplete_summary_and_readable_events(tmp_path)
 
 
 @pytest.mark.parametrize("main, argv, message", [
-    ("learner", ["--method", "nope"], "unknown method 'nope'; valid methods: full, full-bf16, rank-R"),
+    ("learner", ["--method", "nope"], "unknown method 'nope'; valid methods: "),
     ("learner", ["--pipeline", "3"], "--pipeline: '3' is outside [0, 1]"),
     ("learner", ["--task", "nope"], "unknown task 'nope'"),
     ("learner", ["--objective", "nope"], "--objective: 'nope' is not one of distill, grpo"),

@@ -101,7 +101,9 @@ def test_short_training_run_learns(name, task, cache, teacher):
     if name == "distill":
         assert kl1 < 0.5 * kl0, (kl0, kl1)
     else:
-        assert reward1 > reward0 + 0.2, (reward0, reward1)
+        # at least half the way from the start to a perfect reward (rewards are in [0, 1]): a fixed +0.2
+        # could not be met by a start above 0.8, as the teacher trained on the split by logic starts
+        assert reward1 - reward0 > 0.5 * (1.0 - reward0), (reward0, reward1)
     for n, p in policy.named_parameters():  # the base stayed frozen throughout
         if n in frozen:
             assert torch.equal(p, frozen[n]), n
