@@ -34,7 +34,7 @@ def test_an_all_lowercase_bps_unit_is_refused_with_both_readings(text, as_bytes,
 
 def test_the_run_flag_refuses_it_before_anything_runs(tmp_path):
     # the edge the issue was found at: `harness run --bw 62.5mbps` used to run at 500 Mbit/s
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--bw", "62.5mbps", "--no-emulation",
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--bw", "62.5mbps", "--dry-run",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
