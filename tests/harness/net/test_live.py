@@ -315,7 +315,7 @@ def test_bad_yaml_file_exits_2(tmp_path):
     res = _run_sandboxed(HARNESS + ["calibrate", "--profile", str(bad)])
     assert res["rc"] == 2 and res["unchanged"]
     assert res["stderr"].strip() == ("error: bad.defaults.bogus_key: unknown key "
-                                     "(valid: burst_loss, delay, down, jitter, limit, loss, rate, up)")
+                                     "(valid: burst_loss, delay, down, jitter, limit, loss, rate, trace, up)")
 
 
 def test_sandbox_sees_a_change():
