@@ -73,7 +73,7 @@ def test_every_artefact_is_written(e2e):
     assert len(meta["git_sha"]) == 40 and meta["packages"]["torch"].startswith("2.13.0")
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["rate_bit_s"] == RATE and cfg["overrides"] == {"rate": "20mbit"}
-    for cell in ("spar-1.6pct-s1", "full-s1"):
+    for cell in ("spar-12.8pct-s1", "full-s1"):
         d = run_dir / "cells" / cell
         for name in ("events-learner.jsonl", "events-w1.jsonl", "events-w2.jsonl", "summary.json", "links.csv"):
             assert (d / name).stat().st_size > 0, (cell, name)
@@ -107,7 +107,7 @@ def test_interrupt_tears_down_and_marks_the_run_incomplete(tmp_path):
     proc = harness("run", "--bw", "20mbit", "--workers", "2", "--updates", "50", "--method", "spar",
                    "--model", "micro", "--seeds", "1", "--objective", "grpo",
                    "--run-id", "int", "--out", str(tmp_path), "--quiet")
-    events = run_dir / "cells" / "spar-1.6pct-s1" / "events-learner.jsonl"
+    events = run_dir / "cells" / "spar-12.8pct-s1" / "events-learner.jsonl"
     end = time.monotonic() + 300
     while not (events.exists() and '"kind": "update"' in events.read_text()):
         assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
@@ -122,4 +122,4 @@ def test_interrupt_tears_down_and_marks_the_run_incomplete(tmp_path):
     assert processes_mentioning(str(run_dir)) == []
     md = (run_dir / "report.md").read_text()
     assert "INCOMPLETE" in md
-    assert not json.loads((run_dir / "cells" / "spar-1.6pct-s1" / "summary.json").read_text())["complete"]
+    assert not json.loads((run_dir / "cells" / "spar-12.8pct-s1" / "summary.json").read_text())["complete"]

@@ -36,7 +36,7 @@ def test_sweep_runs_every_grid_point(first):
         meta = json.loads((out / "runs" / r / "meta.json").read_text())
         assert meta["complete"] and meta["emulation"] is False and meta["backend"] == "none"
     md = (out / "report.md").read_text()
-    assert md.count("| localhost (unshaped) | 1 | int8@1.6% |") == 1 and md.count("| localhost (unshaped) | 2 | full-bf16 |") == 1
+    assert md.count("| localhost (unshaped) | 1 | int8@12.8% |") == 1 and md.count("| localhost (unshaped) | 2 | full-bf16 |") == 1
     stems = {p.stem for p in (out / "figures").glob("*.pdf")}
     assert {"phase_breakdown", "quality_vs_bytes", "timeline", "link_throughput"} <= stems
     assert "seconds_vs_bandwidth" not in stems              # unshaped: no bandwidth axis to draw
