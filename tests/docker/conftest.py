@@ -58,7 +58,8 @@ class Project:
                                "-p", self.name, *args], capture_output=True, text=True, env=full, timeout=timeout)
 
     def up(self, **env: str) -> subprocess.CompletedProcess:
-        return self.compose("up", "--abort-on-container-exit", env=env)
+        # the controller's exit code: it stops the idle services when the run ends (they exit 143)
+        return self.compose("up", "--abort-on-container-exit", "--exit-code-from", "controller", env=env)
 
     def up_bare(self, **env: str) -> subprocess.CompletedProcess:
         """`docker compose up` as a user types it: it must return by itself when the run ends."""

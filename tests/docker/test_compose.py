@@ -74,7 +74,7 @@ def test_compose_run_shapes_each_container_and_matches_harness_run(project, tmp_
     for name in ("report.md", "summary.json", "config.json", "calibration.json"):
         assert (run / name).exists(), name
     # every container's link carried the run's bytes through the shaper, both directions
-    rows = list(csv.DictReader(open(run / "cells" / "spar-1.6pct-s1" / "links.csv")))
+    rows = list(csv.DictReader(open(run / "cells" / "spar-12.8pct-s1" / "links.csv")))
     nodes = {r["node"] for r in rows}
     assert {"learner", "w1", "w2"} <= nodes, nodes
     # the report shows each container link's measured goodput and RTT
@@ -93,8 +93,8 @@ def test_compose_run_shapes_each_container_and_matches_harness_run(project, tmp_
             "--out", str(host_out), "--quiet"]
     host = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert host.returncode == 0, host.stdout[-3000:] + host.stderr[-3000:]
-    mine = project.summary("dkr-compose", "spar-1.6pct-s1")
-    theirs = json.loads((host_out / "dkr-host" / "cells" / "spar-1.6pct-s1" / "summary.json").read_text())
+    mine = project.summary("dkr-compose", "spar-12.8pct-s1")
+    theirs = json.loads((host_out / "dkr-host" / "cells" / "spar-12.8pct-s1" / "summary.json").read_text())
     assert mine["complete"] and mine["consistent"] and theirs["complete"]
     assert mine["payload_bytes_per_update"] == theirs["payload_bytes_per_update"]
     assert mine["state_hashes"]["learner"] == theirs["state_hashes"]["learner"]
