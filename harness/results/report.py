@@ -429,7 +429,8 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Held-out quality: the final figure on problems never trained on "
            f"(mean ± 95 % CI over seeds, n shown below {CI_MIN_SEEDS}); train-batch metric: the training batch's own "
-           "figure (distill_loss for distill, reward_mean for grpo; not held-out quality), mean ± sd over seeds "
+           "figure (the distillation loss for distill, the mean reward for grpo, the LM loss for data-parallel "
+           "methods; not held-out quality), mean ± sd over seeds "
            "of the mean over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
            *_load_section(comp), *_quality_section(comp), *_paired_section(comp), *rivals.section(tables.updates, comp),

@@ -419,10 +419,15 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return run_sibling(client, me, environ)
     # provenance: uname here is the container id; the engine knows the host (meta.json host)
     os.environ.setdefault("WAN_HOST", str(client.info().get("Name") or ""))
+    code = 1
     try:
-        return run(cfg, client, secs, policy)
+        code = run(cfg, client, secs, policy)
+        return code
     finally:
         if me.labels.get("com.docker.compose.project"):
+            # `up --abort-on-container-exit` answers the first service stopped here with a SIGTERM to every
+            # container, this one included: the run is over by now, so that SIGTERM ends it with the run's code
+            signal.signal(signal.SIGTERM, lambda *_: os._exit(code))
             stop_services(client, me.labels["com.docker.compose.project"])
 
 

@@ -9,6 +9,7 @@
 Fixture folders are copies of tests/fixtures/runs (real runs); the signal tests start real
 `harness run` processes on localhost (--no-emulation).
 """
+import contextlib
 import json
 import os
 import shutil
@@ -90,7 +91,7 @@ def _profile_doc_a_list(run: Path) -> str:
     cfg = json.loads((run / "config.json").read_text())
     cfg["profile_doc"] = ["not", "a", "profile"]
     (run / "config.json").write_text(json.dumps(cfg))
-    return "config.json: malformed"
+    return "config.json: 'profile_doc' is [\"not\", \"a\", \"profile\"], not a mapping"
 
 
 BREAKAGES = [_config_a_list, _meta_not_json, _update_row_without_t, _summary_a_string, _event_row_a_number,
@@ -153,7 +154,7 @@ def pids_mentioning(text: str) -> list[int]:
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_an_interrupted_run_exits_128_plus_the_signal(tmp_path, signum, code):
     proc = start_run(tmp_path, "sig")
-    wait_for_updates(proc, tmp_path / "sig" / "cells" / "spar-1.6pct-s1", 1)
+    wait_for_updates(proc, tmp_path / "sig" / "cells" / "spar-12.8pct-s1", 1)
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == code, stderr[-3000:]
@@ -165,14 +166,15 @@ def test_an_interrupted_run_exits_128_plus_the_signal(tmp_path, signum, code):
 
 def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_path):
     proc = start_run(tmp_path, "k")
-    run_dir, cell = tmp_path / "k", tmp_path / "k" / "cells" / "spar-1.6pct-s1"
+    run_dir, cell = tmp_path / "k", tmp_path / "k" / "cells" / "spar-12.8pct-s1"
     wait_for_updates(proc, cell, 1)
     md = report.build(results.read(run_dir))[0]  # the harness is alive: the run is running
     assert "status running" in md and "| running |" in md
     proc.kill()
     proc.communicate(timeout=60)
-    for pid in pids_mentioning(str(run_dir)):  # its learner and workers (own sessions) outlive it: ours to end
-        os.kill(pid, signal.SIGKILL)
+    for pid in pids_mentioning(str(run_dir)):  # its services get SIGTERM from the kernel (die_with_parent);
+        with contextlib.suppress(ProcessLookupError):  # any still here are ours to end
+            os.kill(pid, signal.SIGKILL)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "running" and meta["owner"]["pid"] == proc.pid  # what SIGKILL leaves behind
     result = CliRunner().invoke(app, ["report", str(run_dir)])
@@ -180,7 +182,8 @@ def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_pat
     assert f"status interrupted — **INCOMPLETE (interrupted)**: partial results (its harness process (pid {proc.pid})" \
         in result.stdout
     cells = results.load_cells(run_dir)
-    assert list(cells["status"]) == ["interrupted"]
+    # "interrupted", or "interrupted: SIGTERM" where the learner got the parent-death signal in time to say so
+    assert [str(x).split(":")[0] for x in cells["status"]] == ["interrupted"]
     assert list(cells["updates_done"]) == [learner_updates(cell)[-1]["version"]]
 
 
@@ -206,7 +209,7 @@ def test_owner_liveness_uses_the_pid_and_its_start_time(run_copy):
 
 def test_a_killed_learner_counts_the_updates_it_logged(tmp_path):
     proc = start_run(tmp_path, "kl")
-    cell = tmp_path / "kl" / "cells" / "spar-1.6pct-s1"
+    cell = tmp_path / "kl" / "cells" / "spar-12.8pct-s1"
     wait_for_updates(proc, cell, 3)
     (learner,) = [pid for pid in pids_mentioning(str(cell))
                   if b"trainers.hilo.learner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
