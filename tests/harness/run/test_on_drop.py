@@ -22,7 +22,7 @@ from trainers.events import read_events
 
 ROOT = Path(__file__).resolve().parents[3]
 UPDATES = 120
-CELL = "spar-1.6pct-s1"
+CELL = "spar-12.8pct-s1"
 
 
 def run_and_kill(policy: str, out: Path, *flags: str) -> tuple[int, str, str, Path]:
