@@ -21,6 +21,7 @@ from trainers.events import EventLog, read_events
 from trainers.protocol import wire
 from trainers.protocol.wire import Connection, MessageType
 from trainers.spec import RunParams
+from tests.trainers.flood import idle_flood
 
 TOKEN = "t" * 32
 JOIN_S = 20  # each worker's deadline for its WELCOME: what two idle peers used to use up
@@ -51,28 +52,6 @@ def start_one(agg: Aggregator, tmp_path, w: int, errors: list) -> threading.Thre
     t = threading.Thread(target=worker, args=(w,), daemon=True)
     t.start()
     return t
-
-
-def idle_flood(address, sources: list[str], threads: int, stop: threading.Event) -> list[threading.Thread]:
-    """Threads that each keep one idle connection open to `address`, re-opening it at once."""
-    def one(source):
-        while not stop.is_set():
-            try:
-                with socket.create_connection(address, timeout=5, source_address=(source, 0)) as s:
-                    s.settimeout(0.2)
-                    while not stop.is_set():
-                        try:
-                            if not s.recv(1):
-                                break
-                        except socket.timeout:
-                            continue
-            except OSError:
-                time.sleep(0.001)
-
-    out = [threading.Thread(target=one, args=(sources[i % len(sources)],), daemon=True) for i in range(threads)]
-    for t in out:
-        t.start()
-    return out
 
 
 def test_idle_connections_cannot_keep_the_workers_out(tmp_path):

@@ -25,6 +25,7 @@ from tests.trainers.hilo.cluster import TOKEN, Cluster
 from trainers.protocol import wire
 from trainers.model.rollout import Rollouts
 from trainers.protocol.wire import Connection, MessageType
+from tests.trainers.flood import idle_flood
 
 WAIT_S = 300  # a guard against a hang on a busy 2-core box, not a speed requirement
 
@@ -502,31 +503,6 @@ def test_a_members_inbox_is_bounded_in_bytes_while_the_learner_is_busy(tmp_path)
         learner.close()
 
 
-def flood(address, sources: list[str], threads: int, stop) -> list:
-    """`threads` threads that each keep one idle connection open to `address` (from one of
-    `sources`, round robin), reopening it as soon as the learner closes or refuses it."""
-    import threading
-
-    def one(source):
-        while not stop.is_set():
-            try:
-                with socket.create_connection(address, timeout=30, source_address=(source, 0)) as s:
-                    s.settimeout(0.2)
-                    while not stop.is_set():
-                        try:
-                            if not s.recv(1):
-                                break
-                        except socket.timeout:
-                            continue
-            except OSError:
-                time.sleep(0.001)
-
-    out = [threading.Thread(target=one, args=(sources[i % len(sources)],), daemon=True) for i in range(threads)]
-    for t in out:
-        t.start()
-    return out
-
-
 def test_idle_connections_without_the_token_cannot_starve_joins(tmp_path):
     """D2: 24 threads from three addresses re-open idle connections as fast as the learner closes
     them; they used to hold all 16 handshake slots until the workers gave up. Now one address gets
@@ -537,7 +513,7 @@ def test_idle_connections_without_the_token_cannot_starve_joins(tmp_path):
     stop = threading.Event()
     with Cluster(tmp_path / "run", workers=2, autostart=False, method="full", updates=3) as c:
         baseline(c)
-        attackers = flood(c.address, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 24, stop)
+        attackers = idle_flood(c.address, ["127.0.0.2", "127.0.0.3", "127.0.0.4"], 24, stop)
         try:
             c.wait_for("a full handshake budget", lambda rows: any(
                 r["kind"] == "rejected" and "over the cap" in r.get("reason", "") for r in rows), WAIT_S)
