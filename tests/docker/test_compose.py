@@ -1,4 +1,4 @@
-"""`WAN_PROFILE=<name> docker compose up --abort-on-container-exit`: shaped container links, a complete
+"""`WAN_PROFILE=<name> docker compose up` (bare, as the README says): shaped container links, a complete
 results folder, parity with `harness run`, and `docker compose down` leaving nothing behind."""
 from __future__ import annotations
 
