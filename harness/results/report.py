@@ -147,10 +147,12 @@ def _signal_text(comp: pd.DataFrame) -> str:
     if "baseline_improvement_sd" not in comp:
         return ""
     base = comp[(comp["method"] == comp["baseline"]) & comp["baseline_improvement_sd"].notna()]
-    parts, weak = [], False
+    parts, weak, worse = [], False, False
     for _, r in base.iterrows():
         sd = float(r["baseline_improvement_sd"])
         weak |= sd < SIGNAL_SD
+        lower = bool(r.get("heldout_lower_is_better", False))
+        worse |= sd >= SIGNAL_SD and (r["baseline_improvement"] > 0 if lower else r["baseline_improvement"] < 0)
         where = f" ({_link(r)})" if len(base) > 1 else ""
         parts.append(f"{r['baseline_improvement']:+.3f} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
                      f"{where}")
@@ -160,6 +162,9 @@ def _signal_text(comp: pd.DataFrame) -> str:
     if weak:
         text += (f" **Weak signal**: below {SIGNAL_SD:g} seed-to-seed sds a method's difference from the baseline "
                  "is not told apart from noise (more updates, seeds or held-out problems).")
+    if worse:   # a clear move the wrong way: training hurt held-out quality, so no method has a target to reach
+        text += (" **The baseline got worse**: its training lowered held-out quality, so time to quality has no "
+                 "target and a method's 'quality cost' is measured against a decline (check the learning rate).")
     return text
 
 

@@ -184,3 +184,16 @@ def test_power_rows_size_a_run_from_a_pilots_paired_sd():
     assert sd == pytest.approx(0.02 / 3 ** 0.5, rel=1e-6)
     assert rows[0]["seeds_needed"] == {0.016: quality.seeds_for(sd, 0.016), 0.03: quality.seeds_for(sd, 0.03)}
     assert rows[0]["seeds_needed"][0.016] > rows[0]["seeds_needed"][0.03] >= 2
+
+
+def test_a_baseline_that_got_worse_is_flagged():
+    import pandas as pd
+
+    from harness.results import report
+    comp = pd.DataFrame([{"method": "full-bf16", "baseline": "full-bf16", "baseline_improvement": -0.176,
+                          "baseline_improvement_sd": 10.9, "heldout_name": "pass@4", "heldout_lower_is_better": False}])
+    assert "The baseline got worse" in report._signal_text(comp)
+    comp.loc[0, "baseline_improvement"] = 0.176
+    assert "got worse" not in report._signal_text(comp)
+    comp.loc[0, ["baseline_improvement", "heldout_lower_is_better"]] = [0.05, True]   # reverse KL rose: worse
+    assert "The baseline got worse" in report._signal_text(comp)
