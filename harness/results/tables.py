@@ -358,9 +358,6 @@ def budget_frac(label) -> float | None:
     return spec.parse_budget(label) if isinstance(label, str) and label else None
 
 
-_median = events.median
-
-
 CPU_PHASES = ("train", "encode", "decode_replay")   # the learner's compute phases (one thread each)
 MACHINE_FIELDS = ("busy_frac", "steal_frac", "load1", "cores")
 
@@ -408,7 +405,7 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
     load1 and cores over the update; None where the row predates them."""
     cpu = r.get("cpu_s") or {}
     out = {f"{p}_cpu_s": cpu.get(p) for p in CPU_PHASES}
-    out["worker_rollout_cpu_s"] = _median((w.get("cpu_s") or {}).get("rollout") for w in rolls)
+    out["worker_rollout_cpu_s"] = events.median((w.get("cpu_s") or {}).get("rollout") for w in rolls)
     out["process_cpu_s"] = r.get("process_cpu_s")
     machine = r.get("machine") or {}
     out.update({k: machine.get(k) for k in MACHINE_FIELDS})
@@ -432,7 +429,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
                "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
                "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
         row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
-        row.update({f"worker_{p}_s": _median(w.get("durations_s", {}).get(p) for w in rolls + applies
+        row.update({f"worker_{p}_s": events.median(w.get("durations_s", {}).get(p) for w in rolls + applies
                                              if p in w.get("durations_s", {})) for p in WORKER_PHASES})
         row.update(load_columns(r, rolls))
         row.update(ledger_columns(r, rolls, link_totals))
