@@ -122,8 +122,15 @@ def meta(cfg: RunConfig, backend: str) -> dict:
 # ---- processes -------------------------------------------------------------------------------
 
 def cache_dir(cfg: RunConfig) -> Path:
-    """Where a run's services find (and the harness builds) the cached pre-trained models."""
-    return Path(cfg.out_dir).resolve() / ".cache"
+    return models_cache(Path(cfg.out_dir))
+
+
+def models_cache(out_dir: Path) -> Path:
+    """Where a run's services find (and the harness builds) the cached pre-trained models:
+    $WAN_CACHE_DIR when the user set it (one cache for runs in several output folders: a first
+    run's model build is most of its time), else `<out>/.cache` beside the run folders."""
+    root = os.environ.get("WAN_CACHE_DIR")
+    return Path(root).resolve() if root else out_dir.resolve() / ".cache"
 
 
 def python_env(cache: Path, threads: int) -> dict:
@@ -471,7 +478,7 @@ def write_prediction(run_dir: Path) -> None:
     Its own process: sizing the adapter builds the model on the meta device (torch; the harness stays
     torch-free). A failure is one stderr line; the report then has no model section."""
     done = subprocess.run([sys.executable, "-m", "harness.projection.prediction", str(run_dir)], cwd=ROOT,
-                          env=python_env(run_dir.parent / ".cache", 1), capture_output=True, text=True, timeout=600)
+                          env=python_env(models_cache(run_dir.parent), 1), capture_output=True, text=True, timeout=600)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -40,7 +41,8 @@ def test_after_a_host_run_a_bare_compose_up_runs_and_returns(project, tmp_path):
              "--method", "spar", "--baseline", "none", "--workers", "2"]
     host = subprocess.run([sys.executable, "-m", "harness.cli", "run", *small, "--no-emulation", "--run-id",
                            "dkr-host-first", "--out", str(project.dir / "results"), "--quiet"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={k: v for k, v in os.environ.items() if k != "WAN_CACHE_DIR"})  # results/.cache
     assert host.returncode == 0, host.stdout[-3000:] + host.stderr[-3000:]
     models = list((project.dir / "results" / ".cache").rglob("*.safetensors"))
     assert models
