@@ -15,6 +15,15 @@ A compressor turns the gradients of the LoRA factors into bytes and back.
   `harness project` asks a plugin compressor this; `harness check` holds every compressor to it.
 - From a writable payload (the wire's receive buffer) ``decode`` builds its segments as views
   over it where aligned, and the gradients may alias it (no copy); from ``bytes`` it copies.
+- ``state_dict() -> {name: tensor}`` is everything the next payloads depend on besides the options
+  (the error-feedback residual; warm starts such as PowerSGD's Q or spar's sketch; random
+  generators' states; counters as 0-dim tensors), as named tensors only, owned copies: the
+  learner writes it into its snapshot with safetensors (never pickle). ``load_state_dict(state)``
+  puts it back into an instance built with the same options, which then encodes the same bytes
+  as the original would have (a learner restarted from a snapshot continues bit-identically;
+  `harness check`'s ``state`` check). A stateless compressor returns ``{}``. Subclasses with
+  state of their own add their keys to the base's and take them out before calling the base's
+  ``load_state_dict``, which refuses any key it does not know.
 
 Payload container (shared by every compressor, little-endian)::
 
@@ -426,6 +435,30 @@ class Compressor(ABC):
         """The error-feedback buffers E (what has been owed to the wire so far)."""
         return dict(self.residuals)
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What the next payloads depend on, as named tensors (owned copies; see the module doc): here
+        the error-feedback residual, one entry per factor in encode order (`residual/<index>/<name>`).
+        Subclasses with state of their own extend it."""
+        return ordered_state("residual", self.residuals)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Put `state_dict()`'s tensors back (into an instance built with the same options). The
+        residual becomes one flat buffer again, as `encode` lays it out (its views' strides decide
+        which kernels run on it, so the restored buffer must be laid out as the original)."""
+        state = dict(state)
+        residuals = take_ordered(state, "residual")
+        if state:
+            raise ValueError(f"{self.name}: unknown compressor state entries {sorted(state)[:3]}")
+        if not residuals:
+            self.residuals, self._layout = {}, None
+            return
+        layout = [(n, tuple(t.shape)) for n, t in residuals.items()]
+        self.residuals, self._layout = zeros_for(layout), layout
+        for n, t in residuals.items():
+            if not t.is_floating_point():
+                raise ValueError(f"{self.name}: residual {n!r} is {t.dtype}, not floating point")
+            self.residuals[n].copy_(t)
+
     def stated_bytes(self, tensors: list[tuple[str, tuple[int, ...]]]) -> int:
         """Bytes of one payload for gradients of this layout ((name, shape) per factor, in order; the
         names count because the container's table holds them): exact, or the cap (`exact_bytes`).
@@ -454,6 +487,35 @@ class Compressor(ABC):
         straight into `out`, which spares error feedback a full-size decode buffer."""
         for name, t in self._reconstruct(p).items():
             out[name].add_(t, alpha=alpha)
+
+
+def ordered_state(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`{prefix}/{index}/{name}` -> an owned contiguous copy, for a dict whose order matters (safetensors
+    sorts its keys; the index brings the order back in `take_ordered`)."""
+    return {f"{prefix}/{i:06d}/{n}": t.detach().contiguous().clone() for i, (n, t) in enumerate(tensors.items())}
+
+
+def take_ordered(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """Remove `ordered_state(prefix, ...)`'s entries from `state`; returns them by name, in their order."""
+    keys = sorted(k for k in state if k.startswith(prefix + "/"))
+    out = {}
+    for k in keys:
+        index, _, name = k[len(prefix) + 1:].partition("/")
+        if not index.isdigit() or not name:
+            raise ValueError(f"compressor state entry {k!r} is not {prefix}/<index>/<name>")
+        out[name] = state.pop(k)
+    return out
+
+
+def rng_state(generator: torch.Generator) -> torch.Tensor:
+    """A generator's state as a tensor (uint8), for `state_dict`."""
+    return generator.get_state().clone()
+
+
+def set_rng_state(owner: str, generator: torch.Generator, state: torch.Tensor | None) -> None:
+    if state is None or state.dtype != torch.uint8 or state.dim() != 1:
+        raise ValueError(f"{owner}: compressor state holds no generator state (a 1-D uint8 tensor)")
+    generator.set_state(state.clone())
 
 
 def full_adapter_bytes(shapes: list[tuple[int, ...]], dtype: str) -> int:

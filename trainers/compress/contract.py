@@ -14,6 +14,10 @@ else a one-line reason. The checks:
                 on factors of more than 32k elements (where torch splits elementwise kernels)
 - replay:       a learner stepping AdamW from decode(encode(G)) and a replica in another process
                 stepping from the same payloads (fresh compressor, 2 threads) hash equal after 12 steps
+- state:        state_dict() is named tensors only; after 3 updates it goes through safetensors
+                bytes into a fresh instance (load_state_dict), which then encodes the next 3
+                updates to the same bytes as the original and ends with the same residual bits
+                (what a learner restarted from its snapshot relies on)
 
 Gradients are real: a LoRA adapter (rank 8) on the `micro` model along a short exact-gradient
 trajectory, so that both factors carry signal. The peer process is this module:
@@ -32,6 +36,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from trainers import compress
 from trainers.model.models import LoraSpec, build_model, lora_gradients, lora_parameters
@@ -191,9 +197,32 @@ def replay(name: str, options: dict, grads: list, folder: str | os.PathLike | No
     return None
 
 
+STATE_AT = 3                         # updates encoded before the state is saved
+
+
+def state(name: str, options: dict, grads: list) -> str | None:
+    original = compress.get_compressor(name, **options)
+    for g in grads[:STATE_AT]:
+        original.encode(g)
+    saved = original.state_dict()
+    odd = [k for k, v in saved.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if odd:
+        return f"state_dict() holds entries that are not named tensors: {odd[:3]}"
+    restored = compress.get_compressor(name, **options)
+    restored.load_state_dict(st_load(st_save({k: v.contiguous() for k, v in saved.items()})))
+    for t, g in enumerate(grads[STATE_AT:2 * STATE_AT], start=STATE_AT):
+        if original.encode(g) != restored.encode(g):
+            return (f"update {t}: an instance restored from state_dict() encodes other bytes than the original "
+                    f"(state that state_dict() does not hold)")
+    mine, theirs = original.residual(), restored.residual()
+    if list(mine) != list(theirs) or not all(torch.equal(mine[n], theirs[n]) for n in mine):
+        return "the restored instance ends with another error-feedback residual than the original"
+    return None
+
+
 CHECKS: dict[str, Callable[..., str | None]] = {
     "round_trip": round_trip, "fresh_decode": fresh_decode, "deterministic": deterministic, "bytes": payload_size,
-    "error_feedback": error_feedback, "threads": threads, "replay": replay}
+    "error_feedback": error_feedback, "threads": threads, "replay": replay, "state": state}
 
 
 def run(name: str, options: dict | None = None, checks: tuple[str, ...] = tuple(CHECKS),

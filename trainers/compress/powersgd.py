@@ -19,7 +19,8 @@ from trainers import spec
 
 from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_outer_,
-                                    check_wire_dtype, header_bytes, itemsize, require, zeros_for)
+                                    check_wire_dtype, header_bytes, itemsize, ordered_state, require, rng_state,
+                                    set_rng_state, take_ordered, zeros_for)
 
 
 @register("powersgd")
@@ -37,6 +38,16 @@ class PowerSGDCompressor(BudgetedCompressor):
         self.dtype = check_wire_dtype(self.name, self.config["dtype"])
         self.q_state: dict[str, torch.Tensor] = {}
         self.generator = torch.Generator().manual_seed(int(self.config["seed"]))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The residual, the warm-start Q per factor and the generator that draws fresh columns."""
+        return {**super().state_dict(), **ordered_state("q", self.q_state), "rng": rng_state(self.generator)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        state = dict(state)
+        self.q_state = take_ordered(state, "q")
+        set_rng_state(self.name, self.generator, state.pop("rng", None))
+        super().load_state_dict(state)
 
     def _compress(self, m):
         layout = [(n, tuple(t.shape)) for n, t in m.items()]

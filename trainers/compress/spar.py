@@ -21,8 +21,8 @@ from trainers import spec
 
 from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked,
-                                    add_outer_, check_wire_dtype, header_bytes, itemsize, require, shape_groups,
-                                    stacked)
+                                    add_outer_, check_wire_dtype, header_bytes, itemsize, ordered_state, require,
+                                    rng_state, set_rng_state, shape_groups, stacked, take_ordered)
 
 _SIGMA_BYTES = 4
 _SELECTIONS = ("energy", "energy_per_byte")
@@ -53,6 +53,19 @@ class SparCompressor(BudgetedCompressor):
             raise OptionError(f"{self.name}: sketch must be a positive integer, got {sketch!r}")
         self.omega: dict[str, torch.Tensor] = {}     # warm start of the sketch, per factor (b, p)
         self.generator = torch.Generator().manual_seed(int(self.config["seed"]))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The residual, the sketch's warm starts (each W is the transpose of a row block of B, kept as
+        that contiguous (p, b) block and transposed back on load: the same values and strides) and the
+        generator that draws fresh starts."""
+        return {**super().state_dict(), **ordered_state("omega", {n: w.T for n, w in self.omega.items()}),
+                "rng": rng_state(self.generator)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        state = dict(state)
+        self.omega = {n: w.T for n, w in take_ordered(state, "omega").items()}
+        set_rng_state(self.name, self.generator, state.pop("rng", None))
+        super().load_state_dict(state)
 
     def _compress(self, m):
         layout = [(n, tuple(t.shape)) for n, t in m.items()]

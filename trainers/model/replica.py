@@ -15,9 +15,11 @@ change with the thread count; `global_norm` sums fixed blocks of at most `NORM_B
 (each reduced by one thread: below torch's parallel grain) in float64, in a fixed order, so every
 replica computes the same norm and the same scale at any thread count.
 
-Snapshots may carry extra named tensors (`snapshot(extra=...)`, returned by `restore`): the
-learner's error-feedback residual and compressor state (`object_state`), so that a restarted
-learner continues bit-identically (tests/trainers/model/test_replica.py).
+Snapshots may carry extra named tensors and metadata (`snapshot(extra=..., meta=...)`; `restore`
+returns the extras, `snapshot_meta` reads the metadata): the learner's own snapshot file adds its
+compressor's state (`Compressor.state_dict`: error-feedback residual, warm starts, generators) and
+its run parameters, so that a learner restarted from it continues bit-identically
+(trainers/hilo/learner.py `--resume`; tests/trainers/hilo/test_resume.py).
 """
 from __future__ import annotations
 
@@ -145,9 +147,10 @@ class Replica:
         return h.hexdigest()[:32]
 
     # -- snapshots --------------------------------------------------------------------------
-    def snapshot(self, extra: dict[str, torch.Tensor] | None = None) -> bytes:
+    def snapshot(self, extra: dict[str, torch.Tensor] | None = None, meta: dict[str, str] | None = None) -> bytes:
         """Adapter, AdamW state, version and config as safetensors bytes; `extra` named tensors ride
-        along (a learner's compressor state) and come back from `restore`."""
+        along (a learner's compressor state) and come back from `restore`; `meta` strings join the
+        metadata (`snapshot_meta`)."""
         tensors = {f"extra/{k}": v.detach().contiguous() for k, v in (extra or {}).items()}
         for name, p in self.params.items():
             state = self.optimizer.state[p]
@@ -155,7 +158,7 @@ class Replica:
             tensors[f"exp_avg/{name}"] = state["exp_avg"].contiguous()
             tensors[f"exp_avg_sq/{name}"] = state["exp_avg_sq"].contiguous()
             tensors[f"step/{name}"] = state["step"].reshape(1)
-        meta = {"format": SNAPSHOT_FORMAT, "version": str(self.version),
+        meta = {**(meta or {}), "format": SNAPSHOT_FORMAT, "version": str(self.version),
                 "optim": json.dumps(asdict(self.optim_config), sort_keys=True)}
         return st_save(tensors, metadata=meta)
 
@@ -211,55 +214,16 @@ def clip_by_global_norm(grads: dict[str, torch.Tensor], max_norm: float) -> tupl
     return {n: g * scale for n, g in grads.items()}, norm
 
 
-def object_state(obj) -> dict[str, torch.Tensor]:
-    """The tensors an object's future depends on, by attribute: tensors (`attr`), dicts of tensors
-    (`attr/index/key`, e.g. a compressor's error-feedback residuals and warm starts) and random generators
-    (`attr#rng`, their state). What `load_object_state` puts back; everything else (options) is
-    rebuilt by constructing the object again from the same config."""
-    out = {}
-    for attr, v in sorted(vars(obj).items()):
-        if isinstance(v, torch.Tensor):
-            out[attr] = v
-        elif isinstance(v, torch.Generator):
-            out[f"{attr}#rng"] = v.get_state()
-        elif isinstance(v, dict) and v and all(isinstance(t, torch.Tensor) for t in v.values()):
-            out.update({f"{attr}/{i:06d}/{k}": t for i, (k, t) in enumerate(v.items())})  # order kept
-    return dict(_stored(k, t) for k, t in out.items())
-
-
-def _stored(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
-    """A transposed matrix (spar's warm start is `bmat.T`) is stored as its contiguous transpose and
-    marked `#T`: a matmul with it takes another BLAS path, so its strides are part of the bits."""
-    t = t.detach()
-    if t.dim() == 2 and not t.is_contiguous() and t.T.is_contiguous():
-        return key + "#T", t.T.clone()
-    return key, t.clone()
-
-
-def load_object_state(obj, tensors: dict[str, torch.Tensor]) -> None:
-    """Put `object_state`'s tensors (or `Replica.restore`'s extras: copies, owned by the caller) back
-    into a freshly built object of the same config."""
-    dicts: dict[str, dict[str, torch.Tensor]] = {}
-    for key, t in sorted(tensors.items()):  # safetensors returns keys sorted; the index restores dict order
-        if key.endswith("#T"):
-            key, t = key[:-2], t.T  # the original's strides: a transposed view of a contiguous matrix
-        if key.endswith("#rng"):
-            getattr(obj, key[:-4]).set_state(t.to(torch.uint8))
-        elif "/" in key:
-            attr, _, name = key.split("/", 2)
-            dicts.setdefault(attr, {})[name] = t
-        else:
-            setattr(obj, key, t)
-    for attr, d in dicts.items():
-        setattr(obj, attr, d)
-    if dicts.get("residuals") and hasattr(obj, "_layout"):  # compress.base.Compressor: the residuals' layout
-        obj._layout = [(n, tuple(t.shape)) for n, t in obj.residuals.items()]
-
-
 def _update(h, name: str, t: torch.Tensor) -> None:
     t = t.detach().contiguous().cpu()
     h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
     h.update((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes())
+
+
+def snapshot_meta(blob: bytes) -> dict[str, str]:
+    """A snapshot's metadata (format, version, optim and what `snapshot(meta=...)` added), after the
+    whole snapshot has been read and checked; a blob that is not one raises ValueError in one line."""
+    return _read_snapshot(blob)[0]
 
 
 def _read_snapshot(blob: bytes) -> tuple[dict[str, str], dict[str, torch.Tensor]]:

@@ -43,10 +43,50 @@ def test_round_trip_shapes_and_error(name, grads):
 
 # The contract's own checks (trainers/compress/contract.py, also run by `harness check`): None = kept.
 
-@pytest.mark.parametrize("check", ["fresh_decode", "deterministic", "bytes", "error_feedback"])
+@pytest.mark.parametrize("check", ["fresh_decode", "deterministic", "bytes", "error_feedback", "state"])
 @pytest.mark.parametrize("name", NAMES)
 def test_contract_check(name, check, grads):
     assert contract.CHECKS[check](name, options(name), grads) is None
+
+
+@pytest.mark.parametrize("name, extra, keys", [
+    ("spar", {"svd": "sketch", "sketch": 2}, {"residual", "omega", "rng"}),   # warm starts + fresh draws
+    ("powersgd", {}, {"residual", "q", "rng"}),
+    ("topk", {}, {"residual"}),
+    ("identity", {"dtype": "fp32"}, {"residual"}),                               # fp32: zeros, but kept
+    ("topk", {"error_feedback": False}, set()),                                  # stateless
+])
+def test_state_dict_holds_what_the_next_payload_depends_on(name, extra, keys, grads):
+    opts = {**options(name), **extra}
+    assert contract.state(name, opts, grads) is None
+    c = get_compressor(name, **opts)
+    for g in grads[:3]:
+        c.encode(g)
+    assert {k.split("/")[0] for k in c.state_dict()} == keys
+
+
+def test_a_compressor_that_forgets_its_state_fails_the_state_check(grads):
+    """Teeth: PowerSGD whose state_dict holds only the residual (not its warm-start Q and generator)."""
+    cls, base = compress.compressor_class("powersgd"), compress.Compressor
+
+    class Forgetful(cls):
+        state_dict, load_state_dict = base.state_dict, base.load_state_dict
+
+    compress._REGISTRY._loaded["forgetful-test"] = Forgetful
+    try:
+        got = contract.run("forgetful-test", options("powersgd"), ("state",), grads)["state"]
+    finally:
+        del compress._REGISTRY._loaded["forgetful-test"]
+    assert got.startswith("update 3: an instance restored from state_dict() encodes other bytes")
+
+
+def test_load_state_dict_refuses_what_it_does_not_know(grads):
+    c = get_compressor("topk", **options("topk"))
+    c.encode(grads[0])
+    with pytest.raises(ValueError, match="unknown compressor state entries"):
+        get_compressor("topk", **options("topk")).load_state_dict({**c.state_dict(), "q/000000/x": torch.zeros(1)})
+    with pytest.raises(ValueError, match="no generator state"):
+        get_compressor("powersgd", **options("powersgd")).load_state_dict(c.state_dict())
 
 
 @pytest.mark.parametrize("name", NAMES)

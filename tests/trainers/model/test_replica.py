@@ -6,8 +6,7 @@ import torch
 
 from tests.trainers.compress.common import gradient, new_replica, options
 from trainers import compress
-from trainers.model.replica import (OptimConfig, Replica, clip_by_global_norm, global_norm, load_object_state,
-                                    object_state)
+from trainers.model.replica import OptimConfig, Replica, clip_by_global_norm, global_norm, snapshot_meta
 
 
 def test_equal_builds_hash_equal_and_steps_change_the_hash():
@@ -136,7 +135,7 @@ def test_global_norm_is_the_same_bits_at_1_and_2_threads():
 
 
 @pytest.mark.parametrize("name", ["spar", "powersgd", "topk"])
-def test_a_learner_restarted_from_a_snapshot_continues_bit_identically(name):
+def test_a_replica_and_compressor_restored_from_a_snapshot_continue_bit_identically(name):
     """Replica + compressor (error-feedback residual, warm starts, generators) in one snapshot: a
     learner rebuilt from it sends the same payload bytes and reaches the same state as one that ran on."""
     def step(model, replica, codec, t):
@@ -151,10 +150,11 @@ def test_a_learner_restarted_from_a_snapshot_continues_bit_identically(name):
     codec2 = compress.get_compressor(name, **options(name))
     for t in range(3):
         step(model2, first, codec2, t)
-    snap = first.snapshot(extra=object_state(codec2))
+    snap = first.snapshot(extra=codec2.state_dict(), meta={"run": "r1"})
+    assert snapshot_meta(snap)["run"] == "r1" and snapshot_meta(snap)["version"] == "3"
     model3, restarted = new_replica()
     codec3 = compress.get_compressor(name, **options(name))
-    load_object_state(codec3, restarted.restore(snap))
+    codec3.load_state_dict(restarted.restore(snap))
     with torch.no_grad():  # the restarted learner's model holds the restored adapter (it computes the gradients)
         for n, p in restarted.params.items():
             assert torch.equal(p, first.params[n])

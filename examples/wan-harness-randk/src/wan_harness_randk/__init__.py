@@ -36,6 +36,19 @@ class RandKCompressor(BudgetedCompressor):
             raise ValueError(f"{self.name}: seed must be a non-negative integer, got {self.config['seed']!r}")
         self.updates = 0
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The residual (the base class's) and the update counter that seeds the next draw: a learner
+        restarted from its snapshot draws the positions the original would have drawn."""
+        return {**super().state_dict(), "updates": torch.tensor(self.updates, dtype=torch.int64)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        state = dict(state)
+        updates = state.pop("updates", None)
+        if updates is None or updates.dtype != torch.int64 or updates.numel() != 1 or int(updates) < 0:
+            raise ValueError(f"{self.name}: compressor state holds no update counter (a non-negative int64)")
+        self.updates = int(updates)
+        super().load_state_dict(state)
+
     def _compress(self, m):
         layout = [(n, tuple(t.shape)) for n, t in m.items()]
         flat = flatten(m)
