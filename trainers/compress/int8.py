@@ -116,6 +116,18 @@ class Int8Compressor(BudgetedCompressor):
         values[index] = q.to(torch.float32).reshape(-1, bs) * scales[:, None]
         return out
 
+    def _accumulate(self, p: Unpacked, out, alpha: float) -> None:
+        """out += alpha * decoded; under a budget at the sent blocks only (the others decode to zeros),
+        so the residual's update touches k blocks instead of building and adding a whole adapter.
+        Same bits as the dense update: an element not sent gets r + alpha * 0 = r."""
+        flat = contiguous_span(list(out.values()))
+        bs = p.meta.get("block_size")
+        if "blocks" not in p.segments or flat is None or flat.dtype != torch.float32 or flat.numel() % bs:
+            return super()._accumulate(p, out, alpha)
+        index, q, scales = p.segments["blocks"].long(), p.segments["q"], p.segments["scales"]
+        blocks = flat.view(-1, bs)
+        blocks[index] = blocks[index].add_(q.to(torch.float32).reshape(-1, bs) * scales[:, None], alpha=alpha)
+
 
 def _quantise(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(n, bs) fp32 -> (fp32 absmax scales (n,), int8 values (n, bs))."""

@@ -8,12 +8,12 @@ from trainers.compress.base import contiguous_span, flatten, shape_groups, stack
 from trainers.compress.topk import SAMPLE, top_indices
 
 
-def _layered(layers: int = 3) -> dict[str, torch.Tensor]:
+def _layered(layers: int = 3, width: int = 24) -> dict[str, torch.Tensor]:
     """A model-like layout (two projections per layer, A and B each) as views of one flat buffer."""
     shapes = []
     for i in range(layers):
-        shapes += [(f"layers.{i}.q.A", (4, 24)), (f"layers.{i}.q.B", (24, 4)), (f"layers.{i}.k.A", (4, 24)),
-                   (f"layers.{i}.k.B", (16, 4))]
+        shapes += [(f"layers.{i}.q.A", (4, width)), (f"layers.{i}.q.B", (width, 4)),
+                   (f"layers.{i}.k.A", (4, width)), (f"layers.{i}.k.B", (16, 4))]
     out = zeros_for(shapes)
     g = torch.Generator().manual_seed(0)
     for t in out.values():
@@ -65,3 +65,20 @@ def test_a_kept_decode_buffer_gives_the_same_bits_and_is_reused(name):
         assert all(torch.equal(fresh[k], got[k]) for k in fresh)
     if name != "identity":                                    # identity fp32 aliases the receive buffer
         assert next(iter(a.values())).data_ptr() == next(iter(b.values())).data_ptr()
+
+
+@pytest.mark.parametrize("name, budget", [("topk", "5%"), ("int8", "5%"), ("int8", "100%"), ("identity", None),
+                                          ("identity", "bf16")])
+def test_error_feedback_keeps_the_bits_of_residual_minus_decode(name, budget):
+    """The sparse residual updates (topk, int8 under a budget: only the sent elements) and identity's
+    fp32 shortcut leave E = M - decode(payload) with the bits of the dense subtraction, update after update."""
+    m = _layered(4, 6 * SAMPLE // 64)       # > 4 * SAMPLE elements: topk takes its sampled path
+    opts = {"dtype": budget} if name == "identity" and budget else ({"budget": budget} if budget else {})
+    enc = get_compressor(name, **opts)
+    residual = {k: torch.zeros_like(v) for k, v in m.items()}
+    for step in range(3):
+        grads = {k: v * (1 + step) for k, v in m.items()}
+        decoded = get_compressor(name, **opts).decode(enc.encode(grads))
+        residual = {k: (residual[k] + grads[k]).sub_(decoded[k]) for k in m}
+        got = enc.residual()
+        assert all(torch.equal(got[k], residual[k]) for k in m), f"update {step}"
