@@ -165,7 +165,7 @@ def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
     if method in spec.FULL_METHODS or spec.RANK_METHOD.match(method):
         rank = spec.RANK_METHOD.match(method)
         shipped = adapter.at_rank(int(rank.group(1))) if rank else adapter
-        dtype = "bf16" if method == "full-bf16" else "fp32"
+        dtype = "fp32" if method == "full" else "bf16"     # full-bf16 and rank-R ship bf16 (hilo/methods.py)
         return tensor_table_bytes(shipped.tensors, dtype, {"version": TYPICAL_VERSION})
     if method in spec.DELTA_METHODS:   # header + codec(uint32 gaps + values) of the changed elements
         opts = {**MODEL_OPTIONS, "delta_dtype": spec.get("delta_dtype").default, **(options or {})}

@@ -102,7 +102,7 @@ def section(updates: pd.DataFrame, comp: pd.DataFrame) -> list[str]:
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
     return ["## The baselines a user would pick instead", "",
             "Every HiLo-family variant with its training rank (rank-R trains at R and ships the whole small "
-            "adapter; the rest train at --lora-rank), its bytes and its held-out quality. `delta` ships the "
+            "adapter in bf16, like full-bf16; the rest train at --lora-rank), its bytes and its held-out quality. `delta` ships the "
             "elements of the adapter in its ship dtype (bf16: the rounded adapter the workers sample with, as "
             "full-bf16 ships it) whose bit patterns changed since the previous shipped version, as indices + "
             "values through zstd or lz4; the learner's fp32 master copy is not what is compared (Adam moves "

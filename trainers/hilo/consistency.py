@@ -6,8 +6,9 @@ after applying those versions, and each report is compared with the learner's re
 same version. What is compared:
 - replay methods: the policy (adapter) hash and the optimizer hash;
 - `full`: the policy hash (the shipped fp32 adapter is the learner's own);
-- `full-bf16`: the hash of the adapter rounded to the ship dtype, which is what workers sample
-  with (version 0 excepted: every replica builds it from the seed, nothing is shipped).
+- `full-bf16` and `rank-R` (bf16 too): the hash of the adapter rounded to the ship dtype, which is
+  what workers sample with (version 0 excepted: every replica builds it from the seed, nothing is
+  shipped).
 A run is consistent when it completed, no comparison failed, and every replica that reported
 the final version agrees with the learner there.
 """

@@ -11,7 +11,9 @@ plot legend.
   the last shipped version (indices + values, zstd or lz4: trainers/compress/delta.py); every
   replica then holds what `full-bf16` would have shipped, bit for bit.
 - `rank-R` (or `rankR`, e.g. `rank-1`): train at LoRA rank R and ship the whole small
-  adapter like `full` (the lower-rank baseline).
+  adapter like `full-bf16` (the lower-rank baseline, in the dtype the full-sync baseline and RL
+  frameworks ship): the learner keeps its fp32 master, workers hold and sample with the
+  bf16-rounded adapter, and that rounded adapter is the policy whose hash is compared.
 - every registered compressor (`identity`, `spar`, `powersgd`, `topk`, `int8`, ...): HiLo
   replay. The learner ships `compressor.encode(G)`; every replica, the learner included,
   runs the same AdamW step on `compressor.decode(payload)`.
@@ -29,6 +31,7 @@ from trainers.compress.delta import DeltaSync
 from trainers.protocol import dtypes
 
 FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}   # names: spec.FULL_METHODS
+RANK_DTYPE = torch.bfloat16   # rank-R ships like full-bf16 (harness/projection/costmodel.py counts it so)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def get_method(name: str, **compressor_options) -> Method:
         return _REGISTRY.get(name, **compressor_options)
     m = spec.RANK_METHOD.match(name)
     if m:
-        return Method(name, "full", ship_dtype=torch.float32, lora_rank=int(m.group(1)))
+        return Method(name, "full", ship_dtype=RANK_DTYPE, lora_rank=int(m.group(1)))
     if name in compress.available():   # in-tree or a plugin (entry point wan_harness.compressors)
         method = Method(name, "replay", compressor=name, compressor_options=dict(compressor_options))
         method.make_compressor()  # bad options fail here, before any process starts
