@@ -287,6 +287,10 @@ PARAMS: list[Param] = [
           "(each variant's seeds back to back)", choices=("interleaved", "sequential"), where="harness"),
     Param("worker_timeout", float, 120.0, "seconds of silence after which the learner drops a worker (the learner's "
           "--worker-timeout)", unit="s", lo=0.5, hi=86400.0, where="harness"),
+    Param("liveness", float, 10.0, "seconds without a byte from a joined worker after which it is dropped at once "
+          "(the data-parallel aggregator: the run stops); workers send a heartbeat every quarter of it while they "
+          "compute. Keep it above the time one 1448-byte TCP segment takes on the slowest link (12 s at 1 kbit/s) "
+          "(the learner's --liveness)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
     Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=250),
     Param("updates", int, 40, "updates per method and seed", lo=1, hi=1_000_000),

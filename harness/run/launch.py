@@ -307,7 +307,8 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         centre, worker = service_modules(cell.variant.method)
         procs.start("learner", "learner", [py, "-m", centre, "--run-dir", str(cell_dir), "--listen", listen,
                                            "--join-timeout", str(JOIN_TIMEOUT_S), "--worker-timeout",
-                                           str(cfg.worker_timeout), *run_flags(cfg, cell)], cell_dir, env)
+                                           str(cfg.worker_timeout), "--liveness", str(cfg.liveness),
+                                           *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         for w in range(1, cfg.workers + 1):
             procs.start(f"w{w}", f"w{w}", [py, "-m", worker, "--learner", address, "--worker-id", str(w),

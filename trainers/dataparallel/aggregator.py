@@ -13,8 +13,10 @@ Joins (`accept`): each connection gets its own handshake thread, budgeted by
 `trainers.protocol.gate` (at most 16 at once, 8 from one address, a newcomer from a smaller holder
 evicts the largest holder's oldest), with 3 s for the frame header (the run token) and 10 s for the
 whole HELLO, so idle connections cannot keep the workers out. A HELLO for an id already joined is
-refused. Every meta passes its schema in `trainers.protocol.messages` (SYNC_UPLOAD, SYNC_FINAL)
-before it is read; a worker's frame that fails it stops the run with the reason (a sync needs every
+refused. A joined worker from which no byte arrives for `--liveness` seconds (10 by default; the
+workers send a HEARTBEAT every quarter of it while they compute: trainers/protocol/heartbeat.py)
+stops the run at once with that reason, instead of each sync waiting `--worker-timeout`. Every
+meta passes its schema in `trainers.protocol.messages` (SYNC_UPLOAD, SYNC_FINAL) before it is read; a worker's frame that fails it stops the run with the reason (a sync needs every
 worker's share), never with a traceback.
 
 Event rows: one `update` row per optimizer step (version = step), the interval between two syncs
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import queue
 import signal
 import socket
@@ -52,6 +55,7 @@ MAX_META_BYTES = 64 * 1024   # a SYNC table's meta (losses of K steps, a hash)
 MAX_PENDING, PER_SOURCE = 16, 8  # connections in their handshake at once; of them from one address
 TOKEN_TIMEOUT_S, HANDSHAKE_TIMEOUT_S = 3.0, 10.0  # for the frame header (the token); for the whole HELLO
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before its HELLO passed
+LIVENESS_S = 10.0  # seconds without a byte from a joined worker before the run stops (--liveness; spec.py)
 
 
 class ProtocolError(wire.WireError):
@@ -89,9 +93,10 @@ def same_tables(ups: list[dict[str, torch.Tensor]]) -> None:
 
 class Aggregator:
     def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
-                 worker_timeout_s: float = 120.0):
+                 worker_timeout_s: float = 120.0, liveness_s: float = LIVENESS_S):
         self.p, self.token, self.run_dir = params, token, run_dir
-        self.worker_timeout_s = worker_timeout_s  # a silent worker stops the run (a sync needs every share)
+        self.worker_timeout_s = worker_timeout_s  # a sync's wait for an upload (a sync needs every share)
+        self.liveness_s = liveness_s  # a worker silent this long (no byte, no heartbeat) stops the run at once
         self.cfg = dp_config(params)
         with BUILD_LOCK:
             _, tensors = replica(params.model, params.seed, params.dp_train, params.lora_rank)
@@ -183,7 +188,8 @@ class Aggregator:
             conn.max_body_bytes = wire.DEFAULT_MAX_BODY_BYTES
             try:
                 conn.send(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json(), "version": 0,
-                                                               "start_batch": 0, "snapshot_version": 0}))
+                                                               "start_batch": 0, "snapshot_version": 0,
+                                                               "heartbeat_s": self.liveness_s / 4}))
             except OSError as err:
                 conn.close()
                 self.events.write("rejected", worker=worker, reason=f"WELCOME failed: {err}")
@@ -192,9 +198,17 @@ class Aggregator:
             self.events.write("joined", worker=worker)
 
     def recv(self, worker: int) -> wire.Frame:
-        conn = self.conns[worker]
+        """`worker`'s next frame other than a heartbeat, within --worker-timeout; a worker from which
+        no byte arrives for the liveness deadline stops the run at once (ProtocolError)."""
+        conn, end = self.conns[worker], time.monotonic() + self.worker_timeout_s
         try:
-            return conn.recv(deadline=time.monotonic() + self.worker_timeout_s)
+            while True:
+                frame = conn.recv(deadline=end, idle_s=self.liveness_s)
+                if frame.type != MessageType.HEARTBEAT:
+                    return frame
+                messages.decode(MessageType.HEARTBEAT, frame.body)
+        except wire.Silent as err:
+            raise ProtocolError(f"w{worker}: silent for {self.liveness_s:g} s (the liveness deadline): {err}") from None
         finally:
             conn.sock.settimeout(None)  # the deadline's timeout must not cut the next (long) send
 
@@ -298,18 +312,22 @@ def main(argv=None) -> int:
     ap.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
     ap.add_argument("--worker-timeout", type=float, default=120.0, help="seconds a sync waits for a worker's upload")
     ap.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for every worker to join")
+    ap.add_argument("--liveness", type=float, default=LIVENESS_S,
+                    help="seconds without a byte (uploads, heartbeats) from a joined worker after which the run stops")
     add_run_args(ap, required=True)
     args = ap.parse_args(argv)
     try:
         params = run_params_from_args(args)
         dp_config(params)
         token = run_token()
+        if not args.liveness > 0 or not math.isfinite(args.liveness):
+            raise ValueError(f"--liveness must be a positive number of seconds, got {args.liveness}")
     except ValueError as err:
         print(f"aggregator: {err}", file=sys.stderr)
         return 2
     set_threads(1)
     signal.signal(signal.SIGTERM, _terminate)
-    agg = Aggregator(params, token, args.run_dir, parse_addr(args.listen), args.worker_timeout)
+    agg = Aggregator(params, token, args.run_dir, parse_addr(args.listen), args.worker_timeout, args.liveness)
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{agg.address[0]}:{agg.address[1]}\n")
     log(PROCESS, f"aggregator on {agg.address[0]}:{agg.address[1]}, method {params.method}, {params.workers} workers")
     try:

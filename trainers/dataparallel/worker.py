@@ -19,6 +19,7 @@ import threading
 import time
 
 from trainers.protocol import messages, wire
+from trainers.protocol.heartbeat import Heartbeat
 from trainers.dataparallel.corpus import Corpus, perplexity
 from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import gradients, replica
@@ -30,13 +31,18 @@ from trainers.protocol.wire import Connection, MessageType
 
 
 def join(addr: str, worker: int, token: str, timeout_s: float) -> tuple[Connection, RunParams]:
+    """HELLO, WELCOME; the heartbeats the aggregator asks for start at once (building the replica
+    and the first K local steps send nothing else)."""
     conn = Connection(connect(parse_addr(addr), timeout_s), token=token, sender=worker, peer="aggregator")
     conn.send(MessageType.HELLO, wire.pack_json({"worker": worker}))
     frame = conn.recv(deadline=time.monotonic() + timeout_s)
     conn.sock.settimeout(None)
     if frame.type != MessageType.WELCOME:
         raise wire.WireError(f"expected WELCOME, got {frame.type.name}")
-    return conn, RunParams.from_json(messages.decode(MessageType.WELCOME, frame.body)["params"])
+    welcome = messages.decode(MessageType.WELCOME, frame.body)
+    if welcome.get("heartbeat_s") is not None:
+        Heartbeat(conn, welcome["heartbeat_s"]).start()  # ends when the connection closes
+    return conn, RunParams.from_json(welcome["params"])
 
 
 def finite(x: float) -> float | None:

@@ -30,8 +30,8 @@ import torch
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
-from trainers.hilo.membership import (MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S, Membership,
-                                      Peer, ReplayLog)
+from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
+                                      Membership, Peer, ReplayLog)
 from trainers.model.models import lora_gradients
 from trainers.model.rollout import Rollouts, concat
 from trainers import tasks
@@ -59,7 +59,8 @@ class Learner:
                  worker_timeout_s: float = 120.0, join_timeout_s: float = 300.0,
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
                  max_pending_connections: int = MAX_PENDING_CONNECTIONS,
-                 max_pending_per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S):
+                 max_pending_per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S,
+                 liveness_s: float = LIVENESS_S):
         self.params, self.run_dir = params, run_dir
         self.worker_timeout_s, self.join_timeout_s = worker_timeout_s, join_timeout_s
         built = stack.build(params)  # task, tokenizer, method, model + replica: once per process
@@ -76,7 +77,8 @@ class Learner:
         self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
                                   self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
                                   max_pending_connections, send_timeout_s=worker_timeout_s,
-                                  per_source=max_pending_per_source, token_timeout_s=token_timeout_s)
+                                  per_source=max_pending_per_source, token_timeout_s=token_timeout_s,
+                                  liveness_s=liveness_s)
         self.address = self.members.address
         self.rows: list[dict] = []  # the update rows written so far
         self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
@@ -386,7 +388,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainers.hilo.learner", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
-    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a silent worker is dropped (no rollouts; or a send it takes no byte of)")
+    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a worker that sends no rollouts (or takes no byte of a send) is dropped")
+    p.add_argument("--liveness", type=float, default=LIVENESS_S,
+                   help="seconds without a byte (rollouts, hashes, heartbeats) after which a joined worker is dropped")
     p.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for workers to join")
     p.add_argument("--handshake-timeout", type=float, default=10.0,
                    help="seconds a new connection has to send its whole HELLO (a total deadline)")
@@ -416,13 +420,16 @@ def main(argv=None) -> int:
             raise ValueError(f"--max-pending-per-source must be >= 1, got {args.max_pending_per_source}")
         if not args.token_timeout > 0 or not math.isfinite(args.token_timeout):
             raise ValueError(f"--token-timeout must be a positive number of seconds, got {args.token_timeout}")
+        if not args.liveness > 0 or not math.isfinite(args.liveness):
+            raise ValueError(f"--liveness must be a positive number of seconds, got {args.liveness}")
     except ValueError as e:
         p.error(str(e))
     set_threads(args.threads)
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
                       max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections,
-                      max_pending_per_source=args.max_pending_per_source, token_timeout_s=args.token_timeout)
+                      max_pending_per_source=args.max_pending_per_source, token_timeout_s=args.token_timeout,
+                      liveness_s=args.liveness)
     # The address file lets a caller that asked for port 0 find the learner.
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{learner.address[0]}:{learner.address[1]}\n")
 

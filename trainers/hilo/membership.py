@@ -27,6 +27,11 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
   while the main thread handles a peer's event drops that peer, never the learner;
 - a HELLO for a worker id whose member is still connected is refused (`rejected`); the member and
   its connection are untouched, so a forger cannot use up a genuine worker's reconnects.
+- liveness: once a member is welcomed its reader waits at most `liveness_s` (--liveness, 10 s) for
+  each byte; a member silent that long (no frame, no HEARTBEAT: workers send one every quarter of it
+  when nothing else went out, trainers/protocol/heartbeat.py) is `dropped` at once with that reason,
+  instead of holding every update for --worker-timeout. The clock runs only while the reader is free
+  to read: a frame the learner has not taken yet holds it back, which is not the member's silence.
 
 - Join: a worker that says HELLO is admitted at the learner's current version v: WELCOME,
   then the catch-up from the replay log (replay methods: the newest snapshot at or below v and
@@ -66,6 +71,7 @@ HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said
 MAX_PENDING_CONNECTIONS = 16  # connections in their handshake at once (learner flag --max-pending-connections)
 MAX_PENDING_PER_SOURCE = 8  # of them from one address (--max-pending-per-source)
 TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
+LIVENESS_S = 10.0  # seconds without a byte from a joined member before it is dropped (--liveness; spec.py)
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
 
 
@@ -87,8 +93,9 @@ class ReplayLog:
     """What a late worker replays: snapshots every S versions and the update messages after them
     (the two newest snapshots are kept, and every update after the older one)."""
 
-    def __init__(self, snapshot0: bytes):
-        self.snapshots: dict[int, bytes] = {0: snapshot0}
+    def __init__(self, snapshot0: bytes, version: int = 0):
+        """`snapshot0`: the replica at `version` (0, or where a resumed learner starts)."""
+        self.snapshots: dict[int, bytes] = {version: snapshot0}
         self.updates: dict[int, bytes] = {}  # version -> the update message that produced it
 
     def append(self, version: int, msg: bytes) -> None:
@@ -116,13 +123,15 @@ class Membership:
                  replay_log: ReplayLog, consistency: Consistency, events: EventLog, counter: wire.ByteCounter,
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
                  max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0,
-                 per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S):
+                 per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S,
+                 liveness_s: float = LIVENESS_S):
         self.params, self.method, self.token = params, method, token
         self.replica, self.replay_log, self.consistency = replica, replay_log, consistency
         self.events, self.counter = events, counter
         self.handshake_timeout_s, self.max_frame_bytes = handshake_timeout_s, max_frame_bytes
         self.token_timeout_s = min(token_timeout_s, handshake_timeout_s)
         self.max_pending, self.send_timeout_s = max_pending, send_timeout_s
+        self.liveness_s = liveness_s
         self.gate = Gate(max_pending, per_source)
         self._over_cap = 0  # connections refused over the cap in the current burst (listener thread)
         self._evictions_logged = 0  # gate.evicted when the last `rejected` row about evictions was written
@@ -228,15 +237,25 @@ class Membership:
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                                  struct.pack("ll", int(secs), int(secs % 1 * 1e6)))
             conn.max_body_bytes = self.max_frame_bytes
+            conn.admitted = threading.Event()
             self.inbox.put(("hello", worker, conn, None))
+            if not self._wait_until_admitted(conn):
+                return
             while self._wait_for_room(conn):
-                frame = conn.recv()
+                # The liveness clock runs only while this reader is free to read: a frame the learner
+                # has not taken yet holds it back (backpressure), and that is not the member's silence.
+                frame = conn.recv(idle_s=self.liveness_s)
+                if frame.type == MessageType.HEARTBEAT:
+                    messages.decode(MessageType.HEARTBEAT, frame.body)  # its arrival was the point
+                    continue
                 with self._room:
                     self._queued[conn] += len(frame.body)
                 self.inbox.put(("frame", worker, conn, frame))
             return  # closed by the learner while it waited: nothing more to say
         except (PeerClosed, OSError) as e:
             reason = str(e) or type(e).__name__
+        except wire.Silent as e:
+            kind, reason = "silent", f"silent for {self.liveness_s:g} s (the liveness deadline): {e}"
         except DeadlineExceeded as e:
             kind, reason = "bad", (f"handshake timed out: no frame header (the run token) within {self.token_timeout_s} s"
                                    if "header" in str(e) and self.token_timeout_s < self.handshake_timeout_s
@@ -253,6 +272,14 @@ class Membership:
                 self._queued.pop(conn, None)
         if not ticket.evicted:
             self.inbox.put((kind, worker, conn, reason))
+
+    def _wait_until_admitted(self, conn: Connection) -> bool:
+        """Block until the main thread has welcomed `conn` (the worker's heartbeats start with its
+        WELCOME, so the liveness clock must not start before); False once it is closed (refused)."""
+        while not conn.admitted.wait(0.5):
+            if conn.closed:
+                return False
+        return not conn.closed
 
     def _wait_for_room(self, conn: Connection) -> bool:
         """Block until `conn` has less than `max_frame_bytes` waiting in the inbox; False once it
@@ -314,7 +341,7 @@ class Membership:
             return None
         current = self.peers.get(worker)
         if current is None or current.conn is None or current.conn is not conn:
-            if kind in ("error", "bad") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: log and forget
+            if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: log and forget
                 self.events.write("rejected", peer=conn.peer, worker=worker, reason=payload)
                 log(PROCESS, f"rejected connection from {conn.peer}: {payload}")
             return None
@@ -323,6 +350,9 @@ class Membership:
             return None
         if kind == "bad":
             self.drop(worker, f"bad frame: {payload}")
+            return None
+        if kind == "silent":
+            self.drop(worker, payload)
             return None
         return current
 
@@ -360,7 +390,7 @@ class Membership:
         # snapshot 0 is never shipped: it replays the log from there instead.
         base = self.replay_log.base(version, replay)
         welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
-                   "snapshot_version": base}
+                   "snapshot_version": base, "heartbeat_s": self.liveness_s / 4}
         try:
             conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
             if base > 0 and replay:
@@ -372,6 +402,8 @@ class Membership:
             conn.close()
             return
         self.peers[worker] = Peer(worker, conn, start_batch=version)
+        if hasattr(conn, "admitted"):  # its reader may read now, and the liveness clock starts
+            conn.admitted.set()
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
         self.events.write("joined", worker=worker, version=version, snapshot_version=base,

@@ -26,6 +26,7 @@ import threading
 import time
 
 from trainers.protocol import messages, wire
+from trainers.protocol.heartbeat import Heartbeat
 
 from trainers import spec
 from trainers.events import EventLog, PhaseTimer
@@ -73,6 +74,7 @@ class Worker:
         self.counter = wire.ByteCounter()
         self.inbox: queue.Queue = queue.Queue()
         self.conn: Connection | None = None
+        self.heartbeat: Heartbeat | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -101,6 +103,8 @@ class Worker:
         if frame.type != MessageType.WELCOME:
             raise WorkerError(f"expected WELCOME from the learner, got {frame.type.name}")
         welcome = messages.decode(MessageType.WELCOME, frame.body)
+        if welcome.get("heartbeat_s") is not None:  # before the model is built: that takes a while too
+            self.heartbeat = Heartbeat(self.conn, welcome["heartbeat_s"]).start()
         if welcome["snapshot_version"] > welcome["version"]:
             raise WorkerError(f"WELCOME at version {welcome['version']} names a later snapshot {welcome['snapshot_version']}")
         self.params = RunParams.from_json(welcome["params"])
@@ -247,6 +251,8 @@ class Worker:
         return 0
 
     def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.conn is not None:
             self.conn.close()
         self.events.close()

@@ -1,9 +1,9 @@
 """The JSON control messages: one schema per message type, checked before anything uses them.
 
 Every JSON body (or tensor-table `meta`) that arrives from a peer goes through this module, on
-both sides and in both service families: the learner decodes HELLO, HASH and the ROLLOUTS meta
+both sides and in both service families: the learner decodes HELLO, HEARTBEAT, HASH and the ROLLOUTS meta
 here; the worker decodes WELCOME, STOP and the meta of a full-sync UPDATE here; the data-parallel
-aggregator decodes HELLO and the meta of each SYNC upload (`SYNC_UPLOAD`: step, losses) and of the
+aggregator decodes HELLO, HEARTBEAT and the meta of each SYNC upload (`SYNC_UPLOAD`: step, losses) and of the
 final report (`SYNC_FINAL`: parameter hash, held-out perplexity), its workers WELCOME, STOP and the
 SYNC download's meta (`SYNC_DOWN`). Two layers:
 
@@ -68,11 +68,14 @@ SCHEMAS: dict[MessageType, Schema] = {
     MessageType.HELLO: Schema("HELLO", {"worker": Field("int", lo=1, hi=MAX_WORKERS)}, max_bytes=1024),
     MessageType.WELCOME: Schema("WELCOME", {
         "params": Field("scalars", max_len=1024), "version": VERSION, "start_batch": VERSION,
-        "snapshot_version": VERSION}, max_bytes=256 * 1024),
+        "snapshot_version": VERSION,
+        # seconds between the worker's heartbeats (a quarter of the learner's liveness deadline)
+        "heartbeat_s": Field("number", required=False, lo=0, hi=86400)}, max_bytes=256 * 1024),
     MessageType.HASH: Schema("HASH", {
         "version": VERSION, "policy_hash": HASH_HEX,
         "optimizer_hash": Field("hex", nullable=True, max_len=128)}, max_bytes=4096),
     MessageType.STOP: Schema("STOP", {"reason": Field("str", max_len=MAX_STR)}, max_bytes=64 * 1024),
+    MessageType.HEARTBEAT: Schema("HEARTBEAT", {}, max_bytes=64),  # an empty object: its arrival is the message
 }
 
 # The `meta` of tensor-table bodies (the table itself is checked by `wire.unpack_tensors`).

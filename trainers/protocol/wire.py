@@ -60,6 +60,7 @@ import itertools
 import json
 import math
 import re
+import select
 import socket
 import struct
 import threading
@@ -101,13 +102,14 @@ class MessageType(enum.IntEnum):
     HASH = 6  # worker -> learner, JSON: state hashes at version v
     STOP = 7  # learner -> worker, JSON {"reason": ...}: no more updates, exit cleanly
     SYNC = 8  # dp worker <-> aggregator, tensor table: one sync's upload or download (trainers/dataparallel)
+    HEARTBEAT = 9  # worker -> learner/aggregator, JSON {}: still here (sent when nothing else went out; protocol/heartbeat.py)
 
 
 # How a receiver parses each body; "raw" bodies are handed on as bytes.
 MESSAGE_BODIES = {
     MessageType.HELLO: "json", MessageType.WELCOME: "json", MessageType.ROLLOUTS: "tensors",
     MessageType.UPDATE: "raw", MessageType.SNAPSHOT: "raw", MessageType.HASH: "json",
-    MessageType.STOP: "json", MessageType.SYNC: "tensors",
+    MessageType.STOP: "json", MessageType.SYNC: "tensors", MessageType.HEARTBEAT: "json",
 }
 
 
@@ -122,6 +124,10 @@ class PeerClosed(WireError):
 
 class DeadlineExceeded(WireError):
     """A whole frame did not arrive before the receiver's deadline (`Connection.recv(deadline=...)`)."""
+
+
+class Silent(WireError):
+    """No byte arrived for the receiver's liveness deadline (`Connection.recv(idle_s=...)`)."""
 
 
 def token_check(token: str | bytes) -> bytes:
@@ -511,6 +517,7 @@ class Connection:
         self.counter = counter if counter is not None else ByteCounter()
         self.max_body_bytes = max_body_bytes
         self._send_lock = threading.Lock()
+        self.sent_t = time.monotonic()  # when the last frame went out (a heartbeat is due only after a quiet spell)
         self._send_seq = 0
         self._recv_seq = 0
         self.closed = False
@@ -533,12 +540,16 @@ class Connection:
             self.counter.add_seconds(time.perf_counter() - t0)
             written = send_parts(self.sock, parts)
             self._send_seq += 1
+            self.sent_t = time.monotonic()
         self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
         return written
 
-    def _read_into(self, view: memoryview, what: str, deadline: float | None = None, crc: int | None = None):
+    def _read_into(self, view: memoryview, what: str, deadline: float | None = None, crc: int | None = None,
+                   idle_s: float | None = None):
         """Fill `view` from the socket; returns the checksum of its bytes continued from `crc`
-        (None: no checksum), computed chunk by chunk while the bytes are still in cache."""
+        (None: no checksum), computed chunk by chunk while the bytes are still in cache. `idle_s`:
+        Silent when no byte arrives for that long (waited with poll(), so the socket's timeout,
+        which a concurrent send also obeys, is left alone)."""
         n, got = len(view), 0
         while got < n:
             if deadline is not None:  # a total deadline: a byte per second does not keep it alive
@@ -546,6 +557,10 @@ class Connection:
                 if left <= 0:
                     raise DeadlineExceeded(f"deadline passed with {got} of {n} {what} bytes received")
                 self.sock.settimeout(left)
+            if idle_s is not None and not self._readable(idle_s if deadline is None else min(idle_s, left)):
+                if deadline is None or idle_s < left:
+                    raise Silent(f"no byte for {idle_s:g} s ({got} of {n} {what} bytes received)")
+                raise DeadlineExceeded(f"deadline passed with {got} of {n} {what} bytes received")
             try:
                 k = self.sock.recv_into(view[got:])
             except socket.timeout:
@@ -563,12 +578,19 @@ class Connection:
             got += k
         return crc
 
-    def _read_exact(self, n: int, what: str, deadline: float | None = None) -> bytes:
+    def _readable(self, secs: float) -> bool:
+        """True once the socket has a byte (or EOF, or an error) to read, False after `secs` seconds."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(max(0, math.ceil(secs * 1000))))
+
+    def _read_exact(self, n: int, what: str, deadline: float | None = None, idle_s: float | None = None) -> bytes:
         buf = bytearray(n)
-        self._read_into(memoryview(buf), what, deadline)
+        self._read_into(memoryview(buf), what, deadline, idle_s=idle_s)
         return bytes(buf)
 
-    def recv(self, deadline: float | None = None, header_deadline: float | None = None) -> Frame:
+    def recv(self, deadline: float | None = None, header_deadline: float | None = None,
+             idle_s: float | None = None) -> Frame:
         """Read and validate one frame; raises WireError (PeerClosed on EOF).
 
         `deadline` (time.monotonic() seconds): the whole frame must have arrived by then, or
@@ -576,8 +598,10 @@ class Connection:
         an earlier one for the 44-byte header, which carries the run token (a handshake gives a peer
         that has not shown the token only a short while). The body is
         read into one buffer of the announced length, allocated only after the header passed
-        its checks (the cap among them)."""
-        header = self._read_exact(HEADER_BYTES, "header", deadline if header_deadline is None else header_deadline)
+        its checks (the cap among them). `idle_s`: the liveness deadline, Silent when no byte arrives
+        for that long, between frames or within one (a slow link that keeps moving is never cut)."""
+        header = self._read_exact(HEADER_BYTES, "header", deadline if header_deadline is None else header_deadline,
+                                  idle_s)
         t_header = time.monotonic()
         t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
@@ -585,7 +609,7 @@ class Connection:
         body = recv_buffer(body_len)
         running = checksum(header[:-4])
         self.counter.add_seconds(time.perf_counter() - t0)
-        if self._read_into(body, "body", deadline, running) != crc:
+        if self._read_into(body, "body", deadline, running, idle_s) != crc:
             raise WireError("checksum mismatch")
         self._recv_seq += 1
         self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)

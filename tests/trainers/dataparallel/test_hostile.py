@@ -147,3 +147,34 @@ def test_a_second_hello_for_a_joined_worker_is_refused(tmp_path):
     assert not errors, errors
     assert summary["complete"] and summary["consistent"], summary
     assert "already connected" in refused[0]["reason"]
+
+
+def test_a_silent_worker_stops_the_run_after_the_liveness_deadline(tmp_path):
+    """A token holder joins as worker 2 and then says nothing, its socket open. The first sync used
+    to wait --worker-timeout (900 s here) for its upload; now the run stops with the reason once no
+    byte of it arrived for the liveness deadline (2 s), while w1's heartbeats and uploads keep it in."""
+    agg = Aggregator(params(updates=4), TOKEN, str(tmp_path), ("127.0.0.1", 0), worker_timeout_s=900, liveness_s=2)
+    errors: list = []
+    outcome: list = []
+    threads = start_workers(agg, tmp_path, 1, errors)
+    with socket.create_connection(agg.address, timeout=30) as s:
+        silent = Connection(s, token=TOKEN, sender=2, peer="agg")
+        silent.send(MessageType.HELLO, wire.pack_json({"worker": 2}))
+        try:
+            agg.accept(120)
+            assert wire.unpack_json(silent.recv().body)["heartbeat_s"] == 0.5  # a quarter of the deadline
+
+            def run():
+                try:
+                    agg.run()
+                except ProtocolError as err:
+                    outcome.append(err)
+            runner = threading.Thread(target=run, daemon=True)
+            runner.start()
+            runner.join(300)  # a guard against the old 900 s wait, not a speed requirement
+            assert not runner.is_alive(), "the sync is still waiting for the silent worker"
+        finally:
+            agg.close()
+            for t in threads:
+                t.join(60)
+    assert len(outcome) == 1 and "w2: silent for 2 s (the liveness deadline)" in str(outcome[0]), outcome

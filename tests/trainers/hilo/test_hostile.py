@@ -313,7 +313,7 @@ def test_running_out_of_file_descriptors_does_not_stop_the_listener(tmp_path):
     junk closes, the listener recovers, the worker joins, and the run completes."""
     updates = 3
     with Cluster(tmp_path / "run", workers=1, autostart=False, method="identity", updates=updates,
-                 learner_flags=["--handshake-timeout", "600", "--token-timeout", "600",
+                 learner_flags=["--handshake-timeout", "600", "--token-timeout", "600", "--liveness", "600",
                                 "--max-pending-connections", "64", "--max-pending-per-source", "64"]) as c:
         base_fds, base_threads = baseline(c)
         pid, port = c.procs["learner"].pid, c.address[1]
@@ -532,7 +532,8 @@ def test_idle_connections_without_the_token_cannot_starve_joins(tmp_path):
 def test_a_hello_forging_a_connected_workers_id_is_refused_and_costs_it_nothing(tmp_path):
     """D3: four HELLOs claiming to be worker 1 while it is connected used to replace its connection
     each time, using up its 3 reconnects. Now each is refused and w1 finishes without a reconnect."""
-    with Cluster(tmp_path / "run", workers=1, method="full", updates=3) as c:
+    with Cluster(tmp_path / "run", workers=1, method="full", updates=3,
+                 learner_flags=["--liveness", "600"]) as c:  # w1 is held below, longer than 10 s on a busy box
         wait_rows(c, "joined", 1, worker=1)
         os.kill(c.procs["w1"].pid, signal.SIGSTOP)  # hold the run: its connection stays open meanwhile
         try:
@@ -549,3 +550,30 @@ def test_a_hello_forging_a_connected_workers_id_is_refused_and_costs_it_nothing(
     assert all("already connected" in r["reason"] for r in refused)
     assert not [r for r in c.events("w1") if r["kind"] == "connection_lost"]
     assert not [r for r in c.events("learner") if r["kind"] in ("replaced", "disconnected")]
+
+
+# ----------------------------------------------------------------------------- liveness
+
+
+def test_a_silent_member_is_dropped_after_the_liveness_deadline_not_per_update(tmp_path):
+    """A token holder joins as worker 2 (HELLO, WELCOME) and then says nothing, its socket open.
+    It used to hold batch 0 for --worker-timeout (900 s here) and each later join would again; now
+    the learner drops it once no byte of it arrived for --liveness (3 s) and the genuine w1, whose
+    heartbeats keep it in while it samples, completes every update."""
+    updates = 4
+    with Cluster(tmp_path / "run", workers=2, autostart=False, method="spar", updates=updates,
+                 learner_flags=["--worker-timeout", "900", "--liveness", "3"]) as c:
+        c.start_worker(1)
+        wait_rows(c, "joined", 1, worker=1)
+        with connect(c) as s:
+            silent = Connection(s, token=TOKEN, sender=2, peer="learner")
+            silent.send(MessageType.HELLO, wire.pack_json({"worker": 2}))
+            welcome = wire.unpack_json(silent.recv().body)
+            assert welcome["heartbeat_s"] == 0.75  # a quarter of the deadline
+            dropped = wait_rows(c, "dropped", 1, worker=2)[0]
+            assert closed_by_learner(s)
+        s = c.wait(timeout=WAIT_S)  # far below the 900 s the member used to cost
+    assert_survived(c, s, updates)
+    assert "silent for 3 s (the liveness deadline)" in dropped["reason"], dropped
+    assert [d["worker"] for d in s["dropped"]] == [2]
+    assert c.returncodes["w1"] == 0

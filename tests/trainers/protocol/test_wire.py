@@ -381,3 +381,25 @@ def test_a_frame_within_its_deadline_is_received():
     ca.send(MessageType.HELLO, wire.pack_json({"worker": 1}))
     assert cb.recv(deadline=time.monotonic() + 60).body == b'{"worker":1}'
     ca.close(), cb.close()
+
+
+def test_idle_s_raises_silent_when_no_byte_arrives_and_a_heartbeat_keeps_a_peer_alive():
+    """The liveness deadline counts bytes, not frames: a peer that says nothing is Silent; one whose
+    Heartbeat thread runs (and whose other sends make heartbeats unnecessary) never is."""
+    from trainers.protocol import messages
+    from trainers.protocol.heartbeat import Heartbeat
+
+    ca, cb = pair()
+    with pytest.raises(wire.Silent, match="no byte for 0.2 s"):
+        cb.recv(idle_s=0.2)
+    beat = Heartbeat(ca, 0.05).start()
+    for _ in range(3):  # each arrives well within 30 s; the bound only guards against a hang
+        frame = cb.recv(idle_s=30)
+        assert frame.type == MessageType.HEARTBEAT and messages.decode(MessageType.HEARTBEAT, frame.body) == {}
+    beat.stop()
+    assert beat.sent >= 3
+    ca.close()
+    with pytest.raises(wire.PeerClosed):  # a closed peer is EOF, never Silent
+        while True:
+            cb.recv(idle_s=30)
+    cb.close()
