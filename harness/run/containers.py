@@ -94,12 +94,31 @@ def values_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         raw = environ.get(env_name(p), "").strip()
         if raw:
             given[p.name] = raw
-    for item in shlex.split(environ.get("WAN_EXTRA", "")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise spec.SpecError(f"WAN_EXTRA: {item!r} is not name=value")
-        given[key.replace("-", "_")] = value
+    for key, value in extra_values(environ.get("WAN_EXTRA", "")).items():
+        if key in given:  # two values for one parameter: neither silently wins
+            raise spec.SpecError(f"WAN_EXTRA: {key} is also set by {env_name(spec.get(key))}; give it once")
+        given[key] = value
     return given
+
+
+def extra_values(text: str) -> dict[str, str]:
+    """WAN_EXTRA's name=value items, split as a POSIX shell would (a value with spaces is quoted:
+    task_options="max_people=3, min_people=2"); SpecError on unbalanced quotes, an item that is not
+    name=value, or a name given twice."""
+    try:
+        items = shlex.split(text)
+    except ValueError as err:  # "No closing quotation", "No escaped character"
+        raise spec.SpecError(f"WAN_EXTRA: {str(err).lower()} in {text[:200]!r}") from None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        name = key.strip().replace("-", "_")
+        if not sep or not name:
+            raise spec.SpecError(f"WAN_EXTRA: {item[:200]!r} is not name=value")
+        if name in out:
+            raise spec.SpecError(f"WAN_EXTRA: {name} is given twice ({out[name]!r} and {value!r})")
+        out[name] = value
+    return out
 
 
 def env_message(line: str) -> str:
@@ -443,7 +462,19 @@ def settings(environ: Mapping[str, str]):
         raise ConfigError("EMULATION: the containers front door always shapes the links")
     if cfg.run_id is None:
         cfg = _with_run_id(cfg, launch.new_run_id(cfg))
+    check_run_id_free(cfg)
     return cfg, secs, policy
+
+
+def check_run_id_free(cfg) -> None:
+    """RUN_ID must name a new results folder: a second run under an id would overwrite the first's
+    config.json and cells and mix their event files."""
+    run_dir = Path(cfg.run_dir)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ConfigError(f"RUN_ID: {cfg.run_id!r} is taken: {run_dir} already holds a run "
+                          "(choose another RUN_ID, or leave it empty for a new one)")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"RUN_ID: {cfg.run_id!r}: {run_dir} exists and is not a folder")
 
 
 def run(cfg, client, secs: float, policy: str) -> int:

@@ -108,3 +108,36 @@ def test_a_learner_that_did_not_start_shows_its_last_log_line(tmp_path):
     tail = containers._log_tail(f"the learner did not start (see {log})")
     assert tail == ": PermissionError: cannot read the cached model /x (mode 0600, owner uid 0)"
     assert containers._log_tail("no log named") == ""
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ('lora_rank="4', "WAN_EXTRA: no closing quotation in 'lora_rank=\"4'"),   # was a ValueError traceback
+    ("lora_rank=4 hash_every=2\\", "WAN_EXTRA: no escaped character"),
+    ("lora_rank=4 lora_rank=8", "WAN_EXTRA: lora_rank is given twice ('4' and '8')"),  # the last one won
+    ("=4", "WAN_EXTRA: '=4' is not name=value"),
+    ("updates=7", "WAN_EXTRA: updates is also set by UPDATES; give it once"),   # UPDATES=3 below won silently
+])
+def test_wan_extra_is_split_like_a_shell_and_refused_with_one_line(extra, needle, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        containers.settings({"WAN_EXTRA": extra, "UPDATES": "3", "RESULTS_DIR": str(tmp_path)})
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_wan_extra_keeps_a_quoted_value_with_spaces_whole(tmp_path):
+    cfg, _, _ = containers.settings({"WAN_EXTRA": "task=knights_knaves task_options='max_people=3, min_people=2' "
+                                                  "lora-rank=4", "RESULTS_DIR": str(tmp_path)})
+    assert cfg.to_json()["task_options"] == "max_people=3, min_people=2" and cfg.to_json()["lora_rank"] == 4
+
+
+def test_a_run_id_that_already_holds_a_run_is_refused_before_any_container(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(containers, "READY_FILE", tmp_path / "ready")
+    taken = tmp_path / "results" / "dkr-1"
+    taken.mkdir(parents=True)
+    (taken / "meta.json").write_text('{"run_id": "dkr-1", "status": "complete"}')
+    assert containers.main({"RUN_ID": "dkr-1", "RESULTS_DIR": str(tmp_path / "results")}) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("harness containers: RUN_ID: 'dkr-1' is taken: "), err
+    assert not (tmp_path / "ready").exists()                  # never healthy: no service was started
+    assert json.loads((taken / "meta.json").read_text())["status"] == "complete"  # the first run is untouched
+    cfg, _, _ = containers.settings({"RUN_ID": "dkr-2", "RESULTS_DIR": str(tmp_path / "results")})
+    assert cfg.run_id == "dkr-2"                              # a new id is fine
