@@ -1,8 +1,9 @@
 """Containers: `harness` as the controller of docker-compose.yml (and of a single-node swarm stack).
 
-    WAN_PROFILE=transatlantic WORKERS=2 UPDATES=5 docker compose up --abort-on-container-exit
+    WAN_PROFILE=transatlantic WORKERS=2 UPDATES=5 docker compose up --exit-code-from controller
 
-The learner and worker containers start idle (``sleep infinity``, no network of docker's:
+The learner and worker containers start idle (``sleep infinity`` under a shell that exits 0 or 1
+on the controller's signal, see :data:`SERVICE_DONE`; no network of docker's:
 ``network_mode: none``). The controller container (NET_ADMIN + SYS_ADMIN, a writable /proc/sys, ``pid: host``, the docker socket)
 runs ``python -m harness.run.containers``, which
 
@@ -22,8 +23,9 @@ runs ``python -m harness.run.containers``, which
    inside their containers as the non-root user (``docker exec``, :class:`ExecProcess`), and
    writes the same ``results/<run-id>/`` to the bind-mounted ``./results``;
 5. tears everything down (delay lines, rules, qdiscs, veths, the router namespace), stops the
-   learner and worker containers (so a bare ``docker compose up`` returns), and exits 0 when every
-   cell completed, 1 otherwise.
+   learner and worker containers (so a bare ``docker compose up`` returns; they exit 0 after a
+   complete run, 1 otherwise), and exits 0 when every cell completed, 1 otherwise (2: bad settings
+   or a missed calibration).
 """
 from __future__ import annotations
 
@@ -438,16 +440,16 @@ def main(environ: Mapping[str, str] | None = None) -> int:
         return run_sibling(client, me, environ)
     # provenance: uname here is the container id; the engine knows the host (meta.json host)
     os.environ.setdefault("WAN_HOST", str(client.info().get("Name") or ""))
-    code = 1
+    project = me.labels.get("com.docker.compose.project")
     try:
         code = run(cfg, client, secs, policy)
-        return code
-    finally:
-        if me.labels.get("com.docker.compose.project"):
-            # `up --abort-on-container-exit` answers the first service stopped here with a SIGTERM to every
-            # container, this one included: the run is over by now, so that SIGTERM ends it with the run's code
-            signal.signal(signal.SIGTERM, lambda *_: os._exit(code))
-            stop_services(client, me.labels["com.docker.compose.project"])
+    except BaseException:
+        if project:                        # a crash or an interrupt: the idle services still stop (exit 1)
+            stop_services(client, project, 1)
+        raise
+    if project:
+        end_compose_run(client, project, code)
+    return code
 
 
 def settings(environ: Mapping[str, str]):
@@ -524,13 +526,50 @@ def mark_calibration(run_dir: Path, misses: list[str], failed: bool) -> None:
         launch.finalize(run_dir)        # the report's run line from the updated meta.json
 
 
-def stop_services(client, project: str) -> None:
-    """Stop the learner and worker containers of this compose project: they idle (`sleep infinity`)
-    and a bare `docker compose up` returns only when every container has exited."""
-    for c in client.containers.list(filters={"label": [f"com.docker.compose.project={project}",
-                                                       f"{ROLE_LABEL}=service"]}):
+# The idle command of the learner and worker services (docker-compose.yml) exits 0 on SIGUSR1 and 1 on
+# SIGUSR2 (a plain SIGTERM, e.g. `docker compose down`, still ends it with 143). `up
+# --abort-on-container-exit` returns the exit code of the first container that exits, which is one of
+# these services when the controller stops them: so they carry the run's outcome.
+SERVICE_DONE = {True: "SIGUSR1", False: "SIGUSR2"}   # run complete -> exit 0; failed -> exit 1
+SERVICE_STOP_S = 10                                  # seconds a service gets to exit before a plain stop
+
+
+def stop_services(client, project: str, code: int) -> None:
+    """Stop the learner and worker containers of this compose project with the run's outcome (exit 0
+    when `code` is 0, else 1): they idle, and a bare `docker compose up` returns only when every
+    container has exited. A service that does not exit on the signal (an image before this idle
+    command) gets a plain stop."""
+    services = client.containers.list(filters={"label": [f"com.docker.compose.project={project}",
+                                                         f"{ROLE_LABEL}=service"]})
+    for c in services:
         with contextlib.suppress(Exception):   # already gone (docker compose down): nothing to stop
-            c.stop(timeout=10)
+            c.kill(signal=SERVICE_DONE[code == 0])
+    for c in services:
+        with contextlib.suppress(Exception):
+            try:
+                c.wait(timeout=SERVICE_STOP_S)
+            except Exception:                  # still running after the signal
+                c.stop(timeout=SERVICE_STOP_S)
+
+
+def end_compose_run(client, project: str, code: int) -> None:
+    """Stop the services and end this process with the run's exit code; it does not return.
+
+    With `--abort-on-container-exit` (or `--exit-code-from controller`) compose answers the first
+    service stopped here with a SIGTERM to every container, this one included, once the services
+    have stopped: i.e. while this process returns from main() or later. Python restores SIGTERM's
+    default action while it finalises, so a handler alone left a window in which that SIGTERM
+    ended a complete run with 143. The handler covers the stop; os._exit then leaves no window."""
+    signal.signal(signal.SIGTERM, lambda *_: _exit_now(code))
+    stop_services(client, project, code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):   # a closed stream: nothing left to flush
+            stream.flush()
+    os._exit(code)
 
 
 # ---- swarm: a node controller starts the controller next to it ----------------------------------

@@ -58,9 +58,9 @@ class Project:
                                "-p", self.name, *args], capture_output=True, text=True, env=full, timeout=timeout)
 
     def up(self, **env: str) -> subprocess.CompletedProcess:
-        # the README's command: a bare `up` returns by itself once the controller has stopped the idle
-        # services (with --abort-on-container-exit compose SIGTERMs the controller as the first service stops)
-        return self.compose("up", env=env)
+        """`up --abort-on-container-exit`: its exit code is the first exiting container's, an idle service
+        the controller stopped with the run's outcome (0 complete, 1 failed)."""
+        return self.compose("up", "--abort-on-container-exit", env=env)
 
     def up_bare(self, **env: str) -> subprocess.CompletedProcess:
         """`docker compose up` as a user types it: it must return by itself when the run ends."""
@@ -76,6 +76,14 @@ class Project:
         docs = json.loads(subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True,
                                          timeout=60).stdout)
         return {d["Name"].lstrip("/"): d["State"] for d in docs}
+
+    def exit_codes(self) -> dict[str, list[int]]:
+        """Service name (learner, worker, controller) -> the exit codes of its containers."""
+        codes: dict[str, list[int]] = {}
+        for name, st in self.containers().items():
+            service = name[len(self.name) + 1:].rsplit("-", 1)[0]
+            codes.setdefault(service, []).append(st["ExitCode"])
+        return codes
 
     def down(self) -> subprocess.CompletedProcess:
         return self.compose("down", "--remove-orphans", "--timeout", "10")

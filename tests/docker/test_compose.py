@@ -1,5 +1,6 @@
-"""`WAN_PROFILE=<name> docker compose up` (bare, as the README says): shaped container links, a complete
-results folder, parity with `harness run`, and `docker compose down` leaving nothing behind."""
+"""`WAN_PROFILE=<name> docker compose up` (bare, as the README says, and with --abort-on-container-exit):
+shaped container links, a complete results folder, the exit code of the run, parity with `harness run`,
+and `docker compose down` leaving nothing behind."""
 from __future__ import annotations
 
 import csv
@@ -66,9 +67,30 @@ def test_after_a_host_run_a_bare_compose_up_runs_and_returns(project, tmp_path):
     assert all(not st["Running"] for st in project.containers().values())
 
 
+@pytest.mark.parametrize("code, want", [(0, 0), (1, 1), (2, 1)])
+def test_idle_services_stopped_by_the_controller_exit_with_the_runs_outcome(project, code, want):
+    """`up --abort-on-container-exit` returns the code of the first container that exits: a service the
+    controller stopped. So a service must exit 0 after a complete run and non-zero after a failed one
+    (it exited 143 on SIGTERM before, whatever the run's outcome); `docker compose stop` is still 143."""
+    import docker
+    from harness.run import containers
+
+    up = project.compose("up", "-d", "--no-deps", "learner", "worker", env={"WORKERS": "2"})
+    assert up.returncode == 0, up.stderr
+    containers.stop_services(docker.from_env(), project.name, code)
+    assert project.exit_codes() == {"learner": [want], "worker": [want, want]}
+    again = project.compose("up", "-d", "--no-deps", "--force-recreate", "learner", env={"WORKERS": "2"})
+    assert again.returncode == 0, again.stderr
+    assert project.compose("stop", "learner").returncode == 0
+    assert project.exit_codes()["learner"] == [143]
+
+
 def test_compose_run_shapes_each_container_and_matches_harness_run(project, tmp_path):
     res = project.up(WAN_PROFILE="transatlantic", RUN_ID="dkr-compose", **RUN)
+    # `up --abort-on-container-exit` after a complete run: 0 (it was 143: the first container to exit, an
+    # idle service the controller stopped, was killed by SIGTERM), and every container says so
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    assert project.exit_codes() == {"controller": [0], "learner": [0], "worker": [0, 0]}, project.exit_codes()
     run = project.run_dir("dkr-compose")
     meta = json.loads((run / "meta.json").read_text())
     assert meta["complete"] and meta["emulation"] and meta["errors"] == [], meta
