@@ -204,6 +204,9 @@ def _node_order(nodes) -> list[str]:
     return sorted(set(nodes), key=lambda n: (n != "learner", int(n[1:]) if n[1:].isdigit() else 0, n))
 
 
+NO_LINK_SAMPLES = "no link samples"
+
+
 def draw_link_throughput(links: pd.DataFrame) -> Plot:
     """Throughput of every link over time (one seed), one panel per method on one time axis, with the
     worker links' capacity."""
@@ -228,9 +231,13 @@ def draw_link_throughput(links: pd.DataFrame) -> Plot:
         handles, labels = axes[0, 0].get_legend_handles_labels()
         axes[0, 0].legend(handles, labels, fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
-        axes[0, 0].text(0.5, 0.5, "no link counters (localhost run)", transform=axes[0, 0].transAxes, ha="center")
+        axes[0, 0].text(0.5, 0.5, NO_LINK_SAMPLES, transform=axes[0, 0].transAxes, ha="center")
     axes[-1, 0].set_xlabel("seconds since the learner started")
     fig.subplots_adjust(hspace=0.5)
+    if not variants:    # no seed to name: the caption says why the figure is empty instead
+        return Plot("link_throughput", fig,
+                    f"Bits per second each link carried: {NO_LINK_SAMPLES} in these runs (no cell's links.csv has "
+                    "a row: a run without emulation samples no link counters), so nothing is drawn.")
     cap = (f"dotted black: the worker links' capacity ({', '.join(_rate(r) for r in rates)}; the learner's own link "
            "is unshaped)" if len(rates) else "no capacity line: the links were not shaped")
     return Plot("link_throughput", fig,

@@ -97,6 +97,23 @@ def test_link_throughput_names_the_seed_shares_time_and_draws_the_capacity():
     assert f"seed {seed}" in p.caption and "capacity" in p.caption
 
 
+def test_a_run_without_link_samples_says_so_instead_of_naming_seed_none(heldout_run, tmp_path):
+    """run-heldout keeps no link counters: the figure and the report's caption say there are no link
+    samples (they read "seed None" before)."""
+    from harness.results import report
+
+    t = results.read(heldout_run)
+    assert t.links.empty
+    p = by_name(t)["link_throughput"]
+    assert "seed None" not in p.caption and "no link samples" in p.caption, p.caption
+    [ax] = p.fig.axes
+    assert ax.get_lines() == [] and ax.get_title(loc="left") == ""
+    assert [x.get_text() for x in ax.texts] == ["no link samples"]
+    md = report.write(heldout_run, out=tmp_path / "report").read_text()
+    [line] = [ln for ln in md.splitlines() if ln.startswith("*link_throughput")]
+    assert "seed None" not in line and "no link samples in these runs" in line, line
+
+
 def test_every_link_has_its_own_style_at_any_worker_count():
     """Beyond 7 workers the colours repeat (8 Okabe-Ito colours); the marker tells them apart."""
     nodes, seen = 64, set()
