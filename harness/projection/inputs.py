@@ -44,6 +44,21 @@ def adapter_for(model: str, rank: int) -> cm.Adapter:
         return cm.Adapter.from_shapes(lora_shapes(model, rank), rank, model, stated=plugin_bytes())
 
 
+def dp_tensors(model: str, train: str | None, lora_rank: int) -> cm.Tensors:
+    """(name, shape) of what a data-parallel replica synchronises (trainers/dataparallel/inprocess.py
+    `replica`): every parameter of the model under --dp-train full (a tied head once), its LoRA factors
+    under lora; read from the meta device. A run older than --dp-train (None) trained the full model."""
+    import warnings
+
+    from trainers.model.models import lora_shapes, meta_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if (train or "full") == "lora":
+            return tuple((n, tuple(s)) for n, s in lora_shapes(model, lora_rank))
+        return tuple((n, tuple(p.shape)) for n, p in meta_model(model).named_parameters())
+
+
 def plugin_bytes() -> dict[str, cm.StatedBytes]:
     """Plugin compressor name -> its StatedBytes: the class is loaded only when a projection asks."""
     return {name: functools.partial(_stated, name) for name in spec.compressor_names()

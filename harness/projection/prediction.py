@@ -18,8 +18,11 @@ from pathlib import Path
 
 from harness.net import profiles
 from harness.projection import costmodel as cm
-from harness.projection.inputs import adapter_for, host_cc
+from harness.projection import dpbytes
+from harness.projection.inputs import adapter_for, dp_tensors, host_cc
+from harness.results import dataparallel_report as dpreport
 from harness.results import tables as results
+from trainers import spec
 
 FILE = "prediction.json"
 
@@ -66,13 +69,20 @@ def build(run_dir: str | Path) -> dict:
     workers, cores = int(cfg["workers"]), meta.get("cpus")
     net, link_words = network(cfg, workers) if cfg.get("emulation", True) else (
         cm.Network.uniform(workers, None, cc=host_cc()), "localhost, unshaped")
+    out = {"model": "harness/projection/costmodel.py, compute fitted on this run (medians after update 1)",
+           "link": link_words, "workers": workers, "cores": cores, "cc": net.cc, "variants": {}}
+    dp = u["method"].map(spec.is_data_parallel)
+    if dp.any():
+        out["dataparallel"] = dataparallel(u[dp], cfg)
+        out["dataparallel_note"] = DP_NOTE
+    u = u[~dp]
+    if u.empty:
+        return out
     adapter = adapter_for(cfg["model"], int(cfg["lora_rank"]))
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
     measured = cm.measured(u)
     load = u["load1"].median() / u["cores"].median() if {"load1", "cores"} <= set(u) and u["load1"].notna().any() else None
-    out = {"model": "harness/projection/costmodel.py, compute fitted on this run (medians after update 1)",
-           "link": link_words, "workers": workers, "cores": cores, "cc": net.cc, "variants": {}}
     for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
         if variant not in measured:
             continue
@@ -84,6 +94,32 @@ def build(run_dir: str | Path) -> dict:
             "transfer_down_s": p.transfer_down_s, "transfer_up_s": p.transfer_up_s, "rollout_s": p.rollout_s,
             "train_s": p.train_s, "bound": p.bound, "link_bottleneck": p.bottleneck,
             "bottleneck": bottleneck, "evidence": evidence}
+    return out
+
+
+# Why prediction.json has bytes but no seconds for the data-parallel family (the report prints it).
+DP_NOTE = ("bytes per optimizer step only (harness/projection/dpbytes.py): the cost model's seconds are those of "
+           "HiLo's round (the update fanned out, rollouts fanned in), not of K local steps and an all-reduce")
+
+
+def dataparallel(u, cfg: dict) -> dict:
+    """Per data-parallel variant, over the steps the run recorded (a K-step method's last partial window
+    left out, as the report counts it): the byte rules' mean bytes per optimizer step per worker (tensor
+    data) beside the run's own, the method's claimed bytes and the measured SYNC payload (the tensor
+    table, its header included)."""
+    tensors = dp_tensors(cfg["model"], cfg.get("dp_train"), int(cfg["lora_rank"]))
+    sync = dpbytes.Sync.from_config(cfg)
+    df = u[u["claimed_bytes_up"].notna()] if "claimed_bytes_up" in u else u.iloc[:0]
+    df = df[~dpreport.tail_steps(df, [k for k in dpreport.KEYS if k in df] + ["method", "seed"])]
+    out = {}
+    for method, g in df.groupby("method", sort=False):
+        model = [dpbytes.step_bytes(method, tensors, int(step), sync) for step in g["update_index"]]
+        out[method] = {"bytes_up_per_step": sum(m[0] for m in model) / len(g),
+                       "bytes_down_per_step": sum(m[1] for m in model) / len(g),
+                       "claimed_up_per_step": float(g["claimed_bytes_up"].mean()),
+                       "claimed_down_per_step": float(g["claimed_bytes_down"].mean()),
+                       "payload_up_per_step": float((g["payload_bytes_up"] / g["workers"]).mean()),
+                       "payload_down_per_step": float(g["payload_bytes_down"].mean()), "steps": len(g)}
     return out
 
 

@@ -95,19 +95,43 @@ def model_section(runs: list[results.Run]) -> list[str]:
     """"Cost model vs measured": each variant's predicted and measured seconds per update, the error,
     and its bottleneck with the evidence in words; [] when no run has a prediction.json."""
     head = ["run", "method", "predicted s/update", "measured s/update", "error", "bottleneck"]
-    rows, words = [], []
+    rows, words, dp = [], [], []
     for run in runs:
         doc = read_prediction(run)
         for variant, v in doc.get("variants", {}).items():
             rows.append([run.dir.name, variant, f"{v['predicted_s']:.3f}", f"{v['measured_s']:.3f}",
                          f"{v['error']:+.1%}", v["bottleneck"]])
             words.append(f"- `{run.dir.name}` **{variant}**: {v['bottleneck']}: {v['evidence']}.")
-        if doc:
+        if doc.get("variants"):
             words.append(f"- `{run.dir.name}`: {doc.get('workers')} workers on {doc.get('cores')} cores, "
                          f"{doc.get('link')}, congestion control {doc.get('cc')}; {doc.get('model')}.")
+        dp += dp_rows(run.dir.name, doc)
+    out = []
+    if rows:
+        out += ["## Cost model vs measured", "",
+                "The cost model's seconds per update for each method at this run's link and with its compute "
+                "measured here (`prediction.json`; `harness project --from RUN` is the same model at other scales), "
+                "the measured median after the first update, and what bounds each cell.", "", _md(head, rows), "",
+                *words, ""]
+    return out + dp_section(dp, runs)
+
+
+def dp_rows(run: str, doc: dict) -> list[list[str]]:
+    """A run's data-parallel variants in prediction.json: the byte rules' bytes per step beside the run's."""
+    b = lambda v: f"{v:,.0f}"   # noqa: E731
+    return [[run, method, b(v["bytes_up_per_step"]), b(v["claimed_up_per_step"]), b(v["payload_up_per_step"]),
+             b(v["bytes_down_per_step"]), b(v["claimed_down_per_step"]), b(v["payload_down_per_step"])]
+            for method, v in doc.get("dataparallel", {}).items()]
+
+
+def dp_section(rows: list[list[str]], runs: list[results.Run]) -> list[str]:
     if not rows:
         return []
-    return ["## Cost model vs measured", "",
-            "The cost model's seconds per update for each method at this run's link and with its compute measured "
-            "here (`prediction.json`; `harness project --from RUN` is the same model at other scales), the measured "
-            "median after the first update, and what bounds each cell.", "", _md(head, rows), "", *words, ""]
+    note = next(d["dataparallel_note"] for d in map(read_prediction, runs) if d.get("dataparallel_note"))
+    head = ["run", "method", "model B/step up", "claimed up", "measured payload up", "model B/step down",
+            "claimed down", "measured payload down"]
+    return ["## Cost model vs measured: data-parallel bytes", "",
+            f"The cost model's bytes per optimizer step per worker (tensor data, fp32, over whole sync windows) for "
+            f"each data-parallel method at this run's model and settings, beside the method's own claimed bytes and "
+            f"the measured SYNC payload (its tensor table's header included) over the same steps. The model gives "
+            f"{note}.", "", _md(head, rows), ""]
