@@ -8,7 +8,8 @@ its caption, which says what every line, band and error bar is), so the report p
 caption under the figure and tests read back what a figure shows (axes, lines, legend) without
 decoding an image. Figures: held-out quality vs training seconds (one curve per method, mean over
 seeds, shaded 95 % CI where there are >= 3 seeds; the time-to-quality figure); quality vs bytes
-communicated (log x) with the Pareto front; stacked phase breakdown per method; a Gantt timeline of
+communicated (log x) with the Pareto front; quality at equal bytes, per update and cumulative, for
+both families (harness/results/equal_bytes.py); stacked phase breakdown per method; a Gantt timeline of
 one seed's learner and worker phases over a few updates (pipelining shows as rollouts overlapping
 training); per-link throughput over time for one seed with the link capacity; seconds per update
 vs bandwidth (only where the runs plotted vary the bandwidth); for data-parallel runs
@@ -30,7 +31,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from harness.results import compare, dataparallel_plots as dpplots, quality, tables as results  # noqa: E402
-from harness.results import trace_plots  # noqa: E402
+from harness.results import equal_bytes, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
 from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
@@ -310,6 +311,7 @@ def render(t: results.RunTables) -> list[Plot]:
                   draw_link_throughput(t.links)]
         if varies_bandwidth(comp):
             plots.append(draw_seconds_vs_bandwidth(comp))
+        plots += [Plot(*p) for p in equal_bytes.figures(t.updates, t.evals, comp)]   # quality at equal bytes
         plots += [Plot(*p) for p in trace_plots.figures(t)]   # links that followed a trace or schedule
     return plots
 
