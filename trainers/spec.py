@@ -277,6 +277,9 @@ PARAMS: list[Param] = [
     Param("on_drop", str, "continue", "a worker lost mid-cell: continue (the cell is marked degraded), fail (stop "
           "the run, exit 1), restart (start it again; it rejoins and catches up)", choices=("fail", "continue", "restart"),
           where="harness"),
+    Param("spawn", str, "fork", "how the services start: fork (from one process per run that imported torch "
+          "once: the imports' memory shared copy-on-write, a start in milliseconds; harness/run/forkserver.py) or exec "
+          "(a fresh Python each)", choices=("fork", "exec"), where="harness"),
     Param("quality_metric", str, "pass_at_k", "the held-out figure that quality and time-to-quality use: pass_at_k, "
           "pass_at_1, or objective (reverse KL to the teacher for distill, lower is better; mean reward for grpo)",
           choices=QUALITY_METRICS, where="harness"),

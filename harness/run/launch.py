@@ -40,6 +40,7 @@ from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
 from harness.net import shaper
+from harness.run.forkserver import ForkServer
 from harness.net import doctor
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
@@ -207,6 +208,29 @@ def _local_spawn(_node: str, argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(argv, **kw)
 
 
+def spawner(topo, server: ForkServer | None) -> Callable:
+    """How a cell starts its processes: exec'ed (`topo.run_in` inside the node's namespace, or a plain
+    process without emulation), or forked by the fork server (`--spawn fork`), which enters the namespace."""
+    if server is None:
+        return _local_spawn if topo is None else topo.run_in
+    netns = (lambda node: None) if topo is None else (lambda node: topo.nodes[node].netns)
+    return lambda node, argv, **kw: server.spawn(argv, netns=netns(node), **kw)
+
+
+@contextlib.contextmanager
+def fork_server(cfg: RunConfig, run_dir: Path, containers: bool) -> Iterator[ForkServer | None]:
+    """The run's fork server (`--spawn fork`): started once, before the first cell, with the modules
+    of every cell's services imported; stopped after the last. None with `--spawn exec` and in
+    containers (each service runs in its own container there)."""
+    if cfg.spawn != "fork" or containers:
+        yield None
+        return
+    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)})
+    with ForkServer.started(modules, python_env(cache_dir(cfg), threads=1), run_dir / "forkserver.log",
+                            label=str(run_dir)) as server:
+        yield server
+
+
 def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0) -> str:
     """The learner's HOST:PORT once it listens (after building its model and, for distill, its
     teacher: minutes on a busy 2-core box the first time; a learner that exits fails at once)."""
@@ -300,6 +324,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     `--on-drop fail` once a worker is lost (the cell's processes are stopped first)."""
     cell_dir.mkdir(parents=True, exist_ok=True)
     env = service_env(token, cache_dir(cfg))
+    times = {"started_t": time.monotonic()}  # launch.json: the cell's fixed costs (CLOCK_MONOTONIC, as the events' t)
     procs = Processes(spawn)
     watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
@@ -310,9 +335,11 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
                                            str(cfg.worker_timeout), "--liveness", str(cfg.liveness),
                                            *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
+        times["listening_t"] = time.monotonic()
         for w in range(1, cfg.workers + 1):
             procs.start(f"w{w}", f"w{w}", [py, "-m", worker, "--learner", address, "--worker-id", str(w),
                                            "--run-dir", str(cell_dir)], cell_dir, env)
+        times["workers_started_t"] = time.monotonic()
         end = time.monotonic() + CELL_TIMEOUT_S
         while procs.alive() and time.monotonic() < end:
             progress(cell, cell_dir)
@@ -328,8 +355,11 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         code = procs.procs["learner"].poll() if "learner" in procs.procs else None
         if code not in (None, 0):  # it ended on its own (the harness has not signalled it yet)
             watch.write("learner_exit", returncode=code, how=describe_exit(code))
+        times["stopping_t"] = time.monotonic()
         procs.stop()
         watch.close()
+        with contextlib.suppress(OSError):  # a record of costs, never a reason to fail the cell
+            atomic_write_json(cell_dir / "launch.json", dict(times, stopped_t=time.monotonic()))
     summary_path = cell_dir / "summary.json"
     return json.loads(summary_path.read_text()) if summary_path.exists() else {"complete": False, "status": "no summary"}
 
@@ -420,12 +450,13 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
                 status = "failed"
                 doc["errors"].append(str(e))
                 raise
-        with signals_raise(), (net or network)(cfg) as (topo, backend):
+        with signals_raise(), (net or network)(cfg) as (topo, backend), \
+                fork_server(cfg, run_dir, containers=net is not None) as server:
             doc["backend"] = backend
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
             atomic_write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):
-                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"])
+                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)
                 if summary.get("complete"):
                     doc["cells_complete"].append(cell.name)
                 atomic_write_json(run_dir / "meta.json", doc)
@@ -454,13 +485,14 @@ def write_final_meta(run_dir: Path, doc: dict) -> bool:
 
 
 def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progress,
-             errors: list[str] | None = None) -> dict:
+             errors: list[str] | None = None, server: ForkServer | None = None) -> dict:
     """One cell; on the emulated network with the link counters sampled. A counter that could not
-    be read is appended to ``errors`` (meta.json "errors") as '<cell>: <line>'."""
+    be read is appended to ``errors`` (meta.json "errors") as '<cell>: <line>'. `server`: the fork
+    server that starts the cell's processes (None: each is exec'ed)."""
     cell_dir = run_dir / "cells" / cell.name
     cell_dir.mkdir(parents=True, exist_ok=True)
     if topo is None:
-        return run_cell(cfg, cell, cell_dir, _local_spawn, "127.0.0.1:0", token, progress)
+        return run_cell(cfg, cell, cell_dir, spawner(None, server), "127.0.0.1:0", token, progress)
 
     listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
     # every cell meets the schedule and traces from their start (each step logged: due vs applied)
@@ -468,7 +500,7 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
     sampler = LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5)  # failures also go to stderr
     try:
         with sampler:
-            return run_cell(cfg, cell, cell_dir, topo.run_in, listen, token, progress)
+            return run_cell(cfg, cell, cell_dir, spawner(topo, server), listen, token, progress)
     finally:
         if errors is not None:
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)

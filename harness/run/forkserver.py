@@ -1,0 +1,178 @@
+"""The harness's end of the fork server (`--spawn fork`, the default): services forked from one process
+that imported torch once, instead of one fresh Python each.
+
+    with ForkServer.started(["trainers.hilo.learner", "trainers.hilo.worker"], env, log) as server:
+        proc = server.spawn(argv, cwd=ROOT, env=env, stdout=log_file, netns="wanXXXX-w1")
+
+The server (trainers/forkserver.py, started here with `python -m`, so the harness stays torch-free)
+forks each service through an intermediate that exits at once; we are a child subreaper
+(PR_SET_CHILD_SUBREAPER), so the service becomes our child: `ForkedProcess` waits for, signals and
+reaps it like a `subprocess.Popen`, and its parent-death signal follows us (a SIGKILLed harness
+takes it along). Requests and replies are JSON over a SOCK_SEQPACKET socket pair; the log file and
+the network namespace travel as file descriptors (SCM_RIGHTS).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from harness.net.topology import NETNS_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 600.0   # importing torch, transformers and peft: ~5 s idle, minutes on a busy 2-core box
+REPLY_TIMEOUT_S = 60.0    # one fork (two, with the intermediate): milliseconds, unless the box is swapping
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class ForkServerError(RuntimeError):
+    """The fork server did not start, or refused or failed a request."""
+
+
+def set_subreaper(on: bool) -> None:
+    """Adopt our orphaned descendants (the services the fork server's intermediates leave behind)."""
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise ForkServerError(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+
+
+class ForkedProcess:
+    """A service the fork server forked and handed to us: read and signalled like a `subprocess.Popen`
+    (what `harness.run.launch.Processes` needs: pid, poll, wait, send_signal, terminate, kill)."""
+
+    def __init__(self, pid: int, args: list[str]):
+        self.pid, self.args, self.returncode = pid, args, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not ours after all (spawn checks it is): nothing to wait for
+                self.returncode = 255
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # until we reap it, the pid is this process's (alive or a zombie)
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """One fork server process and the socket to it; `close()` stops it (its services are ours to stop)."""
+
+    def __init__(self, proc: subprocess.Popen, control: socket.socket, modules: list[str]):
+        self.proc, self.control, self.modules = proc, control, modules
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, modules: list[str], env: dict, log: Path, label: str = "") -> Iterator["ForkServer"]:
+        server = cls.start(modules, env, log, label)
+        try:
+            yield server
+        finally:
+            server.close()
+
+    @classmethod
+    def start(cls, modules: list[str], env: dict, log: Path, label: str = "") -> "ForkServer":
+        """Start the server and wait until it has imported `modules` (ForkServerError if it exits first).
+        `label` goes on its command line (the run folder: tools that find a run's processes by it)."""
+        set_subreaper(True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-m", "trainers.forkserver", "--fd", str(theirs.fileno()),
+                "--preload", ",".join(modules), "--label", label]
+        env = dict(env, WAN_PARENT_PID=str(os.getpid()))
+        try:
+            with open(log, "ab") as out:
+                proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        pass_fds=[theirs.fileno()], start_new_session=True)
+        finally:
+            theirs.close()
+        server = cls(proc, ours, modules)
+        try:
+            server._await_ready(log)
+        except BaseException:
+            server.close()
+            raise
+        return server
+
+    def _await_ready(self, log: Path) -> None:
+        end = time.monotonic() + READY_TIMEOUT_S
+        self.control.settimeout(1.0)
+        while True:
+            try:
+                msg = self.control.recv(4096)
+                break
+            except socket.timeout:
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    raise ForkServerError(f"the fork server did not start (see {log})") from None
+        if not msg or "ready" not in json.loads(msg):
+            raise ForkServerError(f"the fork server did not start (see {log})")
+
+    def spawn(self, argv: list[str], *, cwd: Path | str, env: dict, stdout, netns: str | None = None,
+              **_popen) -> ForkedProcess:
+        """Fork `argv` ([python, "-m", module, ...]) with `env` in `cwd`, stdout and stderr to the open
+        file `stdout`, inside network namespace `netns` (a name in /run/netns) when given."""
+        fds = [stdout.fileno()]
+        if netns is not None:
+            fds.append(os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC))
+        try:
+            request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
+            self.control.settimeout(REPLY_TIMEOUT_S)
+            socket.send_fds(self.control, [request], fds)
+            reply = json.loads(self.control.recv(4096) or b'{"error": "the fork server closed"}')
+        except (OSError, ValueError) as e:
+            raise ForkServerError(f"fork server: {type(e).__name__}: {e}") from None
+        finally:
+            for fd in fds[1:]:
+                os.close(fd)
+        if "pid" not in reply:
+            raise ForkServerError(f"fork server refused {' '.join(argv[:3])}: {reply.get('error')}")
+        proc = ForkedProcess(reply["pid"], list(argv))
+        if parent_of(proc.pid) != os.getpid():
+            proc.returncode = 255
+            raise ForkServerError(f"the forked service {proc.pid} was not handed to us (are we a subreaper?)")
+        return proc
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Close the socket (the server exits at its end), wait for it, SIGKILL it if it lingers."""
+        self.control.close()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(ForkServerError):
+            set_subreaper(False)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of `pid` (/proc/<pid>/stat field 4), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])

@@ -1,0 +1,186 @@
+"""The fork server (`--spawn fork`, harness/run/forkserver.py + trainers/forkserver.py): a forked service
+is what `python -m module args` would have been, the harness's own child, in its node's namespace, and
+nothing of it outlives the harness; a run with forked services trains the same bits as one with exec'ed ones.
+
+The waits are guards against a hang; nothing asserts how long anything took.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.net import clean
+from harness.run.forkserver import ForkServer, ForkServerError
+from harness.run.launch import python_env
+from tests.harness.faults.test_faults import pids_of
+from tests.harness.run.test_run_e2e import harness
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "tests.harness.run.forkchild"
+GUARD_S = 120
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("forkserver") / "forkserver.log"
+    with ForkServer.started([CHILD], python_env(ROOT / ".cache", threads=1), log) as srv:
+        yield srv
+
+
+def spawn(srv: ForkServer, tmp_path: Path, *args: str, env: dict | None = None, netns: str | None = None):
+    report = tmp_path / f"report-{len(list(tmp_path.iterdir()))}.json"
+    argv = [sys.executable, "-m", CHILD, str(report), *args]
+    with open(tmp_path / "child.log", "ab") as log:
+        proc = srv.spawn(argv, cwd=tmp_path, env=env or {"WAN_TEST": "1"}, stdout=log, netns=netns)
+    return proc, report, argv
+
+
+def read_report(report: Path, proc) -> dict:
+    end = time.monotonic() + GUARD_S
+    while not report.exists():
+        assert proc.poll() is None and time.monotonic() < end, f"the service ended ({proc.returncode}) without a report"
+        time.sleep(0.02)
+    return json.loads(report.read_text())
+
+
+def test_a_forked_service_is_our_child_with_its_argv_env_cwd_and_log(server, tmp_path):
+    proc, report, argv = spawn(server, tmp_path, "--exit", "3")
+    assert proc.wait(timeout=GUARD_S) == 3
+    seen = read_report(report, proc)
+    assert seen["ppid"] == os.getpid()                      # handed to us: we wait for it and reap it
+    assert seen["cwd"] == str(tmp_path) and seen["env"] == {"WAN_TEST": "1"}
+    assert seen["cmdline"] == argv                          # ps and /proc show the service, not the server
+    assert seen["sid"] == seen["pid"]                       # its own session, as start_new_session
+    assert seen["threads"] == 1
+    assert (tmp_path / "child.log").read_text().splitlines() == ["to stdout", "to stderr"]
+
+
+def test_each_service_gets_fresh_random_seeds(server, tmp_path):
+    draws = []
+    for _ in range(2):
+        proc, report, _ = spawn(server, tmp_path)
+        proc.wait(timeout=GUARD_S)
+        draws.append(read_report(report, proc)["random"])
+    assert draws[0] != draws[1]
+
+
+def test_signals_and_exit_codes_read_like_popen(server, tmp_path):
+    proc, report, _ = spawn(server, tmp_path, "--sleep", "600")
+    read_report(report, proc)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=GUARD_S) == -signal.SIGTERM
+    proc.send_signal(signal.SIGTERM)                         # reaped: a no-op, like Popen's
+    sleeper = spawn(server, tmp_path, "--sleep", "600")[0]
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.2)
+    sleeper.kill()
+    assert sleeper.wait(timeout=GUARD_S) == -signal.SIGKILL
+
+
+def test_a_module_that_was_not_preloaded_is_refused(server, tmp_path):
+    with open(tmp_path / "x.log", "ab") as log, pytest.raises(ForkServerError, match="not preloaded"):
+        server.spawn([sys.executable, "-m", "trainers.hilo.worker", "--help"], cwd=tmp_path, env={}, stdout=log)
+    proc, _, _ = spawn(server, tmp_path, "--exit", "0")     # and the server goes on serving
+    assert proc.wait(timeout=GUARD_S) == 0
+
+
+@pytest.mark.root
+def test_the_service_enters_the_named_network_namespace(server, tmp_path):
+    from pyroute2 import netns
+
+    name = f"wanfork{os.getpid() % 10000}"
+    netns.create(name)
+    try:
+        proc, report, _ = spawn(server, tmp_path, netns=name)
+        proc.wait(timeout=GUARD_S)
+        assert read_report(report, proc)["netns"] == os.stat(f"/run/netns/{name}").st_ino
+    finally:
+        netns.remove(name)
+
+
+SIGKILLED_HARNESS = """
+import sys, time
+from pathlib import Path
+from harness.run.forkserver import ForkServer
+from harness.run.launch import python_env
+out = Path(sys.argv[1])
+srv = ForkServer.start([sys.argv[2]], python_env(out / ".cache", threads=1), out / "fs.log", label=str(out))
+with open(out / "child.log", "ab") as log:
+    child = srv.spawn([sys.executable, "-m", sys.argv[2], str(out / "r.json"), "--sleep", "600"], cwd=out,
+                      env={"WAN_PARENT_PID": str(__import__("os").getpid())}, stdout=log)
+print(srv.proc.pid, child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_harness_takes_the_server_and_its_services_with_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGKILLED_HARNESS, str(tmp_path), CHILD], cwd=ROOT,
+                            env=python_env(tmp_path / ".cache", threads=1), stdout=subprocess.PIPE, text=True)
+    pids = [int(x) for x in proc.stdout.readline().split()]
+    assert len(pids) == 2 and all(Path(f"/proc/{p}").exists() for p in pids)
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + GUARD_S
+    while pids_of(str(tmp_path)) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = pids_of(str(tmp_path))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+# ---- a run ------------------------------------------------------------------------------------------
+
+RUN = ["--bw", "20mbit", "--workers", "3", "--method", "spar", "--model", "micro", "--seeds", "1",
+       "--objective", "grpo", "--baseline", "none", "--quiet"]
+CELL = "spar-12.8pct-s1"
+
+
+def final_hash(run_dir: Path) -> str:
+    rows = [json.loads(x) for x in (run_dir / "cells" / CELL / "events-learner.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("kind") == "update"][-1]["hash"]
+
+
+def worker_namespaces(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Per worker: (the namespace its process is in, the one its node was given)."""
+    from harness.net.topology import ns_name
+
+    rid = json.loads((run_dir / "meta.json").read_text())["netns_run_id"]
+    out = {}
+    for w in range(1, 4):
+        (pid,) = pids_of(str(run_dir / "cells" / CELL), "trainers.hilo.worker", f"--worker-id {w} ")
+        out[f"w{w}"] = (os.stat(f"/proc/{pid}/ns/net").st_ino, os.stat(f"/run/netns/{ns_name(rid, f'w{w}')}").st_ino)
+    return out
+
+
+@pytest.mark.root
+def test_a_forked_run_trains_the_same_bits_in_the_right_namespaces_and_leaves_nothing(tmp_path):
+    runs = {}
+    for how in ("fork", "exec"):
+        run_dir = tmp_path / how
+        proc = harness("run", *RUN, "--updates", "8", "--spawn", how,
+                       "--run-id", how, "--out", str(tmp_path))
+        if how == "fork":  # while it trains: each worker sits in its own node's namespace
+            events = run_dir / "cells" / CELL / "events-learner.jsonl"
+            end = time.monotonic() + 600
+            while not (events.exists() and '"kind": "update"' in events.read_text()):
+                assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
+                time.sleep(0.1)
+            spaces = worker_namespaces(run_dir)
+            assert all(inside == given for inside, given in spaces.values()), spaces
+            assert len({inside for inside, _ in spaces.values()}) == 3
+        _, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 0, stderr[-3000:]
+        summary = json.loads((run_dir / "cells" / CELL / "summary.json").read_text())
+        assert summary["complete"] and summary["consistent"], summary
+        rid = json.loads((run_dir / "meta.json").read_text())["netns_run_id"]
+        assert clean.leftovers(rid) == [] and pids_of(str(run_dir)) == []
+        runs[how] = final_hash(run_dir)
+    assert (tmp_path / "fork" / "forkserver.log").exists() and not (tmp_path / "exec" / "forkserver.log").exists()
+    assert runs["fork"] == runs["exec"]
