@@ -5,6 +5,7 @@ lordo-local, micro, 192 steps, K = 32, 2 workers); and prediction.json / the rep
 instead of a run-time "no byte rule for method 'ddp'" line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -30,8 +31,14 @@ def test_every_step_equals_the_methods_own_claimed_bytes(train, rank, lora_rank,
     from trainers.dataparallel.base import DPConfig
     from trainers.dataparallel.inprocess import replica
 
+    if "initial_q" not in {f.name for f in dataclasses.fields(DPConfig)}:   # LoRDO before --lordo-initial-q
+        if initial_q != "random":
+            pytest.skip("this tree's LoRDO has no --lordo-initial-q: its first Q is the seeded random basis")
+        first_q = {}
+    else:
+        first_q = {"initial_q": initial_q}
     _, params = replica("micro", seed=0, train=train, lora_rank=lora_rank)
-    cfg = DPConfig(steps=10, k=3, k_states=6, refresh=4, rank=rank, initial_q=initial_q)
+    cfg = DPConfig(steps=10, k=3, k_states=6, refresh=4, rank=rank, **first_q)
     sync = dpbytes.Sync(steps=10, k=3, k_states=6, refresh=4, rank=rank, qhm=cfg.qhm, omega=cfg.omega,
                         initial_q=initial_q)
     tensors = dp_tensors("micro", train, lora_rank)
