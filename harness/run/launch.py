@@ -51,6 +51,7 @@ LEARNER_PORT = 29500
 PACKAGES = ("torch", "peft", "transformers", "pyroute2", "numpy", "pandas", "pyarrow", "matplotlib", "wan-harness")
 CELL_TIMEOUT_S = 1800.0     # a cell that has not finished in 30 min is stopped and marked incomplete
 JOIN_TIMEOUT_S = 180.0      # seconds the learner waits for its workers (model building on 2 cores)
+RESERVE_BYTES = 1 << 20     # kept in the run folder so that the final meta.json and report fit on a full disk
 
 
 class PreflightFailed(RuntimeError):
@@ -437,6 +438,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     check_privileges(cfg)
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
+    reserve = SpaceReserve(run_dir / ".space-reserve")
     atomic_write_json(run_dir / "config.json", cfg.to_json())
     token = secrets.token_hex(16)
     doc = meta(cfg, "pending")
@@ -464,12 +466,37 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     except CellFailed:  # --on-drop fail: the run stops at the first lost worker
         status = "failed"
         raise
+    except OSError as err:  # a write that failed (a full disk, a read-only folder): the run stops, marked failed
+        status = "failed"
+        doc["errors"].append(f"{err.filename or 'a write'}: {err.strerror or err}")
+        raise
     finally:
+        reserve.release()  # the services are gone: its space is the final meta.json's and the report's
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
         finalize(run_dir)
     return run_dir
+
+
+class SpaceReserve:
+    """RESERVE_BYTES written (so allocated) at `path` when the run starts and removed before its final
+    writes: a run that fills its disk can still record that it failed. A disk too full for the reserve
+    itself gets none (the final write then fails as it would have, one stderr line)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            with open(path, "wb") as fh:
+                fh.write(bytes(RESERVE_BYTES))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:
+            self.release()
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
 
 
 def write_final_meta(run_dir: Path, doc: dict) -> bool:
