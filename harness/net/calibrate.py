@@ -258,17 +258,28 @@ def loss_down(host: str, port: int, my_addr: str, count: int, pps: float) -> dic
 
 
 def probe(args: argparse.Namespace) -> dict:
+    """Every measurement in turn; the first that cannot complete (a connection or a reply that does
+    not come within its timeout: a link too slow, lossy or long for the probe) ends the probe, and
+    `incomplete` names it and the error: the parts not measured stay None."""
     host, port = args.host, args.port
-    out = {"rtt": rtt(host, port, args.rtt_count)}
-    rtt_s = out["rtt"]["median_s"] or 0.0
-    warm = max(1.0, 10 * rtt_s)
-    measure = args.secs > 0        # --secs 0: RTT and loss only
-    for direction, measure_fn in (("up", goodput_up), ("down", goodput_down)):
-        got = measure_fn(host, port, args.secs, warm) if measure else {}
-        out[f"goodput_{direction}_bit_s"] = got.get("goodput_bit_s")
-        out[f"series_{direction}"] = got.get("series", [])
-    out["loss_up"] = loss_up(host, port, args.loss_count, args.pps)
-    out["loss_down"] = loss_down(host, port, args.my_addr, args.loss_count, args.pps)
+    out: dict = {"rtt": {"samples": 0, "median_s": None}, "goodput_up_bit_s": None, "series_up": [],
+                 "goodput_down_bit_s": None, "series_down": [], "loss_up": None, "loss_down": None,
+                 "incomplete": None}
+    stage = "rtt"
+    try:
+        out["rtt"] = rtt(host, port, args.rtt_count)
+        warm = max(1.0, 10 * (out["rtt"]["median_s"] or 0.0))
+        for direction, measure_fn in (("up", goodput_up), ("down", goodput_down)):
+            stage = f"goodput {direction}"
+            got = measure_fn(host, port, args.secs, warm) if args.secs > 0 else {}   # --secs 0: RTT and loss only
+            out[f"goodput_{direction}_bit_s"] = got.get("goodput_bit_s")
+            out[f"series_{direction}"] = got.get("series", [])
+        stage = "loss up"
+        out["loss_up"] = loss_up(host, port, args.loss_count, args.pps)
+        stage = "loss down"
+        out["loss_down"] = loss_down(host, port, args.my_addr, args.loss_count, args.pps)
+    except (OSError, ValueError) as err:  # TimeoutError, a reset; ValueError: a reply cut short (not JSON)
+        out["incomplete"] = f"{stage}: {type(err).__name__}: {str(err) or 'no detail'}"
     return out
 
 
@@ -317,6 +328,7 @@ class Row:
     ok_rtt: bool
     ok_loss: bool
     trace: dict | None = None        # traced path: the trace over the measured window vs the achieved rate
+    incomplete: str | None = None    # the probe stopped: the measurement that could not complete, and why
 
 
 def expectations(profile, node: str) -> dict:
@@ -365,7 +377,8 @@ def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict, win
     goodput = got[f"goodput_{direction}_bit_s"]
     rate = window["trace"]["mean_bit_s"] if window else want["rate_bit_s"]
     ratio = goodput / rate if rate and goodput is not None else None
-    loss = got[f"loss_{direction}"]
+    incomplete = got.get("incomplete")
+    loss = got[f"loss_{direction}"] or {"sent": 0, "received": 0}   # None: not measured (incomplete)
     lost = loss["sent"] - loss["received"]
     interval = binomial_interval(loss["sent"], want["loss"])
     med = got["rtt"]["median_s"]
@@ -375,10 +388,12 @@ def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict, win
                loss_sent=loss["sent"], loss_lost=lost, loss_interval=interval,
                # goodput is judged on loss-free paths only: with random loss TCP cannot reach the
                # rate (Mathis: rate <= MSS / RTT x 1.22 / sqrt(p)), so the rate is not a target there
-               ok_goodput=ratio is None or want["loss"] > 0 or 0.90 <= ratio <= 1.0,
-               ok_rtt=err is not None and abs(err) <= max(0.002, 0.05 * rtt_want),
+               # (a probe that could not complete passes nothing: its link was not measured)
+               ok_goodput=not incomplete and (ratio is None or want["loss"] > 0 or 0.90 <= ratio <= 1.0),
+               ok_rtt=not incomplete and err is not None and abs(err) <= max(0.002, 0.05 * rtt_want),
                # burst loss is correlated: the binomial interval does not apply, so it is not judged
-               ok_loss=want["bursty"] or interval[0] <= lost <= interval[1], trace=window or None)
+               ok_loss=not incomplete and (want["bursty"] or interval[0] <= lost <= interval[1]),
+               trace=window or None, incomplete=incomplete)
 
 
 def calibrate(profile, n_workers: int = 1, secs: float = 3.0, rtt_count: int = 50,

@@ -68,7 +68,11 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
     if missing:
         print("\n".join(missing), file=sys.stderr)
         return 2
-    rows = calibrate.calibrate(prof, workers, secs=secs, backend=backend, out_dir=Path(out))
+    try:
+        rows = calibrate.calibrate(prof, workers, secs=secs, backend=backend, out_dir=Path(out))
+    except (RuntimeError, OSError) as err:  # the server or a probe failed outright; emulate() has torn down
+        print(f"error: calibration of {prof.name} failed: {err} (links torn down)", file=sys.stderr)
+        return 1
     table = Table(title=f"calibration: {prof.name} ({workers} worker(s)) -> {out}/calibration.json")
     for col in ("link", "rate", "goodput", "ratio", "RTT want", "RTT got", "loss want", "lost/sent (99% int)", "ok"):
         table.add_column(col)
@@ -81,10 +85,14 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
                       "-" if r.goodput_ratio is None else f"{r.goodput_ratio:.3f}",
                       f"{r.rtt_want_s * 1e3:.2f} ms", "-" if r.rtt_median_s is None else f"{r.rtt_median_s * 1e3:.2f} ms",
                       units.format_percent(r.loss_want), f"{r.loss_lost}/{r.loss_sent} ({r.loss_interval[0]}-{r.loss_interval[1]})",
-                      "yes" if ok else f"NO ({'goodput ' if not r.ok_goodput else ''}{'rtt ' if not r.ok_rtt else ''}{'loss' if not r.ok_loss else ''})")
+                      "yes" if ok else "NO (probe incomplete)" if r.incomplete else
+                      f"NO ({'goodput ' if not r.ok_goodput else ''}{'rtt ' if not r.ok_rtt else ''}{'loss' if not r.ok_loss else ''})")
     Console(width=160).print(table)
     for line in trace_lines(rows, Path(out) / "calibration.json"):
         print(line)
+    for node, why in dict.fromkeys((r.node, r.incomplete) for r in rows if r.incomplete):
+        print(f"{node}: the probe could not complete ({why}): the link is too slow, lossy or long to "
+              "measure this way; its row is not a measurement", file=sys.stderr)
     return 0 if ok_all else 1
 
 
