@@ -359,6 +359,9 @@ PARAMS: list[Param] = [
     Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0),
     Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step"),
     Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed"),
+    Param("lordo_initial_q", str, "pseudo-gradient", "lordo-global: the first Q: pseudo-gradient (top-r of the first "
+          "averaged pseudo-gradient, after a first window at Q = I whose sync ships dense tensors) or random (a "
+          "seeded random basis, no bytes)", choices=("pseudo-gradient", "random")),
     Param("diloco_outer_lr", float, 0.7, "diloco: outer Nesterov SGD learning rate", lo=0.0, hi=10.0),
     Param("diloco_outer_momentum", float, 0.9, "diloco: outer Nesterov momentum", lo=0.0, hi=0.999),
     Param("dp_train", str, "full", "data-parallel: what each replica trains: every parameter (full) or a "

@@ -101,6 +101,7 @@ def draw_equal_bytes(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFr
     ax_c.set_title("cumulative (every evaluated version)", fontsize=8, loc="left")
     for ax in (ax_u, ax_c):
         ax.set_xscale("log")
+        ax.tick_params(axis="x", which="both", labelsize=6)   # a log axis within one decade labels its minor ticks
         ax.legend(fontsize=6)
     fig.tight_layout()
     return ("equal_bytes", fig,
@@ -161,6 +162,7 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
     ax_c.set_title("cumulative (every step)", fontsize=8, loc="left")
     for ax in (ax_u, ax_c):
         ax.set_xscale("log")
+        ax.tick_params(axis="x", which="both", labelsize=6)   # a log axis within one decade labels its minor ticks
         ax.legend(fontsize=6)
     fig.tight_layout()
     return ("dp_equal_bytes", fig,

@@ -25,6 +25,7 @@ import torch
 from trainers.optim.lordo import AdamConfig
 
 ELEMENT_BYTES = 4                                 # everything on the wire here is fp32
+INITIAL_Q = ("pseudo-gradient", "random")   # lordo-global's first Q (trainers/dataparallel/lordo.py)
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -43,6 +44,7 @@ class DPConfig:
     qhm_residual: str = "reduced"     # lordo full-rank QHM: what the term applies (trainers/optim/lordo.py)
     error_feedback: bool = True
     rotation: bool = True
+    initial_q: str = "pseudo-gradient"  # lordo-global's first Q: from the first averaged pseudo-gradient, or random
     outer_lr: float = 0.7             # diloco's outer Nesterov SGD
     outer_momentum: float = 0.9
     seed: int = 0
@@ -50,6 +52,8 @@ class DPConfig:
     def __post_init__(self):
         if self.k < 1 or self.k_states < 1 or self.k_states % self.k:
             raise ValueError(f"k_states ({self.k_states}) must be a positive multiple of k ({self.k})")
+        if self.initial_q not in INITIAL_Q:
+            raise ValueError(f"initial_q {self.initial_q!r} is not one of {', '.join(INITIAL_Q)}")
 
     def adam(self, **changes) -> AdamConfig:
         return AdamConfig(lr=self.lr, betas=self.betas, **changes)

@@ -16,7 +16,7 @@ BUILD_LOCK = threading.Lock()  # the seeded build uses torch's process-wide RNG:
 def dp_config(p: RunParams) -> DPConfig:
     return DPConfig(steps=p.updates, lr=p.lr, k=p.lordo_k, refresh=p.lowrank_ddp_refresh, k_states=p.lordo_k_states or p.lordo_k,
                     rank=p.lordo_rank, qhm=p.lordo_qhm, omega=p.lordo_omega, qhm_residual=p.lordo_qhm_residual,
-                    error_feedback=p.lordo_error_feedback, rotation=p.lordo_rotation,
+                    error_feedback=p.lordo_error_feedback, rotation=p.lordo_rotation, initial_q=p.lordo_initial_q,
                     outer_lr=p.diloco_outer_lr, outer_momentum=p.diloco_outer_momentum, seed=p.seed)
 
 

@@ -2,12 +2,21 @@
 (trainers/optim/lordo.py), then the pseudo-gradients are averaged (outer lr 1), the optimizer
 states averaged on their own period (k_states), and Q refreshed, with moment rotation.
 
+First global Q (`initial_q`, --lordo-initial-q): `pseudo-gradient` (default; the review's): the first
+window runs with Q = I (dense: Adam plus the full-rank term, s x l moments, no error feedback yet), the
+first sync ships dense pseudo-gradients (and dense moments when states are due), and the aggregator's
+top-r of their average is the first Q, which every worker receives and moves its moments into
+(trainers/optim/lordo.py "Dense first window"); `random`: a seeded random basis, the same on every
+worker and on the aggregator, no bytes (the code before issue 22's last part).
+
 Uploads (per low-rank p x q matrix, s = min(p, q), l = max(p, q), fp32):
 - without the full-rank QHM term theta moves only inside span(Q) between syncs, so the
   pseudo-gradient is exactly Q X: global sends X = Q^T Delta (r l); local sends Q_m and X_m (s r + r l);
 - with the full-rank QHM term (omega < 1) Delta is dense: s l;
 - global, at a state sync: u and v (2 r l). Local variant: low-rank moments live in private bases
-  and are not averaged.
+  and are not averaged;
+- global, first sync after a dense first window: Delta dense (s l), and u, v dense (2 s l) at a
+  state sync.
 Downloads: global: the averaged X (r l) or dense Delta (s l), the averaged moments (2 r l) and the new
 Q (s r), computed once by the aggregator as the top-r singular vectors of the averaged pseudo-gradient;
 local: the averaged dense Delta (s l: the mean of M rank-r terms is not rank r); Q is refreshed on
@@ -32,12 +41,22 @@ class LoRDO(DataParallelMethod):
         super().__init__(params, cfg, worker)
         low = cfg.adam(rank=cfg.rank, qhm=cfg.qhm, omega=cfg.omega, error_feedback=cfg.error_feedback,
                        rotation=cfg.rotation, qhm_residual=cfg.qhm_residual)
-        self.states = {n: MatrixAdam(s, low if n in self.lowrank else cfg.adam()) for n, s in self.shapes.items()}
+        dense_first = self.dense_first_window
+        self.states = {n: MatrixAdam(s, low, dense_first) if n in self.lowrank else MatrixAdam(s, cfg.adam())
+                       for n, s in self.shapes.items()}
         self.anchor = {n: p.detach().clone() for n, p in params.items()}
         self.last_grad: dict[str, torch.Tensor] = {}
-        if self.projection == "global":
+        if self.projection == "global" and cfg.initial_q == "random":
             for n in self.lowrank:
                 self.states[n].set_projection(self.initial_q(n))
+
+    @property
+    def dense_first_window(self) -> bool:
+        """Global with the first Q from the first averaged pseudo-gradient: Q = I until the first sync."""
+        return self.projection == "global" and self.cfg.initial_q == "pseudo-gradient"
+
+    def first_sync(self, step: int) -> bool:
+        return step == min(self.cfg.k, self.cfg.steps)
 
     @property
     def factored(self) -> bool:
@@ -45,7 +64,7 @@ class LoRDO(DataParallelMethod):
         return self.cfg.qhm != "full-rank" or self.cfg.omega >= 1.0
 
     def initial_q(self, name: str) -> torch.Tensor:
-        """Global: a seeded random basis, the same on every worker and on the aggregator."""
+        """Global, --lordo-initial-q random: a seeded random basis, the same on every worker and on the aggregator."""
         s, _ = self.sl(name)
         return random_projection(s, self.states[name].r, self.cfg.seed * 1_000_003 + self.lowrank.index(name))
 
@@ -69,7 +88,7 @@ class LoRDO(DataParallelMethod):
         for n in self.lowrank:
             st = self.states[n]
             delta = st.orient(self.anchor[n] - self.params[n].detach())
-            if not self.factored:
+            if not self.factored or st.q is None:   # full-rank QHM, or the dense first window
                 up["d/" + n] = delta.contiguous()
                 continue
             up["x/" + n] = (st.q.T @ delta).contiguous()
@@ -106,7 +125,8 @@ class LoRDO(DataParallelMethod):
         for m in self.lowrank:
             s, l, r = *self.sl(m), self.states[m].r
             if self.projection == "global":
-                body = (r * l if self.factored else s * l) + (2 * r * l if states else 0)
+                dense = self.dense_first_window and self.first_sync(step)   # s x l Delta and moments
+                body = (r * l if self.factored and not dense else s * l) + (2 * (s if dense else r) * l if states else 0)
                 up, down = up + body, down + body + s * r
             else:
                 up, down = up + (s * r + r * l if self.factored else s * l), down + s * l

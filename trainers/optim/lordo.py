@@ -25,6 +25,12 @@ R, the full-rank term's input (`qhm_residual`; docs/ALGORITHMS.md says why the d
                (||E|| / ||G|| measured at 3-6) is applied by the term at every step while it is also
                carried to the next; kept as a named variant for the paired comparison
 
+Dense first window (`dense_first`, LoRDO-global's default first Q): before its first projection the
+matrix runs with Q = I (the formulas above with Q = I and E = 0: Adam, plus the full-rank term's
+(1 - omega) G / mu), moments s x l; the first `set_projection` then moves the moments into the first
+Q with the rotation below (C = Q^T, i.e. Q_old = I: u <- Q^T u), whatever `cfg.rotation` says
+(unrotated r x l moments of an s x l state do not exist), and error feedback starts there from E = 0.
+
 Full rank (r >= s) means Q = I: a full-rank projection carries no information, and Adam is not
 rotation-invariant (its per-coordinate normalisation changes under any other orthogonal Q), so the
 identity is the only full-rank Q for which the method reduces to Adam. With omega = 1, error
@@ -92,18 +98,21 @@ def overlap(q_new: torch.Tensor, q_old: torch.Tensor) -> float:
 
 
 class MatrixAdam:
-    """Adam state of one parameter (a matrix when `cfg.rank` is set, any tensor otherwise)."""
+    """Adam state of one parameter (a matrix when `cfg.rank` is set, any tensor otherwise).
+    `dense_first`: Q = I until the first `set_projection` (module docstring, "Dense first window")."""
 
-    def __init__(self, shape: torch.Size | tuple[int, ...], cfg: AdamConfig):
+    def __init__(self, shape: torch.Size | tuple[int, ...], cfg: AdamConfig, dense_first: bool = False):
         self.shape, self.cfg = tuple(shape), cfg
         lowrank = cfg.rank is not None and len(self.shape) == 2
         self.left = not lowrank or self.shape[0] <= self.shape[1]   # project the rows (shorter side first)
         s, l = self._oriented_shape()
         self.r = min(cfg.rank, s) if lowrank else s
         self.full = not lowrank or self.r >= s                       # Q = I
+        self.dense_first = dense_first and not self.full
         self.q: torch.Tensor | None = None                           # s x r, set by set_projection
-        self.e = torch.zeros(s, l) if cfg.error_feedback and not self.full else None
-        self.u = torch.zeros(self.r if not self.full else s, l) if lowrank else torch.zeros(self.shape)
+        self.e = torch.zeros(s, l) if cfg.error_feedback and not self.full and not self.dense_first else None
+        rows = s if self.full or self.dense_first else self.r
+        self.u = torch.zeros(rows, l) if lowrank else torch.zeros(self.shape)
         self.v = torch.zeros_like(self.u)
         self.t = 0
 
@@ -116,15 +125,24 @@ class MatrixAdam:
         return t if self.left or t.dim() != 2 else t.T
 
     @property
+    def identity(self) -> bool:
+        """Q = I now: a full-rank matrix, or the dense first window before the first projection."""
+        return self.full or (self.dense_first and self.q is None)
+
+    @property
     def needs_projection(self) -> bool:
-        return not self.full and self.q is None
+        """No Q to step with yet (the dense first window steps with Q = I and needs none)."""
+        return not self.identity and self.q is None
 
     def set_projection(self, q_new: torch.Tensor) -> float | None:
-        """Refresh Q (s x r); rotates the moments when `cfg.rotation`; returns the overlap with the old Q."""
+        """Refresh Q (s x r); rotates the moments when `cfg.rotation`; returns the overlap with the old Q
+        (None for the first Q)."""
         if self.full:
             return None
         q_new = q_new.contiguous().float()
         if self.q is None:
+            if self.dense_first:
+                self._leave_dense_window(q_new)
             self.q = q_new
             return None
         ov = overlap(q_new, self.q)
@@ -132,6 +150,15 @@ class MatrixAdam:
             self.rotate(q_new.T @ self.q)
         self.q = q_new
         return ov
+
+    def _leave_dense_window(self, q: torch.Tensor) -> None:
+        """s x l moments into the first Q's r x l space (the rotation with Q_old = I); E starts at 0."""
+        if self.t > 0:
+            self.rotate(q.T)
+        else:
+            self.u, self.v = torch.zeros(self.r, self.u.shape[1]), torch.zeros(self.r, self.u.shape[1])
+        if self.cfg.error_feedback:
+            self.e = torch.zeros(q.shape[0], self.u.shape[1])
 
     def rotate(self, c: torch.Tensor) -> None:
         """Moments into the new basis: u <- C u; v_hat <- |(C o C) var + (C u_hat)^2|."""
@@ -148,14 +175,15 @@ class MatrixAdam:
         `projected`: `grad` is already Q^T G (r x l, e.g. an all-reduced projected gradient)."""
         cfg, (b1, b2) = self.cfg, self.cfg.betas
         omega = 1.0 if cfg.qhm == "none" else cfg.omega
+        ident = self.identity                                           # Q = I
         if projected:
             g = grad.float()
-            g_full = current = g if self.full else self.q @ g
+            g_full = current = g if ident else self.q @ g
         else:
             g_full = current = self.orient(grad.float())
             if self.e is not None:
                 g_full = g_full + self.e
-            g = g_full if self.full else self.q.T @ g_full              # r x l
+            g = g_full if ident else self.q.T @ g_full                 # r x l
             if self.e is not None:
                 self.e = g_full - self.q @ g
                 if cfg.qhm == "full-rank" and cfg.qhm_residual == "reduced":
@@ -169,7 +197,7 @@ class MatrixAdam:
             low = (omega * (self.u / bc1) + (1 - omega) * g) / den
         else:
             low = (self.u / bc1) / den
-        d = low if self.full else self.q @ low
+        d = low if ident else self.q @ low
         if cfg.qhm == "full-rank" and omega < 1.0:
             residual = current if cfg.qhm_residual == "gradient" else g_full
             d = omega * d + (1 - omega) * residual / (den.mean() + cfg.eps)

@@ -1,5 +1,7 @@
 """One contract suite over every data-parallel method (peft's pattern): it trains, replicas agree
 after every sync, and the tensors exchanged are exactly the analytic formula's bytes."""
+import dataclasses
+
 import pytest
 
 from trainers import spec
@@ -49,12 +51,17 @@ def test_exchanged_bytes_are_the_formula(trace):
 
 def test_fullrank_qhm_ships_dense_pseudo_gradients():
     """The review's point, in bytes: per sync the full-rank QHM variant ships s*l per matrix, the
-    variant without it r*l (global) -- the formula and the exchanged tensors agree on both."""
+    variant without it r*l (global) -- the formula and the exchanged tensors agree on both. The first
+    sync (step 8) ends the dense first window (Q = I): both ship s*l and dense moments 2*s*l, and get
+    the first Q (s*r); with --lordo-initial-q random it is a sync like the others."""
     params = dict(torch.nn.Linear(64, 176).named_parameters())
     params = {"layers.0.mlp.up_proj.weight": params["weight"]}
-    cfg = DPConfig(steps=8, k=8, k_states=8, rank=4)
-    full = get_method("lordo-global-fullrank", params, cfg).claimed_bytes(8)
-    none = get_method("lordo-global-none", params, cfg).claimed_bytes(8)
+    cfg = DPConfig(steps=16, k=8, k_states=8, rank=4)
+    full, none = (get_method(f"lordo-global-{q}", params, cfg) for q in ("fullrank", "none"))
     s, l, r = 64, 176, 4
-    assert full == (4 * (s * l + 2 * r * l), 4 * (s * l + s * r + 2 * r * l))
-    assert none == (4 * (r * l + 2 * r * l), 4 * (r * l + s * r + 2 * r * l))
+    assert full.claimed_bytes(16) == (4 * (s * l + 2 * r * l), 4 * (s * l + s * r + 2 * r * l))
+    assert none.claimed_bytes(16) == (4 * (r * l + 2 * r * l), 4 * (r * l + s * r + 2 * r * l))
+    first = (4 * (s * l + 2 * s * l), 4 * (s * l + s * r + 2 * s * l))
+    assert full.claimed_bytes(8) == none.claimed_bytes(8) == first
+    random = get_method("lordo-global-none", params, dataclasses.replace(cfg, initial_q="random"))
+    assert random.claimed_bytes(8) == random.claimed_bytes(16) == none.claimed_bytes(16)
