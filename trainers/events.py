@@ -174,10 +174,16 @@ def _complete_rows(data: bytes) -> tuple[list[dict], int]:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` through a temp file + rename: a reader sees the old file or the new one.
     A write that fails (a full disk, a read-only folder) raises and leaves no temp file behind."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """`data` written to `path` atomically (see atomic_write_text): a process killed mid-write leaves
+    the previous file whole (the learner's snapshot file)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -16,7 +16,7 @@ else a one-line reason. The checks:
                 stepping from the same payloads (fresh compressor, 2 threads) hash equal after 12 steps
 - state:        state_dict() is named tensors only; after 3 updates it goes through safetensors
                 bytes into a fresh instance (load_state_dict), which then encodes the next 3
-                updates to the same bytes as the original and ends with the same residual bits
+                updates to the same bytes as the original and ends with the same residual and state_dict bits
                 (what a learner restarted from its snapshot relies on)
 
 Gradients are real: a LoRA adapter (rank 8) on the `micro` model along a short exact-gradient
@@ -217,6 +217,9 @@ def state(name: str, options: dict, grads: list) -> str | None:
     mine, theirs = original.residual(), restored.residual()
     if list(mine) != list(theirs) or not all(torch.equal(mine[n], theirs[n]) for n in mine):
         return "the restored instance ends with another error-feedback residual than the original"
+    mine, theirs = original.state_dict(), restored.state_dict()
+    if sorted(mine) != sorted(theirs) or not all(torch.equal(mine[k], theirs[k]) for k in mine):
+        return "the restored instance ends with another state_dict() than the original"
     return None
 
 

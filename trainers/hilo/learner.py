@@ -10,6 +10,16 @@ Per update t (ALGORITHMS.md section 1):
     full methods:   step on G; msg = the adapter in the ship dtype
     log msg, snapshot every S versions, hash every K versions, send msg to every member
 
+Snapshots: every S versions the learner keeps the replica's snapshot (adapter, AdamW state,
+version) for workers that join late, and writes its own to `<run dir>/learner-snapshot.safetensors`
+(atomically): the same plus its compressor's state (error-feedback residual, warm starts, random
+generators: `Compressor.state_dict`), the policies kept for the held-out evaluation and the run's
+parameters. `--resume FILE` starts a learner from that file: it must be given the same run
+parameters, and it continues at the snapshot's version bit-identically (the rollouts for batch t
+are a function of the policy at version t - D and the seed (seed, worker, t), so rollouts sampled
+again after a restart are the ones the stopped learner trained on; at D = 1 a worker that rejoins
+samples its first batch one version newer, as any joiner does).
+
 This file is the loop and the training state. Who takes part (connections, joins and catch-up,
 disconnects, drops, sends) is `trainers/hilo/membership.py`; the hash checks and the consistency
 verdict are `trainers/hilo/consistency.py`. Reader threads only validate frames and queue them: the
@@ -18,18 +28,20 @@ main thread owns all state and acts on what arrived in `pump`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
-from trainers.events import EventLog, PhaseTimer, atomic_write_text, median, write_summary
+from trainers.events import EventLog, PhaseTimer, atomic_write_bytes, atomic_write_text, median, write_summary
 from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
                                       Membership, Peer, ReplayLog)
 from trainers.model.models import lora_gradients
@@ -38,6 +50,7 @@ from trainers import tasks
 from trainers.hilo import methods, stack
 from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
+from trainers.model.replica import snapshot_meta
 from trainers.model.run_models import teacher_for
 from trainers.objectives import available as objectives, get_objective
 from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
@@ -46,6 +59,7 @@ from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.protocol.wire import MessageType, WireError
 
 PROCESS = "learner"
+SNAPSHOT_FILE = "learner-snapshot.safetensors"  # in the run folder; what --resume reads
 
 
 class Interrupted(BaseException):
@@ -94,9 +108,9 @@ class Learner:
         self.events.write("start", params=p.to_json(), address=list(self.address))
         log(PROCESS, f"listening on {self.address[0]}:{self.address[1]}, method {p.method}, {p.workers} workers")
         self.wait_for_workers()
-        self.keep_policy(0)
+        self.keep_policy(self.replica.version)  # 0; or where a resumed learner starts
         last_done, last_harness = time.monotonic(), self.harness_seconds()
-        for t in range(p.updates):
+        for t in range(self.replica.version, p.updates):
             timer = PhaseTimer()
             with timer.phase("idle"):  # waiting for rollouts: the learner's share of the critical path
                 batch = self.collect(t)
@@ -109,6 +123,7 @@ class Learner:
                     self.consistency.record(version)
                 if version % p.snapshot_every == 0:
                     self.replay_log.snapshot(version, self.replica.snapshot())
+                    atomic_write_bytes(Path(self.run_dir) / SNAPSHOT_FILE, self.learner_snapshot())
             with timer.phase("send_update"):
                 written = self.members.broadcast(msg, version)
             done = time.monotonic()
@@ -206,6 +221,35 @@ class Learner:
         if self.delta is None:
             return msg
         return wire.pack_tensors(self.delta.tensors(), meta={"version": self.replica.version})
+
+    # ------------------------------------------------------------------ snapshots and resuming
+
+    def learner_snapshot(self) -> bytes:
+        """Everything the learner's next updates depend on (the module doc): the replica's snapshot
+        with the compressor's state, the kept policies and the run's parameters in it."""
+        extra = {f"compressor/{k}": t for k, t in (self.compressor.state_dict() if self.compressor else {}).items()}
+        for version, adapter in self.policies:
+            extra.update({f"policy/{version:08d}/{n}": t for n, t in adapter.items()})
+        return self.replica.snapshot(extra=extra, meta={"params": params_json(self.params)})
+
+    def resume(self, blob: bytes) -> None:
+        """Continue from a `learner_snapshot` of this run (before `run`): replica, compressor state,
+        kept policies; the delta tracker and the replay log start again at the snapshot's version."""
+        check_resume(blob, self.params)
+        extra = self.replica.restore(blob)
+        if self.compressor is not None:
+            self.compressor.load_state_dict({k[len("compressor/"):]: t for k, t in extra.items()
+                                             if k.startswith("compressor/")})
+        self.policies = kept_policies(extra)
+        version = self.replica.version
+        if self.delta is not None:  # what the stopped learner shipped last: the adapter at `version`, rounded
+            self.delta.reset(self.replica.adapter(), version)
+        self.replay_log = self.members.replay_log = ReplayLog(self.replica.snapshot(), version)
+        if not self.method.replay:  # full sync catches a joiner up from the newest shipped adapter
+            self.replay_log.append(version, self.catch_up_message(self.encode_adapter()[0] if self.delta is None
+                                                                  else b""))
+        self.events.write("resumed", version=version, policies=[v for v, _ in self.policies])
+        log(PROCESS, f"resumed at version {version}")
 
     # ------------------------------------------------------------------ held-out quality
 
@@ -377,6 +421,37 @@ def bytes_delta(before: dict, after: dict) -> dict:
     return out
 
 
+def params_json(params: RunParams) -> str:
+    return json.dumps(params.to_json(), sort_keys=True)
+
+
+def check_resume(blob: bytes, params: RunParams) -> int:
+    """The version a learner snapshot resumes at; a one-line ValueError when the bytes are not a
+    learner snapshot of a run with exactly these parameters."""
+    meta = snapshot_meta(blob)
+    if "params" not in meta:
+        raise ValueError("not a learner snapshot (it holds no run parameters)")
+    theirs, mine = json.loads(meta["params"]), json.loads(params_json(params))
+    differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+    if differ:
+        raise ValueError("a snapshot of a run with other parameters: " + ", ".join(
+            f"{k}={theirs.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3]))
+    version = int(meta["version"])
+    if version > params.updates:
+        raise ValueError(f"the snapshot is at version {version}, past the run's {params.updates} updates")
+    return version
+
+
+def kept_policies(extra: dict) -> list[tuple[int, dict]]:
+    """The (version, adapter) policies a learner snapshot holds (`policy/<version>/<name>`), by version."""
+    out: dict[int, dict] = {}
+    for key, t in extra.items():
+        if key.startswith("policy/"):
+            _, version, name = key.split("/", 2)
+            out.setdefault(int(version), {})[name] = t
+    return sorted(out.items())
+
+
 def build_objective(params: RunParams, task):
     if params.objective == "distill":
         return get_objective("distill", teacher=teacher_for(params, task))  # cached; one teacher for every seed
@@ -402,6 +477,8 @@ def main(argv=None) -> int:
                    help="seconds a new connection has to send the frame header that carries the run token")
     p.add_argument("--max-frame-bytes", type=int, default=64 * 2**20, help="largest frame body accepted from a worker")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--resume", metavar="SNAPSHOT", help=f"continue a stopped learner from its {SNAPSHOT_FILE} "
+                   "(the same run parameters; workers rejoin and are caught up)")
     add_run_args(p, required=True)
     args = p.parse_args(argv)
     try:
@@ -424,6 +501,13 @@ def main(argv=None) -> int:
             raise ValueError(f"--liveness must be a positive number of seconds, got {args.liveness}")
     except ValueError as e:
         p.error(str(e))
+    resume = None
+    if args.resume:
+        try:
+            resume = Path(args.resume).read_bytes()
+            check_resume(resume, params)
+        except (OSError, ValueError) as e:
+            p.error(f"--resume {args.resume}: {e}")
     set_threads(args.threads)
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
@@ -439,6 +523,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
     try:
+        if resume is not None:
+            learner.resume(resume)
         summary = learner.run()
         log(PROCESS, f"done: {summary['updates']} updates, consistent={summary['consistent']}")
         return 0 if summary["consistent"] else 3
