@@ -10,6 +10,8 @@ every step; `lowrank-ddp-projected`, Q^T G on the wire, named `lowrank-ddp` in o
 CI over seeds). Then, per variant whose workers refresh a projection (lordo-*, lowrank-ddp-*), the
 subspace overlap mean(sigma^2(Q_{t+1}^T Q_t)) per sync (results.py's `overlap` column): the mean over
 each seed's syncs (mean and 95 % CI over seeds) and the lowest sync of any seed (1 = Q did not move).
+When the run's --baseline is a data-parallel method (presets/lordo-stagnation.yaml: lordo-global-none),
+every other variant's held-out perplexity minus the baseline's, seed by seed, mean and 95 % CI.
 """
 from __future__ import annotations
 
@@ -161,7 +163,59 @@ def section(updates: pd.DataFrame) -> list[str]:
                  _b(r["wire_down"]), f"{r['measured'] / claimed:.4f}" if claimed else "-",
                  *(_x(r[f"vs_{ref}"]) for ref in REFERENCES), f"{r['s_per_step']:.3f}", ppl]
         lines.append("| " + " | ".join(cells) + " |")
-    return lines + [""] + overlap_lines(updates)
+    return lines + [""] + overlap_lines(updates) + baseline_pair_lines(updates)
+
+
+# ---- paired against the run's data-parallel --baseline (e.g. presets/lordo-stagnation.yaml) ----
+
+def baseline_pairs(updates: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant other than the run's --baseline, when that baseline is a data-parallel method:
+    held-out perplexity minus the baseline's, seed by seed (same seed: same data, corpus and initial
+    replica), over the seeds both have, mean and 95 % CI; plus the mean overlap per seed of each side."""
+    base = updates["baseline"].dropna().astype(str).unique() if "baseline" in updates else []
+    if len(base) != 1 or not spec.is_data_parallel(base[0]):
+        return pd.DataFrame()
+    seeds = per_seed(updates)
+    if seeds.empty or not (seeds["method"] == base[0]).any():
+        return pd.DataFrame()
+    link = [k for k in KEYS if k in seeds]
+    if "overlap" in updates:
+        over = updates[updates["overlap"].notna()].groupby(link + ["method", "seed"], dropna=False)["overlap"].mean()
+        seeds = seeds.merge(over.rename("overlap").reset_index(), on=link + ["method", "seed"], how="left")
+    else:
+        seeds = seeds.assign(overlap=float("nan"))
+    ref = seeds[seeds["method"] == base[0]][link + ["seed", "heldout_ppl", "overlap"]]
+    rows = []
+    for key, g in seeds[seeds["method"] != base[0]].groupby(link + ["method"], dropna=False, sort=False):
+        both = g.merge(ref, on=link + ["seed"], suffixes=("", "_base"))
+        diff, half = ci95(both["heldout_ppl"] - both["heldout_ppl_base"])
+        rows.append({**dict(zip(link + ["method"], key)), "baseline": base[0], "pairs": len(both),
+                     "ppl": both["heldout_ppl"].mean(), "ppl_base": both["heldout_ppl_base"].mean(),
+                     "diff": diff, "diff_ci95": half, "overlap": both["overlap"].mean(),
+                     "overlap_base": both["overlap_base"].mean()})
+    return pd.DataFrame(rows)
+
+
+def baseline_pair_lines(updates: pd.DataFrame) -> list[str]:
+    t = baseline_pairs(updates)
+    if t.empty:
+        return []
+    base = t["baseline"].iloc[0]
+    head = ["workers", "method", "seed pairs", "held-out ppl (mean)", f"{base} (mean)",
+            "difference (paired, ± 95% CI)", "overlap mean", f"{base} overlap mean"]
+    lines = [f"### Held-out perplexity paired against `{base}` (the run's --baseline)", "",
+             "Seed by seed over the seeds both ran (a seed fixes the data, the corpus and the initial replica), then "
+             "mean ± 95 % CI (Student's t) of the differences; a CI needs >= 2 pairs. Overlap: the mean over each "
+             "seed's syncs, averaged over the pairs (1 = the subspace never moved).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for _, r in t.iterrows():
+        diff = "-" if r["diff"] is None or pd.isna(r["diff"]) else f"{r['diff']:+.3f}" + (
+            "" if r["diff_ci95"] is None or pd.isna(r["diff_ci95"]) else f" ± {r['diff_ci95']:.3f}")
+        workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
+        over = lambda v: "-" if pd.isna(v) else f"{v:.4f}"  # noqa: E731
+        lines.append("| " + " | ".join([workers, r["method"], str(r["pairs"]), f"{r['ppl']:.3f}", f"{r['ppl_base']:.3f}",
+                                        diff, over(r["overlap"]), over(r["overlap_base"])]) + " |")
+    return lines + [""]
 
 
 # ---- paired in-process comparisons (trainers/dataparallel/falsifier.py: falsifier.csv, heldout.csv) ----
