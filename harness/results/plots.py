@@ -208,6 +208,14 @@ def _node_order(nodes) -> list[str]:
 NO_LINK_SAMPLES = "no link samples"
 
 
+def _link_label(node: str, direction: str) -> str:
+    """A worker's down is what it receives; the learner's up is what it sends to every worker (each
+    direction is named from the node's side of its link), so its legend says so in words."""
+    if node != "learner":
+        return f"{node} {direction}"
+    return f"learner (unshaped) {direction}: {'sends to' if direction == 'up' else 'receives from'} the workers"
+
+
 def draw_link_throughput(links: pd.DataFrame) -> Plot:
     """Throughput of every link over time (one seed), one panel per method on one time axis, with the
     worker links' capacity."""
@@ -220,7 +228,7 @@ def draw_link_throughput(links: pd.DataFrame) -> Plot:
     for ax, variant in zip(axes[:, 0], variants):
         g = links[(links["variant"] == variant) & (links["seed"] == seed) & (links["t_s"] >= 0)]
         for (node, direction), h in g.groupby(["node", "direction"]):
-            label = f"{node}{' (unshaped)' if node == 'learner' else ''} {direction}"
+            label = _link_label(node, direction)
             ax.plot(h["t_s"], h["throughput_bit_s"] / 1e6, label=label, markersize=3,
                     markevery=max(1, len(h) // 8), **link_style(nodes.index(node), direction))
         for rate in rates:
@@ -238,13 +246,15 @@ def draw_link_throughput(links: pd.DataFrame) -> Plot:
     if not variants:    # no seed to name: the caption says why the figure is empty instead
         return Plot("link_throughput", fig,
                     f"Bits per second each link carried: {NO_LINK_SAMPLES} in these runs (no cell's links.csv has "
-                    "a row: a run without emulation samples no link counters), so nothing is drawn.")
+                    "a row: a run without emulation samples no link counters), so nothing is drawn. No error bars.")
     cap = (f"dotted black: the worker links' capacity ({', '.join(_rate(r) for r in rates)}; the learner's own link "
            "is unshaped)" if len(rates) else "no capacity line: the links were not shaped")
     return Plot("link_throughput", fig,
                 f"Bits per second each link carried (IP packets, headers and retransmissions included) between "
                 f"consecutive counter samples, seed {seed}, one panel per method on a shared time axis; {cap}. "
-                "Solid: down (learner → worker), dashed: up. No error bars: one seed's samples.")
+                "Solid: down (a worker's: learner → worker), dashed: up (a worker's: worker → learner); each direction "
+                "is the node's own, so the learner's up is what it sends to all workers. No error bars: one seed's "
+                "samples.")
 
 
 # ---- quality vs training seconds -------------------------------------------------------------

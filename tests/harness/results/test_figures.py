@@ -93,7 +93,7 @@ def test_link_throughput_names_the_seed_shares_time_and_draws_the_capacity():
     line = next(line for line in axes[1].get_lines() if line.get_label() == "w1 down")
     assert list(line.get_ydata()) == pytest.approx(list(w1["throughput_bit_s"] / 1e6))
     legend = legend_texts(axes[0])
-    assert "learner (unshaped) down" in legend and "worker link capacity 20 Mbit/s" in legend
+    assert "learner (unshaped) up: sends to the workers" in legend and "w1 down" in legend and "worker link capacity 20 Mbit/s" in legend
     assert f"seed {seed}" in p.caption and "capacity" in p.caption
 
 
