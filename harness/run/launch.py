@@ -135,12 +135,19 @@ def models_cache(out_dir: Path) -> Path:
     return Path(root).resolve() if root else out_dir.resolve() / ".cache"
 
 
+# malloc advises its large blocks (>= 2 MiB) to transparent huge pages (this kernel's THP is `madvise`:
+# nothing is huge unless asked): a fresh adapter-sized block, e.g. an fp32 update payload, costs ~1.4
+# memcpy of its bytes instead of 6-9 in 4 KiB page faults (tests/benchmarks/test_compress_bench.py)
+MALLOC_TUNABLES = "glibc.malloc.hugetlb=1"
+
+
 def python_env(cache: Path, threads: int) -> dict:
     """The environment of a `python -m trainers...` process the harness starts."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore", WAN_CACHE_DIR=str(cache))
     # OpenMP threads that wait sleep instead of spinning: on a busy box a spinning helper thread
     # steals the core its partner needs (spar's encode ran 7-30x slower at 2 threads than at 1)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("GLIBC_TUNABLES", MALLOC_TUNABLES)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -104,18 +104,23 @@ def _table(tensors: list[tuple[str, tuple[int, ...]]], segment_specs: list[tuple
 def pack(name: str, tensors: list[tuple[str, tuple[int, ...]]], segments: list[Segment],
          meta: dict[str, Any] | None = None) -> bytes:
     """Serialise a payload. Deterministic: same arguments -> same bytes."""
-    table_bytes = _table(tensors, [(s.key, s.dtype, int(s.array.numel())) for s in segments], meta)
+    head = container_head(name, tensors, [(s.key, s.dtype, int(s.array.numel())) for s in segments], meta)
+    return b"".join([head, *(byte_view(s.array) for s in segments)])  # views: the join is the one copy
+
+
+def container_head(name: str, tensors: list[tuple[str, tuple[int, ...]]],
+                   segment_specs: list[tuple[str, str, int]], meta: dict[str, Any] | None = None) -> bytes:
+    """The payload's bytes before its body (prefix, name, table): `pack` without the segments, for a
+    compressor that joins its body from buffers of its own (identity: the gradients themselves)."""
+    table_bytes = _table(tensors, segment_specs, meta)
     name_b = name.encode("ascii")
-    parts = [_PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)), name_b,
-             _U32.pack(len(table_bytes)), table_bytes]
-    parts += [byte_view(s.array) for s in segments]  # views: the join below is the one copy
-    return b"".join(parts)
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(name_b)) + name_b + _U32.pack(len(table_bytes)) + table_bytes
 
 
 def header_bytes(name: str, tensors: list[tuple[str, tuple[int, ...]]],
                  segment_specs: list[tuple[str, str, int]], meta: dict[str, Any] | None = None) -> int:
     """Bytes the payload spends before its body: what a budget must reserve up front."""
-    return _PREFIX.size + len(name.encode("ascii")) + _U32.size + len(_table(tensors, segment_specs, meta))
+    return len(container_head(name, tensors, segment_specs, meta))
 
 
 @dataclass

@@ -19,7 +19,10 @@ history), with torch limited to `threads` threads.
 """
 from __future__ import annotations
 
+import os
+import socket
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -30,6 +33,7 @@ from trainers.compress.base import full_adapter_bytes
 from trainers.model.models import lora_shapes
 from trainers.model.models import LoraSpec, build_model, lora_gradients, lora_parameters
 from trainers.model.replica import OptimConfig, Replica
+from trainers.protocol import wire
 
 DEFAULT_MODEL = "qwen2.5-0.5b"   # synthetic gradients' shapes: a named model (trainers/model/model_configs/)
 DEFAULT_RANK = 64
@@ -165,46 +169,175 @@ FLOOR_CELLS = (("spar@1.6%", "spar", {"budget": "1.6%"}),
                ("topk@1.6%", "topk", {"budget": "1.6%"}),
                ("int8@1.6%", "int8", {"budget": "1.6%"}),
                ("identity", "identity", {}))
+TOKEN = "floor"
 
 
 def _cpu(fn) -> float:
-    """Process CPU seconds of `fn()` (all threads: at 2 threads the helper thread's spin counts too)."""
+    """Process CPU seconds of `fn()` (all threads: at 2 threads the helper thread's spin counts too;
+    over a socket, the sender's thread and the kernel's copies, as system time, count too)."""
     t0 = time.process_time()
     fn()
     return time.process_time() - t0
 
 
+def received(payload) -> memoryview:
+    """`payload` where the services hold it: in a wire receive buffer (writable, its end aligned as
+    `wire.recv_buffer` aligns it, so fp32 segments at the end are decoded in place)."""
+    buf = wire.recv_buffer(len(payload))
+    buf[:] = payload
+    return buf
+
+
 def floor_ratios(grads: dict[str, torch.Tensor], cells=FLOOR_CELLS, repeats: int = 5, threads: int = 1,
-                 progress=None) -> list[dict]:
+                 progress=None, wire_path: bool = True) -> list[dict]:
     """Encode and decode CPU time of each cell as a ratio to a memcpy of the fp32 adapter's bytes,
     measured side by side (a copy before every repeat) so the ratio holds on a busy machine.
     Steady state, as the services run: one encoder carries its error feedback from update to
-    update, one decoder decodes every payload; the first round (buffers and warm starts being
-    made) is not timed. Returns rows {cell, payload_bytes, encode_x, decode_x, total_x, memcpy_s}."""
+    update, one decoder decodes every payload from a receive buffer; the first round (buffers and
+    warm starts being made) is not timed. Then the wire path (`wire_ratios`) for the fp32 identity
+    payload. Returns rows {cell, payload_bytes, encode_x, decode_x, total_x, memcpy_s}."""
     torch.set_num_threads(threads)
     src = torch.cat([t.reshape(-1) for t in grads.values()])
     dst = torch.empty_like(src)
     dst.copy_(src)                                                     # touch the pages once
+    memcpy = lambda: _cpu(lambda: dst.copy_(src))                      # noqa: E731
     rows = []
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        if progress:
+            progress(row)
+
     for label, name, options in cells:
         enc, dec = get_compressor(name, **options), get_compressor(name, **options)
-        dec.decode(enc.encode(grads))
+        dec.decode(received(enc.encode(grads)), reuse=True)
         copies, encodes, decodes = [], [], []
         for _ in range(repeats):
-            copies.append(_cpu(lambda: dst.copy_(src)))
+            copies.append(memcpy())
             payload = None
 
             def run_encode():
                 nonlocal payload
                 payload = enc.encode(grads)
             encodes.append(_cpu(run_encode))
-            received = bytearray(payload)                  # what the wire's receive buffer holds
-            decodes.append(_cpu(lambda: dec.decode(received, reuse=True)))  # as the services decode
-        floor = statistics.median(copies)
-        e, d = statistics.median(encodes) / floor, statistics.median(decodes) / floor
-        row = {"cell": label, "payload_bytes": len(payload), "encode_x": e, "decode_x": d, "total_x": e + d,
-               "memcpy_s": floor}
-        rows.append(row)
-        if progress:
-            progress(row)
+            inbox = received(payload)                                  # the socket's copy: the wire rows time it
+            decodes.append(_cpu(lambda: dec.decode(inbox, reuse=True)))  # as the services decode
+        add(_row(label, len(payload), copies, encodes, decodes))
+    if wire_path:
+        payload = get_compressor("identity", error_feedback=False).encode(grads)
+        for row in wire_ratios(payload, memcpy, repeats):
+            add(row)
     return rows
+
+
+def _row(label: str, payload_bytes: int, copies, encodes, decodes, **extra) -> dict:
+    floor = statistics.median(copies)
+    e, d = statistics.median(encodes) / floor, statistics.median(decodes) / floor
+    return {"cell": label, "payload_bytes": payload_bytes, "encode_x": e, "decode_x": d, "total_x": e + d,
+            "memcpy_s": floor, **extra}
+
+
+def wire_ratios(payload: bytes, memcpy, repeats: int = 5) -> list[dict]:
+    """The wire path of one payload against `memcpy()` (CPU seconds of the floor copy), side by side:
+    - in memory: encode = framing (header + CRC-32C over the body, `encode_frame_parts`, no copy);
+      decode = what a receiver does: a receive buffer, the socket's one copy into it, the header's
+      checks and the CRC-32C over header and body (`verify_checksum`);
+    - a loopback `Connection` (send on a thread, recv here: both sides, kernel copies included), and a
+      bare sendall -> recv_into of the same bytes into a kept buffer (row key `bare_x`, x memcpy)."""
+    check = wire.token_check(TOKEN)
+    copies, frames, unframes = [], [], []
+    for _ in range(repeats):
+        copies.append(memcpy())
+        parts = []
+        frames.append(_cpu(lambda: parts.extend(wire.encode_frame_parts(
+            wire.MessageType.UPDATE, payload, check=check, sender=0, version=1, seq=0))))
+        unframes.append(_cpu(lambda: _unframe(parts, check)))
+    rows = [_row("wire in memory", len(payload), copies, frames, unframes)]
+    rows.append(_loopback(payload, memcpy, repeats))
+    return rows
+
+
+def _unframe(parts: list[memoryview], check: bytes) -> memoryview:
+    header = bytes(parts[0])
+    *_, body_len, crc = wire.parse_header(header, check=check, expected_seq=0, max_body_bytes=1 << 31)
+    body, pos = wire.recv_buffer(body_len), 0
+    for part in parts[1:]:                                             # the socket's copy
+        body[pos:pos + len(part)] = part
+        pos += len(part)
+    wire.verify_checksum(header, body, crc)
+    return body
+
+
+def _loopback(payload: bytes, memcpy, repeats: int) -> dict:
+    """CPU seconds of Connection.send -> Connection.recv and of a bare sendall -> recv_into over two
+    loopback TCP connections, interleaved with the floor copy."""
+    (a, b), (x, y) = _tcp_pair(), _tcp_pair()
+    sender = wire.Connection(a, token=TOKEN, sender=0, peer="w1")
+    receiver = wire.Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 31)
+    inbox = memoryview(bytearray(len(payload)))
+
+    def framed():
+        t = threading.Thread(target=sender.send, args=(wire.MessageType.UPDATE, payload, 1))
+        t.start()
+        receiver.recv()
+        t.join()
+
+    def bare():
+        t = threading.Thread(target=x.sendall, args=(payload,))
+        t.start()
+        got = 0
+        while got < len(inbox):
+            got += y.recv_into(inbox[got:])
+        t.join()
+
+    copies, conns, bares = [], [], []
+    try:
+        for _ in range(repeats):
+            copies.append(memcpy())
+            conns.append(_cpu(framed))
+            bares.append(_cpu(bare))
+    finally:
+        for c in (sender, receiver):
+            c.close()
+        x.close(), y.close()
+    floor = statistics.median(copies)
+    return _row("wire loopback Connection", len(payload), copies, conns, [0.0],
+                bare_x=statistics.median(bares) / floor)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        a = socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+    return a, b
+
+
+def floor_lines(threads: int = 1, repeats: int = 5) -> list[str]:
+    """`floor_ratios` on the Qwen2.5-0.5B rank-64 shapes as printed lines, the load average at the
+    start and the end of the run (the box is shared) and the allocator setting in force."""
+    grads = synthetic_gradients(model_shapes())
+    lines = [f"load1 {_load1()} at start; GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}; "
+             f"{threads} thread(s), median of {repeats}"]
+
+    def show(r: dict) -> None:
+        bare = f"  (bare sendall->recv_into {r['bare_x']:.1f}x)" if "bare_x" in r else ""
+        lines.append(f"{r['cell']:26s} {r['payload_bytes']:>12,d} B  encode {r['encode_x']:6.1f}x  "
+                     f"decode {r['decode_x']:6.1f}x  total {r['total_x']:6.1f}x memcpy "
+                     f"({1e3 * r['memcpy_s']:.1f} ms CPU){bare}")
+        print(lines[-1], flush=True)
+
+    print(lines[0], flush=True)
+    rows = floor_ratios(grads, threads=threads, repeats=repeats, progress=show)
+    total = {r["cell"]: r["total_x"] for r in rows}
+    lines.append(f"spar / powersgd CPU time: {total['spar@1.6%'] / total['powersgd@1.6%']:.2f}x; load1 {_load1()} at end")
+    print(lines[-1], flush=True)
+    return lines
+
+
+def _load1() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+if __name__ == "__main__":   # python -m trainers.compress.bench: the floor table (a benchmark runs it under each allocator)
+    floor_lines()

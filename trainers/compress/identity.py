@@ -8,8 +8,9 @@ import torch
 from trainers import spec
 
 from trainers.compress import register
-from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, check_wire_dtype, contiguous_span,
-                                    flatten, header_bytes, itemsize, require, unflatten)
+from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, byte_view, check_wire_dtype,
+                                    container_head, contiguous_span, flatten, header_bytes, itemsize, require,
+                                    unflatten, zeros_for)
 
 
 @register("identity")
@@ -24,6 +25,23 @@ class IdentityCompressor(Compressor):
     def stated_bytes(self, tensors) -> int:
         n = sum(math.prod(s) for _, s in tensors)
         return header_bytes(self.name, list(tensors), [("values", self.dtype, n)]) + n * itemsize(self.dtype)
+
+    def encode(self, grads: dict[str, torch.Tensor]) -> bytes:
+        """fp32: the gradients' own bytes joined once behind the header (the one copy). An fp32 payload
+        carries M exactly, so E = M - decode(payload) is zero after every update: M = G, and the
+        residual stays the zeros it starts as (no M buffer, no subtraction; -0.0 ships as -0.0)."""
+        if self.dtype != "fp32":
+            return super().encode(grads)
+        self._check_inputs(grads)
+        layout = [(n, tuple(g.shape)) for n, g in grads.items()]
+        if self.error_feedback and self._layout is None:
+            self.residuals, self._layout = zeros_for(layout), layout
+        elif self.error_feedback and layout != self._layout:
+            raise ValueError(f"{self.name}: gradient layout changed between updates; use a fresh compressor")
+        n = sum(math.prod(s) for _, s in layout)
+        with torch.no_grad():
+            body = [byte_view(g.detach().to(torch.float32)) for g in grads.values()]
+        return b"".join([container_head(self.name, layout, [("values", "fp32", n)]), *body])
 
     def _compress(self, m):
         flat = flatten(m).to(DTYPES[self.dtype])

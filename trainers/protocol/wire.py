@@ -32,7 +32,8 @@ No whole-payload copies (format 3). A body is one buffer or a list of buffers (`
 frame goes out as [header, *body buffers] in scatter-gather `sendmsg` calls, so the bytes
 of a payload or of the tensors of `pack_tensor_parts` go from their own storage to the
 kernel. The receiver reads the header, checks it (the length against its cap) and only then
-allocates one uninitialised buffer of the announced length and `recv_into`s it, computing
+allocates one uninitialised buffer of the announced length (from 4 MiB on in transparent huge
+pages: `huge_pages`) and `recv_into`s it, computing
 the checksum chunk by chunk as the bytes arrive; `Frame.body` is a writable memoryview of
 that buffer, and `unpack_tensors` (like the compressors' `unpack`) builds its tensors as
 views over it when their offset is aligned for their dtype (else a private copy). The
@@ -59,6 +60,7 @@ import hmac
 import itertools
 import json
 import math
+import mmap
 import re
 import select
 import socket
@@ -88,6 +90,7 @@ MAX_JSON_DEPTH = 16  # nesting of any JSON we parse; checked on the raw bytes, s
 MAX_JSON_INT_DIGITS = 40  # an integer literal longer than this is refused before int() parses it
 MAX_IOV = 512  # buffers per sendmsg call; Linux refuses more than IOV_MAX (1024)
 RECV_ALIGN = 64  # bytes; the receive buffer's end is aligned to this (a cache line, any dtype)
+HUGE_PAGES_FROM = 4 * 2**20  # bytes; a receive buffer this large gets huge pages (`huge_pages`): one 2 MiB page at least
 
 # A frame body: one bytes-like object, or a list/tuple of them sent back to back (never joined).
 Body = bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]
@@ -225,12 +228,26 @@ def send_parts(sock: socket.socket, parts: list[memoryview]) -> int:
 def recv_buffer(n: int) -> memoryview:
     """A writable, uninitialised n-byte buffer whose end is RECV_ALIGN-aligned (see the module
     docstring). Uninitialised: recv_into writes every byte before anyone reads it, so a zero
-    fill would only be one more pass over the whole body."""
+    fill would only be one more pass over the whole body. From HUGE_PAGES_FROM bytes on, its own
+    private mapping advised to transparent huge pages (`huge_pages`)."""
     if n == 0:
         return memoryview(bytearray())
+    if n >= HUGE_PAGES_FROM and hasattr(mmap, "MADV_HUGEPAGE"):
+        start = -n % RECV_ALIGN                          # a mapping starts on a page: aligned for any dtype
+        return huge_pages(n + start)[start:]
     raw = torch.empty(n + RECV_ALIGN - 1, dtype=torch.uint8)
     start = -(raw.data_ptr() + n) % RECV_ALIGN
     return memoryview(raw.numpy())[start:start + n]
+
+
+def huge_pages(n: int) -> memoryview:
+    """n writable bytes of a private anonymous mapping advised to transparent huge pages (this
+    kernel's THP setting is `madvise`: nothing is huge unless asked). A fresh 141 MB buffer in 4 KiB
+    pages costs 6-9 memcpy of its bytes in page faults; in 2 MiB pages ~1.4. The mapping goes when
+    the last view of it does. (MAP_PRIVATE: a shared anonymous mapping is shmem, which THP skips.)"""
+    region = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.madvise(mmap.MADV_HUGEPAGE)
+    return memoryview(region)
 
 
 def parse_header(header: bytes, *, check: bytes, expected_seq: int, max_body_bytes: int):

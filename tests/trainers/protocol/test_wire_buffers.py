@@ -112,6 +112,30 @@ def test_identity_update_decodes_over_the_receive_buffer_bit_for_bit():
     ca.close(), cb.close()
 
 
+def test_a_body_over_the_huge_page_threshold_is_received_in_place_and_outlives_its_frame():
+    """From HUGE_PAGES_FROM bytes the receive buffer is its own huge-page mapping: still writable,
+    end-aligned, decoded in place, bit for bit (-0.0 included), and alive while a tensor views it."""
+    ca, cb = connections()
+    g = torch.Generator().manual_seed(1)
+    grads = {"l0.lora_A": torch.randn(64, 9728, generator=g), "l0.lora_B": torch.randn(9728, 64, generator=g)}
+    grads["l0.lora_A"][0, :3] = torch.tensor([0.0, -0.0, 1e-45])
+    payload = get_compressor("identity", dtype="fp32").encode(grads)
+    assert len(payload) > wire.HUGE_PAGES_FROM
+    sender = threading.Thread(target=ca.send, args=(MessageType.UPDATE, payload, 1))   # more than a socket holds
+    sender.start()
+    frame = cb.recv()
+    sender.join()
+    assert not frame.body.readonly and (torch.frombuffer(frame.body, dtype=torch.uint8).data_ptr()
+                                        + len(frame.body)) % wire.RECV_ALIGN == 0
+    decoded = get_compressor("identity", dtype="fp32").decode(frame.body)
+    assert all(decoded[n].data_ptr() in address_range(frame.body) for n in grads)
+    del frame
+    import gc
+    gc.collect()
+    assert all(same_bits(decoded[n], t) for n, t in grads.items())
+    ca.close(), cb.close()
+
+
 def test_more_buffers_than_one_sendmsg_takes():
     ca, cb = connections()
     tensors = {f"t{i}": torch.full((i % 5 + 1,), float(i)) for i in range(3 * wire.MAX_IOV)}
