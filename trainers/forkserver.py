@@ -5,11 +5,11 @@
 A service started by exec pays for its imports (torch, transformers, peft: ~5 s of CPU and ~270 MB
 of private memory each); 16 workers took 6.5 GB and a minute to join on a 2-core box. Forked from
 here, a service shares the imported pages copy-on-write (`gc.freeze()` keeps the collector from
-writing to them) and starts in milliseconds.
+writing to them) and starts in ~0.1 s (two forks of a ~350 MB process, on a busy 2-core box).
 
 The harness that started us (harness/run/forkserver.py) talks over the inherited SOCK_SEQPACKET
 socket `--fd`: one JSON message per request, never pickle. A request is what `subprocess.Popen`
-would get: {"argv": [python, "-m", module, ...], "env": {...}, "cwd": "...", "name": "w3"}, with
+would get: {"argv": [python, "-m", module, ...], "env": {...}, "cwd": "..."}, with
 the open log file and, optionally, a network namespace as passed file descriptors (SCM_RIGHTS:
 [log] or [log, netns]). The reply is {"pid": N} or {"error": "..."}. `module` must be one we preloaded.
 

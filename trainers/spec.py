@@ -278,7 +278,7 @@ PARAMS: list[Param] = [
           "the run, exit 1), restart (start it again; it rejoins and catches up)", choices=("fail", "continue", "restart"),
           where="harness"),
     Param("spawn", str, "fork", "how the services start: fork (from one process per run that imported torch "
-          "once: the imports' memory shared copy-on-write, a start in milliseconds; harness/run/forkserver.py) or exec "
+          "once: the imports' memory shared copy-on-write, a start in ~0.1 s; harness/run/forkserver.py) or exec "
           "(a fresh Python each)", choices=("fork", "exec"), where="harness"),
     Param("quality_metric", str, "pass_at_k", "the held-out figure that quality and time-to-quality use: pass_at_k, "
           "pass_at_1, or objective (reverse KL to the teacher for distill, lower is better; mean reward for grpo)",
