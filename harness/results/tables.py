@@ -58,6 +58,7 @@ A run whose meta.json still says "running" while its owner process (meta.json "o
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,11 @@ NUMERIC_FIELDS = {
     "heldout": ("version", "heldout_ppl"),
     "joined": ("version", "worker"), "dropped": ("version", "worker"), "disconnected": ("version", "worker"),
 }
+# Of those, the durations and byte counts: finite and >= 0, or the file is malformed (a -5 s update
+# would read as a negative speed-up, NaN as a median that means nothing).
+NONNEGATIVE_FIELDS = frozenset({
+    "seconds_per_update", "harness_s", "eval_s", "process_cpu_s", "update_payload_bytes", "payload_bytes_up",
+    "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down", "payload_bytes", "payload_bytes_down", "rows"})
 DOC_TYPES = {  # per document: key -> the types its value may have (None always allowed)
     "summary.json": {"updates": int, "updates_planned": int, "workers": int, "complete": bool, "consistent": bool,
                      "status": str, "dropped": list, "state_hashes": dict, "eval": dict},
@@ -168,11 +174,21 @@ DOC_TYPES = {  # per document: key -> the types its value may have (None always 
 
 
 def check_fields(path: Path, i: int, r: dict) -> None:
-    """The numeric fields of row `i` (NUMERIC_FIELDS) are numbers or null."""
+    """The numeric fields of row `i` (NUMERIC_FIELDS) are numbers or null; durations and byte counts
+    (NONNEGATIVE_FIELDS) finite and >= 0."""
     for key in NUMERIC_FIELDS.get(r.get("kind"), ()):
         v = r.get(key)
         if v is not None and not _number(v):
             raise ResultsError(f"{path}: row {i} ({r.get('kind')}): {key!r} is {json.dumps(v)[:40]}, not a number")
+        if v is not None and key in NONNEGATIVE_FIELDS and not _finite_nonnegative(v):
+            raise ResultsError(f"{path}: row {i} ({r.get('kind')}): {key!r} is {v}, not a finite number >= 0")
+
+
+def _finite_nonnegative(v) -> bool:
+    try:
+        return math.isfinite(v) and v >= 0
+    except OverflowError:  # an integer beyond any float: no duration or byte count is that large
+        return False
 
 
 def check_doc(path: Path, doc: dict) -> dict:

@@ -206,3 +206,75 @@ def test_an_events_file_that_is_a_directory_is_one_line(tmp_path):
         tables.read(run)
     _one_line(err.value)
     assert "events-learner.jsonl" in str(err.value)
+
+
+BAD_AMOUNTS = (-5, -1e-9, float("nan"), float("inf"))  # -5 s per update used to read as a -0.04x speed-up
+
+
+def _update_fields(run: Path) -> list[tuple[Path, str]]:
+    """(events file, field) for every duration or byte count (tables.NONNEGATIVE_FIELDS) that an
+    update or eval row of `run` carries."""
+    import json
+
+    from harness.results import tables
+
+    out = []
+    for path in sorted(run.rglob("events-*.jsonl")):
+        keys = set()
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("kind") in ("update", "eval"):
+                keys |= {k for k in r if k in tables.NONNEGATIVE_FIELDS and r[k] is not None}
+        out += [(path, k) for k in sorted(keys)]
+    return out
+
+
+def _set_first(path: Path, key: str, value) -> None:
+    import json
+
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    row = next(r for r in rows if r.get("kind") in ("update", "eval") and r.get(key) is not None)
+    row[key] = value
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
+def test_negative_or_non_finite_durations_and_byte_counts_are_refused(tmp_path, fixture):
+    """Every duration and byte count of every update/eval row of the fixture runs, set to -5, -1e-9,
+    NaN or infinity in turn: reading the folder fails with one line naming the file and the field."""
+    import shutil
+
+    from harness.results import tables
+
+    cases = 0
+    for path, key in _update_fields(fixture):
+        for value in BAD_AMOUNTS:
+            run = tmp_path / f"{cases}" / fixture.name
+            shutil.copytree(fixture, run)
+            target = run / path.relative_to(fixture)
+            _set_first(target, key, value)
+            with pytest.raises(tables.ResultsError) as err:
+                tables.read(run)
+            _one_line(err.value)
+            assert str(target) in str(err.value) and repr(key) in str(err.value), err.value
+            cases += 1
+    assert cases >= 4  # every fixture has learner update rows with seconds_per_update
+    print(f"{fixture.name}: {cases} mutated folders refused")
+
+
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_report_and_plot_refuse_a_negative_seconds_per_update(tmp_path, command):
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES[0], run)
+    path = next(p for p, k in _update_fields(run) if k == "seconds_per_update" and p.name == "events-learner.jsonl")
+    _set_first(path, "seconds_per_update", -5)
+    res = CliRunner().invoke(app, [command, str(run)])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert "seconds_per_update" in line and str(path) in line and "Traceback" not in res.output, res.output
