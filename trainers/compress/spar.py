@@ -199,12 +199,14 @@ class _GramSpectrum:
     def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(sigma (k,), left (k, a), right (k, b)). The long-side vectors are M^T u (or M v);
         their norms are sigma measured on M itself, not the root of a Gram eigenvalue."""
-        short = self.evecs[:, :k]                                       # (s, k) orthonormal
+        short = self.evecs[:, :k].T                                     # (k, s) orthonormal rows
         left_is_short = self.mat.shape[0] <= self.mat.shape[1]
-        long = (self.mat.T if left_is_short else self.mat) @ short      # (long side, k)
-        norms = long.norm(dim=0)
-        unit = (long / torch.where(norms > 0, norms, torch.ones_like(norms))).T
-        return (norms, short.T, unit) if left_is_short else (norms, unit, short.T)
+        # (k, long side) as rows, (k, s) @ (s, long): the (long, s) @ (s, k) product with its tall,
+        # k-wide output ran ~10x slower in MKL (0.9 ms for a 4864 x 64 factor at k = 2)
+        long = short @ (self.mat if left_is_short else self.mat.T)
+        norms = long.norm(dim=1)
+        unit = long / torch.where(norms > 0, norms, torch.ones_like(norms))[:, None]
+        return (norms, short, unit) if left_is_short else (norms, unit, short)
 
 
 class _SketchSpectrum:
@@ -218,7 +220,7 @@ class _SketchSpectrum:
         z = self.z[:, :k]
         sigma = self.energy[:k].sqrt()
         right = (z.T @ self.bmat) / torch.where(sigma > 0, sigma, torch.ones_like(sigma))[:, None]
-        return sigma, (self.q @ z).T, right                              # (k,), (k, a), (k, b)
+        return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b): see _GramSpectrum.top
 
 
 def _gram_spectra(m: dict[str, torch.Tensor]) -> dict[str, _GramSpectrum]:
