@@ -9,6 +9,7 @@ same data, one variable changed:
   term applied), and the other reading (`gradient`: this step's gradient only).
 
     python -m trainers.dataparallel.falsifier --out results/falsifier --seeds 1,2,3 [--compare qhm-residual]
+                                              [--initial-q random]   # lordo-global's first Q (DPConfig.initial_q)
     python -m harness.results.dataparallel_plots results/falsifier          # figures/falsifier.pdf + .png,
                                                                            # paired.md (paired CIs over seeds)
 
@@ -21,7 +22,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from trainers.dataparallel.base import DPConfig
+from trainers.dataparallel.base import INITIAL_Q, DPConfig
 from trainers.dataparallel.inprocess import simulate
 
 COMPARISONS = {  # name -> variants, the reference first (paired differences are against it)
@@ -33,12 +34,13 @@ VARIANTS = COMPARISONS["stagnation"]
 
 
 def run(out: Path, seeds: list[int], steps: int = 96, k: int = 4, rank: int = 4, workers: int = 2,
-        model: str = "micro", omega: float = 0.97, lr: float = 3e-3, variants: tuple[str, ...] = VARIANTS) -> list[dict]:
+        model: str = "micro", omega: float = 0.97, lr: float = 3e-3, variants: tuple[str, ...] = VARIANTS,
+        initial_q: str = "pseudo-gradient") -> list[dict]:
     rows, held = [], []
     out.mkdir(parents=True, exist_ok=True)
     for seed in seeds:  # seed by seed: a paired comparison is readable from the first seed on
         for variant in variants:
-            cfg = DPConfig(steps=steps, k=k, k_states=k, rank=rank, omega=omega, lr=lr, seed=seed)
+            cfg = DPConfig(steps=steps, k=k, k_states=k, rank=rank, omega=omega, lr=lr, seed=seed, initial_q=initial_q)
             t = simulate(variant, cfg, model=model, workers=workers, batch=4, seq_len=32, heldout=64)
             rows += [dict(variant=variant, seed=seed, kind="overlap", index=i, value=v) for i, v in enumerate(t.overlaps, 1)]
             rows += [dict(variant=variant, seed=seed, kind="loss", index=i, value=v) for i, v in enumerate(t.losses, 1)]
@@ -67,9 +69,11 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="micro")
     ap.add_argument("--compare", default="stagnation", choices=sorted(COMPARISONS),
                     help="which paired comparison (the module docstring)")
+    ap.add_argument("--initial-q", default="pseudo-gradient", choices=INITIAL_Q,
+                    help="lordo-global's first Q: from the first averaged pseudo-gradient, or a seeded random basis")
     args = ap.parse_args(argv)
     run(Path(args.out), [int(s) for s in args.seeds.split(",")], steps=args.steps, k=args.k, rank=args.rank,
-        model=args.model, variants=COMPARISONS[args.compare])
+        model=args.model, variants=COMPARISONS[args.compare], initial_q=args.initial_q)
     return 0
 
 
