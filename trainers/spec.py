@@ -430,6 +430,24 @@ def check_combinations(values: Mapping[str, Any]) -> None:
         raise SpecError(f"--lordo-k-states: {k_states} must be a multiple of --lordo-k ({k})")
 
 
+def check_run(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """A run's parsed values checked in one pass (`check_combinations`, its methods, its baseline);
+    returns its (method, budget) pairs: budget None for a method that takes none, repeats
+    collapsed, the baseline last unless it is one of the methods."""
+    check_combinations(values)
+    methods = [check_method(m) for m in values["method"]]
+    baseline = values["baseline"]
+    if baseline != NO_BASELINE:
+        try:
+            check_method(baseline)
+        except SpecError as err:
+            raise SpecError(str(err).replace("--method", "--baseline")) from None
+    pairs = list(dict.fromkeys((m, b if takes_budget(m, values) else None) for m in methods for b in values["budget"]))
+    if baseline != NO_BASELINE and baseline not in methods:
+        pairs.append((baseline, None))
+    return pairs
+
+
 def resolve_group_size(objective: str, group_size: int | None) -> int:
     """Samples per problem: as given, else 1 for distill and 2 for grpo (whose advantages are
     normalised within a group: a group of one has none)."""

@@ -39,6 +39,7 @@ line names the field and the value.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import heapq
@@ -190,13 +191,26 @@ class Profile:
     workers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     schedule: tuple[Change, ...] = ()
 
+    def __post_init__(self):
+        # Resolved when the profile loads: the links in force at the start (the learner's, each named
+        # worker's, every other worker's) and the document; config, doctor, plan and shaper read them.
+        named = set(self.workers) | {c.target for c in self.schedule if _WORKER.match(c.target)}
+        self.__dict__.update(_links={}, _named=frozenset(named))
+        default = next(f"w{i}" for i in itertools.count(1) if f"w{i}" not in named)
+        for node in ("learner", *sorted(named), default):
+            self.link(node)
+        self.__dict__["_doc"] = self._build_doc()
+
     def link(self, node: str, at_s: float = 0.0) -> LinkSpec:
         """The link of ``node`` ("learner" or "wN") in force ``at_s`` seconds after apply; each
-        (node, time) is built through units once per profile (plan, timeline and shaper ask again)."""
-        cache = self.__dict__.setdefault("_links", {})
-        if (node, at_s) not in cache:
-            cache[(node, at_s)] = self._build_link(node, at_s)
-        return cache[(node, at_s)]
+        (node, time) is built through units once per profile (plan, timeline and shaper ask again).
+        A worker the profile does not name (workers.wN, a schedule target) has the default link."""
+        shared = node != "learner" and node not in self._named and _WORKER.match(node)
+        key = ("workers" if shared else node, at_s)
+        cache = self._links
+        if key not in cache:
+            cache[key] = self._build_link(node, at_s)
+        return cache[key]
 
     def _build_link(self, node: str, at_s: float) -> LinkSpec:
         raw = _raw_for(self, node)
@@ -229,6 +243,10 @@ class Profile:
                 yield at_s
 
     def to_doc(self) -> dict[str, Any]:
+        """The profile as a YAML/JSON document (config.json's profile_doc): built once, a copy each time."""
+        return copy.deepcopy(self._doc)
+
+    def _build_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "description": self.description, "source": self.source,
                                "defaults": _plain(self.default)}
         if self.learner:
@@ -438,6 +456,41 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ProfileError(f"profile: {str(path)!r} is not valid YAML ({first})") from None
     return from_doc(doc, path.stem)
+
+
+class OverrideError(ProfileError):
+    """A link flag (``key``: rate, delay, jitter, loss, trace) that the profile cannot take."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def resolve(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Profile:
+    """The profile a run uses, in one call: `load`, then the link flags over its worker defaults
+    (`with_link`), its links and document resolved. ProfileError when it does not load;
+    OverrideError naming the flag when a flag is malformed or ambiguous (the profile sets that key
+    per link, so the flag would be overridden in silence for some link)."""
+    prof = load(name_or_path)
+    if not overrides:
+        return prof
+    for key in overrides:
+        where = [f"workers.{w}" for w, raw in prof.workers.items() if _mentions(raw, key)]
+        where += [f"schedule at {c.at_s:g}s" for c in prof.schedule if _mentions(c.raw, key)]
+        where += ["defaults.up/down"] if any(_mentions(prof.default.get(d, {}), key) for d in ("up", "down")) else []
+        if where:
+            raise OverrideError(key, f"contradicts profile {prof.name!r}, which sets {key} per link "
+                                     f"({', '.join(where)}); edit a copy of the profile instead")
+    try:
+        return with_link(prof, overrides)
+    except (ProfileError, units.UnitError) as err:
+        raise OverrideError(next((k for k in overrides if k in str(err)), "rate"), str(err)) from None
+
+
+def _mentions(raw: Any, key: str) -> bool:
+    if not isinstance(raw, Mapping):
+        return False
+    return key in raw or any(_mentions(raw.get(d), key) for d in ("up", "down"))
 
 
 def with_link(profile: Profile, defaults: Mapping[str, Any]) -> Profile:

@@ -37,14 +37,20 @@ class Live:
                                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
                                      console=Console(stderr=True), transient=False)
 
-    def __enter__(self):
-        if self.progress is not None:
+    def start(self) -> None:
+        if self.progress is not None and not self.progress.live.is_started:
             self.progress.start()
+
+    def stop(self) -> None:
+        if self.progress is not None and self.progress.live.is_started:
+            self.progress.stop()
+
+    def __enter__(self):
+        self.start()
         return self
 
     def __exit__(self, *exc):
-        if self.progress is not None:
-            self.progress.stop()
+        self.stop()
 
     def _new_rows(self, cell: launch.Cell, cell_dir: Path) -> list[dict]:
         from trainers.events import tail_events  # torch-free: the writer's own reader
@@ -125,24 +131,28 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         except ValueError as err:  # before anything is built or touched: one line, exit 2
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
-    try:
-        launch.check_privileges(cfg)
-    except launch.PreflightFailed as err:
-        print(str(err), file=sys.stderr)
-        return EXIT_USAGE
     if cfg.run_id is None:
         import dataclasses
 
         cfg = dataclasses.replace(cfg, run_id=launch.new_run_id(cfg))
-    if not quiet and not as_json:
-        print(f"run {cfg.run_id}: {', '.join(v.label for v in cfg.variants)} x seeds {list(cfg.seeds)}, "
-              f"{cfg.workers} workers, {cfg.updates} updates, "
-              f"{'profile ' + cfg.profile_name if cfg.emulation else 'localhost, unshaped'} -> {cfg.run_dir}",
-              file=sys.stderr)
-    logger = CellLogger(log, cfg.run_dir)
+    live, logger = Live(cfg, enabled=not quiet and not as_json), CellLogger(log, cfg.run_dir)
+
+    def started() -> None:  # launch's preflight passed (root, doctor): say what runs, show its progress
+        if not quiet and not as_json:
+            print(f"run {cfg.run_id}: {', '.join(v.label for v in cfg.variants)} x seeds {list(cfg.seeds)}, "
+                  f"{cfg.workers} workers, {cfg.updates} updates, "
+                  f"{'profile ' + cfg.profile_name if cfg.emulation else 'localhost, unshaped'} -> {cfg.run_dir}",
+                  file=sys.stderr)
+        live.start()
+
     try:
-        with Live(cfg, enabled=not quiet and not as_json) as live:
-            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)))
+        try:
+            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started)
+        finally:
+            live.stop()
+    except launch.PreflightFailed as err:  # nothing was built or written
+        print(str(err), file=sys.stderr)
+        return EXIT_USAGE
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
         from harness.signals import exit_code
 

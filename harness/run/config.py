@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import units
 from harness.net import profiles
 from trainers import spec, tasks
 from trainers.spec import SpecError as ConfigError
@@ -52,6 +51,8 @@ class RunConfig:
     rate_bit_s: float | None = None           # the worker link rate (down), for the physical floor
     run_id: str | None = None
     out_dir: str = "results"
+    # the profile parsed from profile_doc (links resolved): built with the config, not written to config.json
+    profile: profiles.Profile | None = field(default=None, compare=False, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         values = object.__getattribute__(self, "values")
@@ -79,12 +80,11 @@ class RunConfig:
         return doc
 
     def load_profile(self) -> profiles.Profile:
-        """The parsed profile, parsed once per config (launch, the shaper, doctor and the plan all ask)."""
-        cached = self.__dict__.get("_profile")
-        if cached is None:
-            cached = profiles.from_doc(self.profile_doc, self.profile_name)
-            object.__setattr__(self, "_profile", cached)  # frozen dataclass: a cache, not a field
-        return cached
+        """The parsed profile: the one `build` resolved, else profile_doc parsed once per config
+        (launch, the shaper, doctor and the plan all ask)."""
+        if self.profile is None:
+            object.__setattr__(self, "profile", profiles.from_doc(self.profile_doc, self.profile_name))
+        return self.profile
 
     @property
     def run_dir(self) -> Path:
@@ -122,33 +122,14 @@ def _check_task(task: str) -> None:
         raise ConfigError(f"--task: unknown task {spec.quote(task)}; valid tasks: {', '.join(tasks.available())}")
 
 
-def _variants(values: dict[str, Any]) -> list[Variant]:
-    methods = [spec.check_method(m) for m in values["method"]]
-    baseline = values["baseline"]
-    if baseline != spec.NO_BASELINE:
-        try:
-            spec.check_method(baseline)
-        except ConfigError as err:
-            raise ConfigError(str(err).replace("--method", "--baseline")) from None
-    pairs = [(m, b if spec.takes_budget(m, values) else None) for m in methods for b in values["budget"]]
-    variants = [Variant(m, b) for m, b in dict.fromkeys(pairs)]
-    if baseline != spec.NO_BASELINE and baseline not in methods:
-        variants.append(Variant(baseline))
-    return variants
-
-
 def _resolve_profile(name: str, flags: dict[str, str | None]) -> tuple[profiles.Profile, dict[str, str]]:
     given = {k: v for k, v in flags.items() if v is not None}
     try:
-        prof = profiles.load(name)
+        return profiles.resolve(name, given), given   # loaded, the flags over it, its links resolved: once
+    except profiles.OverrideError as err:
+        raise ConfigError(f"{_LINK_FLAGS[err.key]}: {err}") from None
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
-    _check_unambiguous(prof, given)
-    try:
-        return (profiles.with_link(prof, given) if given else prof), given
-    except (profiles.ProfileError, units.UnitError) as err:
-        key = next((k for k in given if k in str(err)), "rate")
-        raise ConfigError(f"{_LINK_FLAGS[key]}: {err}") from None
 
 
 def _trace_path(value: str | None) -> str | None:
@@ -156,23 +137,6 @@ def _trace_path(value: str | None) -> str | None:
     if value is None or not Path(value).is_file():
         return value          # a shipped trace's name, or a bad one that the profile check names
     return str(Path(value).resolve())
-
-
-def _check_unambiguous(prof: profiles.Profile, given: dict[str, str]) -> None:
-    """A flag that the profile would silently override for some link is ambiguous: refuse it."""
-    for key in given:
-        where = [f"workers.{w}" for w, raw in prof.workers.items() if _mentions(raw, key)]
-        where += [f"schedule at {c.at_s:g}s" for c in prof.schedule if _mentions(c.raw, key)]
-        where += ["defaults.up/down"] if any(_mentions(prof.default.get(d, {}), key) for d in ("up", "down")) else []
-        if where:
-            raise ConfigError(f"{_LINK_FLAGS[key]}: contradicts profile {prof.name!r}, which sets {key} per link "
-                              f"({', '.join(where)}); edit a copy of the profile instead")
-
-
-def _mentions(raw: Any, key: str) -> bool:
-    if not isinstance(raw, dict):
-        return False
-    return key in raw or any(_mentions(raw.get(d), key) for d in ("up", "down"))
 
 
 def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
@@ -191,13 +155,12 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
         tasks.check_task_options(values["task"], values["task_options"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    spec.check_combinations(values)
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
-    variants = _variants(values)
+    variants = [Variant(m, b) for m, b in spec.check_run(values)]  # the rules between values, methods, baseline
     link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"],
             "trace": _trace_path(values["trace"])}
     prof, overrides = _resolve_profile(values["profile"], link)
     return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
-                     out_dir=out_dir)
+                     out_dir=out_dir, profile=prof)

@@ -438,11 +438,14 @@ def prepare_models(cfg: RunConfig, cache: Path) -> None:
             raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
 
 
-def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None) -> Path:
+def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
+            started: Callable[[], None] = lambda: None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
-    tearing down and writing partial results when interrupted. `net(cfg)`: the network context
-    (default `network`; harness/run/containers.py passes the containers' one)."""
+    tearing down and writing partial results when interrupted. The preflight runs here, once
+    (PreflightFailed before anything is built or written); `started()` right after it.
+    `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one)."""
     check_privileges(cfg)
+    started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
     reserve = SpaceReserve(run_dir / ".space-reserve")

@@ -46,12 +46,10 @@ from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_P
                                       Membership, Peer, ReplayLog)
 from trainers.model.models import lora_gradients
 from trainers.model.rollout import Rollouts, concat
-from trainers import tasks
-from trainers.hilo import methods, stack
+from trainers.hilo import stack
 from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
 from trainers.model.replica import snapshot_meta
-from trainers.model.run_models import teacher_for
 from trainers.objectives import available as objectives, get_objective
 from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
@@ -69,20 +67,23 @@ class Interrupted(BaseException):
 
 
 class Learner:
+    """`built`: the stack of `params` (`stack.build(params, teacher=True)`, as `main` builds it once);
+    None builds it here."""
+
     def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
                  worker_timeout_s: float = 120.0, join_timeout_s: float = 300.0,
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
                  max_pending_connections: int = MAX_PENDING_CONNECTIONS,
                  max_pending_per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S,
-                 liveness_s: float = LIVENESS_S):
+                 liveness_s: float = LIVENESS_S, built: stack.Stack | None = None):
         self.params, self.run_dir = params, run_dir
         self.worker_timeout_s, self.join_timeout_s = worker_timeout_s, join_timeout_s
-        built = stack.build(params)  # task, tokenizer, method, model + replica: once per process
+        built = built or stack.build(params, teacher=True)  # task, tokenizer, method, models: once per process
         self.task, self.tokenizer, self.method = built.task, built.tokenizer, built.method
         self.model, self.replica = built.model, built.replica
         self.compressor = self.method.make_compressor() if self.method.replay else None
         self.delta = self.method.make_delta(self.replica.adapter()) if self.method.delta else None
-        self.objective = build_objective(params, self.task)
+        self.objective = build_objective(params.objective, built.teacher)
         self.vocab = self.model.get_input_embeddings().num_embeddings
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
@@ -452,10 +453,11 @@ def kept_policies(extra: dict) -> list[tuple[int, dict]]:
     return sorted(out.items())
 
 
-def build_objective(params: RunParams, task):
-    if params.objective == "distill":
-        return get_objective("distill", teacher=teacher_for(params, task))  # cached; one teacher for every seed
-    return get_objective(params.objective)
+def build_objective(name: str, teacher):
+    """The objective called `name`; distill scores with the stack's teacher (cached, one for every seed)."""
+    if name == "distill":
+        return get_objective("distill", teacher=teacher)
+    return get_objective(name)
 
 
 def main(argv=None) -> int:
@@ -483,8 +485,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         params = run_params_from_args(args)
-        methods.method_for(params)
-        tasks.build_task(params)  # an unknown task or objective fails here, not in every worker
         if params.objective not in objectives():
             raise ValueError(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
         token = run_token()
@@ -509,11 +509,15 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             p.error(f"--resume {args.resume}: {e}")
     set_threads(args.threads)
+    try:  # the run's stack, built once and handed down: an unknown task or method fails here, not in every worker
+        built = stack.build(params, teacher=True)
+    except ValueError as e:
+        p.error(str(e))
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
                       max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections,
                       max_pending_per_source=args.max_pending_per_source, token_timeout_s=args.token_timeout,
-                      liveness_s=args.liveness)
+                      liveness_s=args.liveness, built=built)
     # The address file lets a caller that asked for port 0 find the learner.
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{learner.address[0]}:{learner.address[1]}\n")
 

@@ -40,6 +40,15 @@ def teacher_for(params: RunParams, task: tasks.Task):
     return build_base(task, params.model, steps=params.teacher_steps, role="teacher")
 
 
+def models_for(params: RunParams, teacher: bool = True):
+    """(task, base, teacher): what a run with `params` loads, each built (or found in the cache) once,
+    in one call; an unknown task fails first. The teacher only for distill and when asked (None
+    otherwise: workers score nothing)."""
+    task = tasks.build_task(params)
+    base = base_for(params, task)
+    return task, base, (teacher_for(params, task) if teacher and params.objective == "distill" else None)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainers.model.run_models",
                                 description="build (or find) the cached base and teacher of a run")
@@ -55,10 +64,7 @@ def main(argv=None) -> int:
     try:
         if args.run_params is not None:
             params = RunParams.from_json(json.loads(args.run_params))
-            task = tasks.build_task(params)
-            base_for(params, task)
-            if params.objective == "distill":
-                teacher_for(params, task)
+            models_for(params)
             return 0
         task = tasks.get_task(args.task, **tasks.parse_task_options(args.task, args.task_options))
         build_base(task, args.model, steps=args.steps)
