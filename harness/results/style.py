@@ -17,6 +17,7 @@ METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
     "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "spar": ("#0072B2", "s"),
     "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
     "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
+    "delta": ("#555555", "*"),  # full sync's lossless rival: a darker grey than full-bf16 (a CRC colour clashed)
 }
 DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
     "ddp": ("#000000", "d"), "lowrank-ddp": ("#0072B2", "8"), "diloco": ("#009E73", "H"),
@@ -24,7 +25,7 @@ DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of
     "lordo-global-none": ("#E69F00", "v"), "lordo-global-lowrank": ("#F0E442", "<"),
     "lordo-local": ("#CC79A7", "s"), "lordo-local-none": ("#56B4E9", "o"),
 }
-MARKERS = ">hp*"  # markers no fixed method uses: an unlisted method never looks like a listed one
+MARKERS = ">hp"  # markers no fixed method uses: an unlisted method never looks like a listed one
 PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
                  "train": "#0072B2", "encode": "#E69F00", "send_update": "#D55E00", "decode_replay": "#CC79A7",
                  "hash": "#000000"}
