@@ -168,3 +168,22 @@ def test_unreadable_yaml(tmp_path):
     with pytest.raises(ProfileError) as err:
         profiles.load(bad)
     assert "not valid YAML" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_profile_resolves_its_links_once_when_it_loads():
+    """issue 20, item 3: resolve() = load + the flags over it; every worker the profile does not name
+    shares the default link (built once), a named one keeps its own; to_doc() is a fresh copy."""
+    prof = profiles.resolve("heterogeneous-edge")
+    assert prof.link("w7") is prof.link("w1") is prof.link("w40")  # the default worker link, built at load
+    assert prof.link("w3") != prof.link("w1")                        # named in the profile: its own link
+    with pytest.raises(ProfileError, match="node: 'x'"):
+        prof.link("x")
+    doc = prof.to_doc()
+    doc["defaults"]["rate"] = "1kbit"
+    assert prof.to_doc() != doc and prof.to_doc() == profiles.from_doc(prof.to_doc(), prof.name).to_doc()
+    flagged = profiles.resolve("paper-62.5mbit", {"rate": "10mbit", "delay": "20ms"})
+    assert flagged == profiles.with_link(profiles.load("paper-62.5mbit"), {"rate": "10mbit", "delay": "20ms"})
+    assert flagged.link("w2").down.rate_bit_s == 10e6 and flagged.link("w2").up.delay_s == 0.02
+    with pytest.raises(profiles.OverrideError) as err:
+        profiles.resolve("heterogeneous-edge", {"rate": "10mbit"})
+    assert err.value.key == "rate" and "contradicts profile 'heterogeneous-edge'" in str(err.value)
