@@ -251,7 +251,7 @@ def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates:
 
 
 CELL_FIELDS = ("cell", "variant", "seed", "status", "complete", "degraded", "consistent", "updates_done",
-               "updates_planned", "workers_min", "drops", "restarts", "note")
+               "updates_planned", "workers_min", "join_s", "drops", "restarts", "note")
 
 
 def _plain(v):

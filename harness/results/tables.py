@@ -47,7 +47,8 @@ Columns of `cells` (one row per cell): status (complete | degraded | failed | in
 running | the learner's own words), complete, degraded (a worker was lost and never came back:
 the learner dropped it, or it never joined), consistent, updates_done (the learner's update
 events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
-contributors of an update), drops / restarts (lists of dicts, see `membership`), note (one line
+contributors of an update), join_s (seconds from the learner listening to the last worker joining
+before the first update), drops / restarts (lists of dicts, see `membership`), note (one line
 saying what happened to the cell's workers), link byte totals.
 
 Malformed files (a document that is not a JSON object, an event row without its time, ...)
@@ -586,6 +587,18 @@ def cell_note(m: dict, workers: int | None, failure: str | None, learner_exit: s
     return "; ".join(bits)
 
 
+def join_seconds(learner: list[dict]) -> float | None:
+    """A cell's join time: seconds from the learner's `start` event (listening) to the last `joined`
+    before its first update; None without those events (the data-parallel aggregator's, an old run)."""
+    start, first, joined = (_event_times(learner, kind) for kind in ("start", "update", "joined"))
+    joined = [t for t in joined if not first or t <= first[0]]
+    return max(joined) - start[0] if start and joined else None
+
+
+def _event_times(rows: list[dict], kind: str) -> list[float]:
+    return [r["t"] for r in rows if r.get("kind") == kind and isinstance(r.get("t"), (int, float))]
+
+
 def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     """The learner's summary (consistency, completeness), what happened to the workers, and the
     link byte totals of one cell. `run_live`: the run is still going (a "running" summary is news)."""
@@ -612,7 +625,8 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     return {**info, "complete": complete, "status": status, "degraded": degraded,
             "consistent": bool(s.get("consistent")), "updates_done": done,
             "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
-            "workers_min": m["workers_min"], "drops": m["drops"], "restarts": m["restarts"],
+            "workers_min": m["workers_min"], "join_s": join_seconds(cell.learner),
+            "drops": m["drops"], "restarts": m["restarts"],
             "note": cell_note(m, workers, failure, learner_exit),
             "link_bytes_down": link_bytes.get("down"), "link_bytes_up": link_bytes.get("up")}
 

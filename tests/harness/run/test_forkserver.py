@@ -182,5 +182,7 @@ def test_a_forked_run_trains_the_same_bits_in_the_right_namespaces_and_leaves_no
         rid = json.loads((run_dir / "meta.json").read_text())["netns_run_id"]
         assert clean.leftovers(rid) == [] and pids_of(str(run_dir)) == []
         runs[how] = final_hash(run_dir)
+        (cell,) = json.loads((run_dir / "summary.json").read_text())["cells"]
+        assert cell["join_s"] >= 0  # the run's summary says how long its workers took to join
     assert (tmp_path / "fork" / "forkserver.log").exists() and not (tmp_path / "exec" / "forkserver.log").exists()
     assert runs["fork"] == runs["exec"]
