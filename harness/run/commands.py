@@ -135,6 +135,12 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         import dataclasses
 
         cfg = dataclasses.replace(cfg, run_id=launch.new_run_id(cfg))
+    else:
+        try:  # a second run under a taken id would overwrite the first's files and mix its cells
+            launch.check_run_id_free(cfg, "--run-id", "choose another --run-id, or remove the folder first")
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
     live, logger = Live(cfg, enabled=not quiet and not as_json), CellLogger(log, cfg.run_dir)
 
     def started() -> None:  # launch's preflight passed (root, doctor): say what runs, show its progress

@@ -464,19 +464,8 @@ def settings(environ: Mapping[str, str]):
         raise ConfigError("EMULATION: the containers front door always shapes the links")
     if cfg.run_id is None:
         cfg = _with_run_id(cfg, launch.new_run_id(cfg))
-    check_run_id_free(cfg)
+    launch.check_run_id_free(cfg, "RUN_ID", "choose another RUN_ID, or leave it empty for a new one")
     return cfg, secs, policy
-
-
-def check_run_id_free(cfg) -> None:
-    """RUN_ID must name a new results folder: a second run under an id would overwrite the first's
-    config.json and cells and mix their event files."""
-    run_dir = Path(cfg.run_dir)
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        raise ConfigError(f"RUN_ID: {cfg.run_id!r} is taken: {run_dir} already holds a run "
-                          "(choose another RUN_ID, or leave it empty for a new one)")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"RUN_ID: {cfg.run_id!r}: {run_dir} exists and is not a folder")
 
 
 def run(cfg, client, secs: float, policy: str) -> int:

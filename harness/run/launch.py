@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.run.config import RunConfig, Variant
+from harness.run.config import ConfigError, RunConfig, Variant
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
 from trainers import spec
 from harness.owner import owner_record
@@ -122,6 +122,17 @@ def meta(cfg: RunConfig, backend: str) -> dict:
 
 
 # ---- processes -------------------------------------------------------------------------------
+
+def check_run_id_free(cfg: RunConfig, name: str, advice: str) -> None:
+    """A given run id must name a new results folder: a second run under it would overwrite the
+    first's config.json and cells and mix their event files. `name` is the flag or variable the
+    user set (--run-id, RUN_ID); ConfigError, one line, before anything is built."""
+    run_dir = Path(cfg.run_dir)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ConfigError(f"{name}: {cfg.run_id!r} is taken: {run_dir} already holds a run ({advice})")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{name}: {cfg.run_id!r}: {run_dir} exists and is not a folder")
+
 
 def cache_dir(cfg: RunConfig) -> Path:
     return models_cache(Path(cfg.out_dir))

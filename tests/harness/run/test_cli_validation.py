@@ -77,6 +77,20 @@ def test_run_rejects_bad_input(tmp_path, no_network, args, message):
     assert not (tmp_path / "results").exists()
 
 
+def test_a_taken_run_id_is_refused_and_the_earlier_run_left_as_it_was(tmp_path, no_network):
+    """`--run-id X` when results/X already holds a run: one line, exit 2, the first run untouched (it
+    used to be overwritten: its config.json replaced and the new cells mixed into its folder)."""
+    first = tmp_path / "results" / "x"
+    first.mkdir(parents=True)
+    (first / "config.json").write_text('{"first": true}')
+    result = CliRunner().invoke(app, ["run", "--out", str(tmp_path / "results"), "--run-id", "x", "--no-emulation"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == [f"error: --run-id: 'x' is taken: {first} already holds a run (choose another --run-id, or "
+                     "remove the folder first)"], result.stderr
+    assert [f.name for f in first.iterdir()] == ["config.json"] and "first" in (first / "config.json").read_text()
+
+
 def test_flags_override_the_profile_and_are_parsed_once():
     cfg = config.build(bw="20mbit", delay="5ms", loss="0.1%", workers=3, seed="1,2")
     prof = cfg.load_profile()
