@@ -42,7 +42,19 @@ def coords(df: pd.DataFrame) -> list[str]:
     coordinate too."""
     varying = [p.name for p in spec.PARAMS if not p.many and p.where != "link"  # results.spec_columns
                and p.name in df.columns and p.name not in COORDS and df[p.name].astype(str).nunique() > 1]
-    return [c for c in COORDS if c in df.columns] + varying
+    keys = [c for c in COORDS if c in df.columns] + varying
+    return keys + ["run_id"] if _runs_repeat(df, keys) else keys
+
+
+def _runs_repeat(df: pd.DataFrame, keys: list[str]) -> bool:
+    """Two runs (a combined report) hold the same variant (and seed) under the same coordinates:
+    their cells are repeats, not more seeds of one experiment, so each run is compared within
+    itself (pooled, run A's spar met runs A's and B's full-bf16 as one baseline "seed" with twice
+    the updates, and a verdict could flip). Runs with disjoint seeds still pool."""
+    if "run_id" not in df.columns or df["run_id"].nunique() < 2:
+        return False
+    group = [k for k in keys + ["variant", "seed"] if k in df.columns]
+    return bool((df.groupby(group, dropna=False)["run_id"].nunique() > 1).any())
 
 
 def _seed_quality(g: pd.DataFrame) -> pd.Series:

@@ -187,9 +187,12 @@ def _quality_notes(comp: pd.DataFrame) -> list[str]:
 
 
 def _link(r) -> str:
+    """The row's link in words; a combined report that compares each run within itself (its runs
+    repeat a variant and seed: compare.coords) names the run first."""
+    run = f"run {r['run_id']}: " if isinstance(r.get("run_id"), str) else ""
     if not r.get("emulated", True):
-        return "localhost (unshaped)"
-    return (f"{r['profile']}: {_fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
+        return run + "localhost (unshaped)"
+    return run + (f"{r['profile']}: {_fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
             f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
             f"{', loss ' + _fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
 

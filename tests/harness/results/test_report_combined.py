@@ -109,3 +109,35 @@ def test_captions_say_train_batch_or_heldout(heldout_run):
     assert "not held-out quality" in md and "problems never trained on" in md
     head = md.split("## Seconds per update")[1].split("\n| link")[1].split("\n")[0]
     assert "held-out quality" in head and "train-batch metric" in head
+
+
+def test_runs_that_repeat_a_variant_and_seed_are_each_compared_within_themselves(tmp_path, heldout_copy):
+    """Two runs at the same link that both ran full-bf16 at the same seeds (the README's order: a
+    run, then another method later): pooled, each method met both runs' baseline cells as one and
+    a verdict could flip. Each run's methods now meet their own run's baseline, named by run."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    single = results.read(a)
+    single = compare.comparison(single.updates, single.cells, single.evals).set_index("variant")["speedup"]
+    t = results.read([a, b])
+    updates = t.updates.copy()
+    slow = (updates["run_id"] == "b") & (updates["variant"] == "full-bf16")
+    updates.loc[slow, "seconds_per_update"] *= 3    # b's baseline 3x slower: pooled, a's ratios would move too
+    comp = compare.comparison(updates, t.cells, t.evals)
+    assert "run_id" in compare.coords(updates) and sorted(comp["run_id"].unique()) == ["a", "b"]
+    mine = comp[comp["run_id"] == "a"].set_index("variant")["speedup"]
+    assert mine.to_dict() == pytest.approx(single.to_dict())
+    theirs = comp[comp["run_id"] == "b"].set_index("variant")["speedup"]
+    assert all(theirs[v] == pytest.approx(3 * single[v]) for v in single.index if v != "full-bf16")
+    out = tmp_path / "combined"
+    assert CliRunner().invoke(app, ["report", str(a), str(b), "--out", str(out), "-q"]).exit_code == 0
+    md = (out / "report.md").read_text()
+    assert "| run a: " in md and "| run b: " in md
+
+
+def test_runs_with_other_seeds_pool_as_more_seeds(tmp_path, heldout_copy):
+    """The same experiment run twice with disjoint seeds is one experiment with more seeds: no run column."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    t = results.read([a, b])
+    updates = t.updates.copy()
+    updates.loc[updates["run_id"] == "b", "seed"] += 100
+    assert "run_id" in compare.coords(t.updates) and "run_id" not in compare.coords(updates)
