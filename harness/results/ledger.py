@@ -25,6 +25,10 @@ from harness.results import tables as results
 PREDICTION_FILE = "prediction.json"
 FRAME_HEADER_BYTES = 44      # trainers/protocol/wire.py HEADER_BYTES (a frame header per message)
 LEDGER = ("payload", "frames", "socket", "retrans", "link")
+# The link counters' sampling interval (s): harness/run/launch.py samples every worker link this often
+# (LinkSampler(interval_s=0.5)); an update's link bytes are interpolated between samples, so updates
+# shorter than this cannot be attributed one by one.
+LINK_SAMPLE_S = 0.5
 
 
 def _md(head: list[str], rows: list[list[str]]) -> str:
@@ -50,6 +54,7 @@ def ledger_rows(updates: pd.DataFrame) -> pd.DataFrame:
         "link": df["link_bytes_down"] + df["link_bytes_up"]})
     out = layers.groupby(["run_id", "variant"], sort=False).mean().reset_index()
     out["updates"] = layers.groupby(["run_id", "variant"], sort=False).size().to_numpy()
+    out["s_per_update"] = df.groupby(["run_id", "variant"], sort=False)["seconds_per_update"].median().to_numpy()
     return out
 
 
@@ -62,20 +67,29 @@ def section(updates: pd.DataFrame) -> list[str]:
     pct = lambda v, of: f"{100 * v / of:.1f} %" if of else "-"     # noqa: E731
     head = ["run", "method", "updates", "payload kB", "frames kB", "socket kB", "retrans kB (of socket)",
             "link kB", "overhead vs payload", "framing", "retransmissions", "headers + ACKs", "residual"]
-    rows = []
+    rows, notes = [], []
     for _, r in led.iterrows():
         framing, hdr = r["frames"] - r["payload"], r["link"] - r["socket"]
         residual = r["socket"] - r["frames"] - r["retrans"]
+        link_ok = r["s_per_update"] >= LINK_SAMPLE_S
+        if not link_ok:
+            notes.append(f"- `{r['run_id']}` {r['variant']}: its updates (median {r['s_per_update']:.3f} s) are "
+                         f"shorter than the link counters' {LINK_SAMPLE_S:g} s sampling, so the link bytes of one "
+                         "update cannot be told from its neighbours' (they read below the payload): the link "
+                         "columns are left empty. The main table's link bytes per update (the cell's total over its "
+                         "updates) still hold.")
+        link = (lambda v: v) if link_ok else (lambda v: "-")  # noqa: E731
         rows.append([str(r["run_id"]), str(r["variant"]), str(int(r["updates"])), kb(r["payload"]), kb(r["frames"]),
-                     kb(r["socket"]), f"{kb(r['retrans'])} ({pct(r['retrans'], r['socket'])})", kb(r["link"]),
-                     pct(r["link"] - r["payload"], r["payload"]), pct(framing, r["payload"]),
-                     pct(r["retrans"], r["payload"]), pct(hdr, r["payload"]), pct(residual, r["payload"])])
+                     kb(r["socket"]), f"{kb(r['retrans'])} ({pct(r['retrans'], r['socket'])})", link(kb(r["link"])),
+                     link(pct(r["link"] - r["payload"], r["payload"])), pct(framing, r["payload"]),
+                     pct(r["retrans"], r["payload"]), link(pct(hdr, r["payload"])), pct(residual, r["payload"])])
     return ["## Byte ledger", "",
             "Mean bytes per update, both directions, all workers: payload (message bodies), frames (what the harness "
             "wrote: + frame headers), socket (TCP data bytes the kernel sent, TCP_INFO bytes_sent: retransmissions "
             "included), link (what the worker links carried: + IP/TCP/Ethernet headers and ACKs). Overhead vs "
             "payload = framing + retransmissions + headers and ACKs (+ the residual: the up direction's socket "
-            "counters are read at the workers' rollout rows, up to one update late).", "", _md(head, rows), ""]
+            "counters are read at the workers' rollout rows, up to one update late).", "", _md(head, rows), "",
+            *([*notes, ""] if notes else [])]
 
 
 def read_prediction(run: results.Run) -> dict:

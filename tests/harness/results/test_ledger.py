@@ -40,7 +40,7 @@ def test_the_ledger_section_reconciles_the_layers():
     row = {"run_id": "r", "variant": "spar@1.6%", "payload_bytes_down": 956, "wire_bytes_down": 2000,
            "payload_bytes_up": 1000, "wire_bytes_up": 1044, "socket_bytes_down": 2100, "socket_bytes_up": 1044,
            "socket_retrans_bytes_down": 100, "socket_retrans_bytes_up": 0, "link_bytes_down": 2600,
-           "link_bytes_up": 1300}
+           "link_bytes_up": 1300, "seconds_per_update": 1.0}
     led = ledger.ledger_rows(pd.DataFrame([row, row]))
     r = led.iloc[0]
     assert (r["payload"], r["frames"], r["socket"], r["retrans"], r["link"], r["updates"]) == (2912, 3044, 3144, 100, 3900, 2)
@@ -48,6 +48,21 @@ def test_the_ledger_section_reconciles_the_layers():
     # overhead 3900 / 2912 - 1 = 33.9 %: framing 132 (4.5 %), retransmissions 100 (3.4 %), headers + ACKs 756 (26.0 %)
     assert "| 33.9 % | 4.5 % | 3.4 % | 26.0 % | 0.0 % |" in text
     assert "| 0.1 (3.2 %) |" in text                   # retransmitted kB and share of the socket bytes
+
+
+def test_updates_shorter_than_the_counter_sampling_leave_the_link_columns_empty_and_say_why():
+    """Updates of 0.1 s between link samples 0.5 s apart: each update's window holds a share of its
+    neighbours' bytes, and a 3-update run read link bytes below the payload (overhead -25 %)."""
+    row = {"run_id": "r", "variant": "full-bf16", "payload_bytes_down": 40000, "wire_bytes_down": 80088,
+           "payload_bytes_up": 7000, "wire_bytes_up": 7900, "socket_bytes_down": 80500, "socket_bytes_up": 8000,
+           "socket_retrans_bytes_down": 0, "socket_retrans_bytes_up": 0, "link_bytes_down": 31000,
+           "link_bytes_up": 4000, "seconds_per_update": 0.1}
+    text = "\n".join(ledger.section(pd.DataFrame([row] * 3)))
+    [line] = [ln for ln in text.splitlines() if ln.startswith("| r | full-bf16 |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[7] == cells[8] == cells[11] == "-"          # link kB, overhead, headers + ACKs
+    assert cells[3] == "87.0" and cells[9] == "1.1 %"          # payload and framing, which need no counter, stay
+    assert "shorter than the link counters' 0.5 s sampling" in text
 
 
 def test_no_ledger_without_the_columns():
