@@ -349,6 +349,24 @@ def _speed_words(r) -> str:
     return f"is {s:.2f}x faster per update" if s >= 1 else f"is {1 / s:.2f}x slower per update"
 
 
+def _num(v) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
+
+
+def _speed_caveat(r) -> str:
+    """What keeps a per-update speed figure from reading as a result: fewer than 2 paired seeds (no
+    interval), an interval over seeds that includes 1, a contended machine (then its CPU-time figure)."""
+    lo, hi, n = _num(r.get("speedup_ci_lo")), _num(r.get("speedup_ci_hi")), _num(r.get("speedup_seeds"))
+    unresolved = ("one seed, no interval" if not n or n < 2 or lo is None or hi is None else
+                  f"its 95 % interval over seeds, [{lo:.2f}, {hi:.2f}], includes 1" if lo <= 1 <= hi else "")
+    cpu = _num(r.get("speedup_cpu"))
+    busy = ("the machine was contended" + (f"; speedup {cpu:.2f}x with compute charged at CPU time" if cpu else "")
+            if r.get("contended") is True else "")
+    if unresolved:
+        return f" (not a resolved difference: {'; '.join(w for w in (unresolved, busy) if w)})"
+    return f" ({busy})" if busy else ""
+
+
 def _ttq_words(r) -> str:
     if pd.isna(r.get("heldout_target", float("nan"))):
         return "has no time to quality (the baseline's held-out figure did not improve)" \
@@ -400,7 +418,8 @@ def verdict(comp: pd.DataFrame) -> list[str]:
         hit = compare._same(comp[comp["method"] == comp["baseline"]], keys, [r[k] for k in keys])
         base = hit.iloc[0] if len(hit) else None
         where = f" ({_link(r)})" if len(links) > 1 else ""
-        sentences.append(f"`{r['variant']}`{where} {_speed_words(r)} than `{r['baseline']}`, {_ttq_words(r)}"
+        sentences.append(f"`{r['variant']}`{where} {_speed_words(r)} than `{r['baseline']}`"
+                         f"{_speed_caveat(r) if pd.notna(r.get('speedup')) else ''}, {_ttq_words(r)}"
                          f"{_quality_words(r, base)}.")
     if not sentences:
         return []

@@ -92,6 +92,21 @@ def test_the_verdict_states_speed_time_to_quality_and_the_quality_gap(heldout_ru
     assert ("indistinguishable at this run's resolution" in top) or ("beyond the 95 % interval" in top)
 
 
+def test_the_verdict_says_when_a_speed_figure_is_not_a_result():
+    """A new user's 1-seed run on a busy box read "rank-1 is 1.16x faster": the verdict now says
+    when the interval over seeds includes 1 (or there is none) and when the machine was contended."""
+    row = {"speedup": 1 / 1.12, "speedup_ci_lo": None, "speedup_ci_hi": None, "speedup_seeds": 1,
+           "contended": True, "speedup_cpu": 0.86}
+    assert report._speed_caveat(row) == (" (not a resolved difference: one seed, no interval; the machine was "
+                                         "contended; speedup 0.86x with compute charged at CPU time)")
+    row.update(speedup_ci_lo=0.51, speedup_ci_hi=1.49, speedup_seeds=3, contended=False)
+    assert report._speed_caveat(row) == " (not a resolved difference: its 95 % interval over seeds, [0.51, 1.49], includes 1)"
+    row.update(speedup_ci_lo=1.2, speedup_ci_hi=1.9)
+    assert report._speed_caveat(row) == ""                 # resolved, quiet machine: the figure stands alone
+    row.update(contended=True)
+    assert report._speed_caveat(row) == " (the machine was contended; speedup 0.86x with compute charged at CPU time)"
+
+
 def test_a_ci_over_two_seeds_is_printed_as_n(tmp_path, heldout_copy):
     run = heldout_copy(tmp_path / "r")
     for cell in (run / "cells").glob("*-s3"):
