@@ -208,6 +208,11 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
     if from_run:
         compute, more = fitted_compute(from_run, adapter, shared_cores=cores)
         notes += more
+        measured = {k: v for k, v in measured_delta(from_run).items() if k not in options}   # --opt wins
+        if measured and any(m == "delta" for m, _ in variants):
+            options = {**options, **measured}
+            notes.append(f"delta's density {measured['delta_density']:.3f} and compression "
+                         f"{measured['delta_compression']:.3f} measured on {from_run} (medians over its updates)")
     elif compute_s is None and (rollout_s is None or train_s is None):
         raise ValueError("--compute-s: give the compute per update (or --rollout-s and --train-s, or --from RUN)")
     else:
@@ -258,6 +263,25 @@ def fitted_compute(run: str, target: cm.Adapter, shared_cores: int | None = None
         notes.append(f"codec terms scaled x{factor:.3g} to the target adapter; rollout and train kept as measured "
                      "(give --compute-s for the target model)")
     return compute, notes
+
+
+def measured_delta(run: str) -> dict[str, float]:
+    """delta_density and delta_compression (cm.MODEL_OPTIONS) as `delta` measured them in a run: the
+    median fraction of elements changed per update, and the median payload over its raw (index, value)
+    pairs (zstd's gain); {} when the run has no delta update. Without them the model takes the worst
+    case (every element, no compression: ~3x full-bf16's bytes where the run measured ~0.8x)."""
+    from harness.results import tables as results
+
+    ups = results.read(run).updates
+    if ups.empty or "delta_changed" not in ups:
+        return {}
+    d = ups[(ups["variant"] == "delta") & (ups["delta_changed"] > 0)]
+    if d.empty:
+        return {}
+    dtype = str(d["delta_dtype"].iloc[0]) if "delta_dtype" in d else spec.get("delta_dtype").default
+    raw = d["delta_changed"] * (cm.DELTA_INDEX_BYTES + cm.DTYPE_BYTES[dtype])
+    return {"delta_density": float(d["delta_density"].median()),
+            "delta_compression": float(min(1.0, ((d["payload_bytes_down"] - cm.DELTA_HEADER_BYTES) / raw).median()))}
 
 
 def host_cc() -> str:

@@ -26,3 +26,35 @@ def test_delta_rule_is_the_encoder_given_its_measured_density_and_codec_ratio():
 def test_model_options_out_of_range_fail_with_one_line(value):
     with pytest.raises(ValueError, match="delta_density=.*fraction in \\(0, 1\\]"):
         inputs.parse_options([f"delta_density={value}"])
+
+
+def test_project_from_a_delta_run_uses_the_density_and_compression_it_measured(tmp_path):
+    """`harness project --from RUN` took delta at its worst case (every element, no zstd): 55 MB per worker
+    where full-bf16's is 18.5 MB, while the run itself measured delta at ~0.8x full-bf16's bytes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.results import tables as results
+
+    root = Path(__file__).resolve().parents[3]
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--no-emulation", "--model", "micro",
+                          "--method", "delta", "--updates", "3", "--seeds", "1", "--workers", "1",
+                          "--out", str(tmp_path), "--run-id", "d", "--quiet"],
+                         cwd=root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ups = results.read(tmp_path / "d").updates
+    d = ups[ups["variant"] == "delta"]
+    got = inputs.measured_delta(str(tmp_path / "d"))
+    assert got["delta_density"] == pytest.approx(d["delta_density"].median())
+    raw = d["delta_changed"] * (cm.DELTA_INDEX_BYTES + 2)
+    assert got["delta_compression"] == pytest.approx(min(1.0, ((d["payload_bytes_down"] - HEADER.size) / raw).median()))
+    assert inputs.measured_delta(str(root / "tests" / "fixtures" / "runs" / "run-spar-20mbit")) == {}  # no delta there
+    proj = subprocess.run([sys.executable, "-m", "harness.cli", "project", "--from", str(tmp_path / "d"), "--json"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proj.returncode == 0, proj.stderr[-3000:]
+    import json
+
+    rows = {m["variant"]: m for m in json.loads(proj.stdout)["methods"] if m["pipeline"] == 0}
+    assert "delta's density" in " ".join(json.loads(proj.stdout)["inputs"]["notes"])
+    assert rows["delta"]["bytes_down_per_worker"] < rows["full-bf16"]["bytes_down_per_worker"]   # as the run measured
