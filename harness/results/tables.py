@@ -87,6 +87,9 @@ def is_run(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "cells").is_dir()
 
 
+COMBINED_MARKER = "combined.json"   # a `harness report A B` folder: the runs it combined (no run of its own)
+
+
 def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     """Every run folder at or under the given paths (a run, a sweep, or a folder of them)."""
     runs: list[Path] = []
@@ -94,9 +97,13 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
         if not p.is_dir():
             raise FileNotFoundError(f"{p}: no such results folder")
         found = [p] if is_run(p) else sorted(d.parent for d in p.rglob("config.json") if is_run(d.parent))
+        if not found and (p / COMBINED_MARKER).is_file():
+            continue   # `harness report results/*` meets the combined reports it wrote there before: no run inside
         if not found:
             raise FileNotFoundError(f"{p}: not a run or sweep folder (no config.json with cells/)")
         runs += [r for r in found if r not in runs]
+    if not runs:
+        raise FileNotFoundError(f"{', '.join(map(str, paths))}: only combined reports, no run folder")
     return runs
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from harness import units
 from harness.run import config, launch
 from harness.run.config import ConfigError, RunConfig
+from trainers.events import atomic_write_json
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # interrupted: 128 + the signal (SIGTERM 143)
 
@@ -345,8 +346,13 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
         target = report.write(paths[0], tables=tables, out=folder)
     except (FileNotFoundError, results.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
+    combined = not (len(runs) == 1 and folder.resolve() == runs[0].resolve())
+    if combined:  # a folder of its own: say which runs it holds, and where it is (stdout is the report)
+        atomic_write_json(folder / results.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
     if not quiet:
         print(target.read_text())
+        if combined:
+            print(f"combined report of {len(runs)} run(s): {target}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -156,3 +156,19 @@ def test_runs_with_other_seeds_pool_as_more_seeds(tmp_path, heldout_copy):
     updates = t.updates.copy()
     updates.loc[updates["run_id"] == "b", "seed"] += 100
     assert "run_id" in compare.coords(t.updates) and "run_id" not in compare.coords(updates)
+
+
+def test_a_combined_report_names_its_folder_and_a_later_glob_over_it_still_reads(two_runs, tmp_path):
+    """`harness report A B` printed only the report (its new folder unnamed), and that folder then broke
+    `harness report results/*` ("not a run or sweep folder")."""
+    a, b = two_runs
+    res = CliRunner().invoke(app, ["report", str(a), str(b)])
+    assert res.exit_code == 0, res.output
+    [made] = [d for d in tmp_path.iterdir() if d.name.startswith("report-")]
+    assert f"combined report of 2 run(s): {made / 'report.md'}" in res.stderr
+    assert json.loads((made / "combined.json").read_text()) == {"runs": [str(a.resolve()), str(b.resolve())]}
+    again = CliRunner().invoke(app, ["report", *map(str, sorted(tmp_path.iterdir())), "--out", str(tmp_path / "all"),
+                                     "-q"])
+    assert again.exit_code == 0, again.output
+    alone = CliRunner().invoke(app, ["report", str(made)])
+    assert alone.exit_code == 2 and "only combined reports, no run folder" in alone.stderr
