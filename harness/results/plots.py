@@ -174,7 +174,9 @@ def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES) -> Plo
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.1 + 0.9 * max(1, len(variants))),
                              squeeze=False)
     # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
-    first, last = 2, max_updates + 1
+    # The span named is the one drawn: a 3-update run shows updates 2-3, not "2-5".
+    top = int(phases["update_index"].max()) if len(phases) else max_updates + 1
+    first, last = min(2, top), min(max_updates + 1, top)
     seed = int(phases["seed"].min()) if len(phases) else None
     for ax, variant in zip(axes[:, 0], variants):
         g = phases[(phases["variant"] == variant) & (phases["seed"] == seed)]

@@ -107,11 +107,13 @@ def parse_values(given: dict[str, Any]) -> dict[str, Any]:
         raw = given.get(p.name)
         if raw is None:
             out[p.name] = p.default
-        elif p.name == "method":  # names are checked below, against the method list; repeats collapse
+        elif p.name == "method":  # names are checked below, against the method list
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
-            out[p.name] = tuple(dict.fromkeys(p.parse(m) for m in items if not (isinstance(m, str) and not m.strip())))
+            out[p.name] = tuple(p.parse(m) for m in items if not (isinstance(m, str) and not m.strip()))
             if not out[p.name]:
                 raise ConfigError("--method: no method given")
+            if len(set(out[p.name])) != len(out[p.name]):   # as every other list flag (--seeds 1,1)
+                raise ConfigError(f"--method: {spec.quote(raw)} repeats a value")
         else:
             out[p.name] = spec.parse_value(p.name, raw)
     return out

@@ -153,6 +153,9 @@ def test_timeline_says_which_seed_and_updates():
     titles = [ax.get_title(loc="left") for ax in p.fig.axes]
     assert titles == ["spar@1.6%: seed 1, updates 2-5", "full: seed 1, updates 2-5"]
     assert "seed 1" in p.caption
+    short = plots.draw_timeline(t.phases[t.phases["update_index"] <= 3])   # a 3-update run: "2-3", not "2-5"
+    assert [ax.get_title(loc="left") for ax in short.fig.axes][0] == "spar@1.6%: seed 1, updates 2-3"
+    assert "updates 2-3 of seed 1" in short.caption
 
 
 def test_every_caption_defines_its_error_bars(heldout):

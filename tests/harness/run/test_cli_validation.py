@@ -13,6 +13,7 @@ from harness.cli import app
 BAD_RUN = [
     (["--method", "nope"], "--method: unknown method 'nope'"),
     (["--method", ""], "--method: no method given"),
+    (["--method", "spar,spar"], "--method: 'spar,spar' repeats a value"),
     (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
     (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: knights_knaves: need 2 <= "),
     (["--task-options", "width=3"], "--task-options: task options: digits has no option 'width'"),
