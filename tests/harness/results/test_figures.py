@@ -151,7 +151,7 @@ def test_timeline_says_which_seed_and_updates():
     t = results.read(RUN)
     p = plots.draw_timeline(t.phases)
     titles = [ax.get_title(loc="left") for ax in p.fig.axes]
-    assert titles == ["spar@1.6%: seed 1, updates 2-5", "full: seed 1, updates 2-5"]
+    assert titles == ["spar@1.6%: seed 1, updates 2-4", "full: seed 1, updates 2-4"]   # the run has 4 updates
     assert "seed 1" in p.caption
     short = plots.draw_timeline(t.phases[t.phases["update_index"] <= 3])   # a 3-update run: "2-3", not "2-5"
     assert [ax.get_title(loc="left") for ax in short.fig.axes][0] == "spar@1.6%: seed 1, updates 2-3"
