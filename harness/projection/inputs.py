@@ -272,7 +272,11 @@ def measured_delta(run: str) -> dict[str, float]:
     case (every element, no compression: ~3x full-bf16's bytes where the run measured ~0.8x)."""
     from harness.results import tables as results
 
-    ups = results.read(run).updates
+    return delta_options(results.read(run).updates)
+
+
+def delta_options(ups) -> dict[str, float]:
+    """measured_delta on a run's updates table (prediction.py has it loaded already)."""
     if ups.empty or "delta_changed" not in ups:
         return {}
     d = ups[(ups["variant"] == "delta") & (ups["delta_changed"] > 0)]

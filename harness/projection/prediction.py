@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.net import profiles
 from harness.projection import costmodel as cm
 from harness.projection import dpbytes
-from harness.projection.inputs import adapter_for, dp_tensors, host_cc
+from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
 from harness.results import dataparallel_report as dpreport
 from harness.results import tables as results
 from trainers import spec
@@ -82,11 +82,12 @@ def build(run_dir: str | Path) -> dict:
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
     measured = cm.measured(u)
+    options = delta_options(u)   # delta's bytes as this run measured them (the model's default is the worst case)
     load = u["load1"].median() / u["cores"].median() if {"load1", "cores"} <= set(u) and u["load1"].notna().any() else None
     for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
         if variant not in measured:
             continue
-        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac))
+        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac), options)
         bottleneck, evidence = _bottleneck(p, workers, cores, None if load != load else load)
         out["variants"][variant] = {
             "predicted_s": p.seconds_per_update, "measured_s": measured[variant],

@@ -50,11 +50,17 @@ def test_project_from_a_delta_run_uses_the_density_and_compression_it_measured(t
     raw = d["delta_changed"] * (cm.DELTA_INDEX_BYTES + 2)
     assert got["delta_compression"] == pytest.approx(min(1.0, ((d["payload_bytes_down"] - HEADER.size) / raw).median()))
     assert inputs.measured_delta(str(root / "tests" / "fixtures" / "runs" / "run-spar-20mbit")) == {}  # no delta there
+    import json
+
+    from harness.projection import prediction
+
+    cfg = json.loads((tmp_path / "d" / "config.json").read_text())
+    (tmp_path / "d" / "config.json").write_text(json.dumps({**cfg, "emulation": True}))   # its profile's link
+    pred = prediction.build(tmp_path / "d")["variants"]           # the report's model section
+    assert 0 < pred["delta"]["transfer_down_s"] < pred["full-bf16"]["transfer_down_s"]
     proj = subprocess.run([sys.executable, "-m", "harness.cli", "project", "--from", str(tmp_path / "d"), "--json"],
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert proj.returncode == 0, proj.stderr[-3000:]
-    import json
-
     rows = {m["variant"]: m for m in json.loads(proj.stdout)["methods"] if m["pipeline"] == 0}
     assert "delta's density" in " ".join(json.loads(proj.stdout)["inputs"]["notes"])
     assert rows["delta"]["bytes_down_per_worker"] < rows["full-bf16"]["bytes_down_per_worker"]   # as the run measured
