@@ -22,7 +22,6 @@ import pytest
 
 from tests.harness.faults.test_faults import BASE, ROOT, harness, pids_of, wait_for_update
 
-pytestmark = [pytest.mark.faults]
 GUARD_S = 120
 
 
