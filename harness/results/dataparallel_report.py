@@ -209,12 +209,10 @@ def baseline_pair_lines(updates: pd.DataFrame) -> list[str]:
              "seed's syncs, averaged over the pairs (1 = the subspace never moved).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in t.iterrows():
-        diff = "-" if r["diff"] is None or pd.isna(r["diff"]) else f"{r['diff']:+.3f}" + (
-            "" if r["diff_ci95"] is None or pd.isna(r["diff_ci95"]) else f" ± {r['diff_ci95']:.3f}")
         workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
-        over = lambda v: "-" if pd.isna(v) else f"{v:.4f}"  # noqa: E731
         lines.append("| " + " | ".join([workers, r["method"], str(r["pairs"]), f"{r['ppl']:.3f}", f"{r['ppl_base']:.3f}",
-                                        diff, over(r["overlap"]), over(r["overlap_base"])]) + " |")
+                                        _pm(r["diff"], r["diff_ci95"], "+.3f"), _pm(r["overlap"], None),
+                                        _pm(r["overlap_base"], None)]) + " |")
     return lines + [""]
 
 
