@@ -99,16 +99,22 @@ def draw_equal_bytes(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFr
     ax_c.set_xlabel("cumulative bytes sent, learner → workers")
     ax_u.set_title("per update (final quality)", fontsize=8, loc="left")
     ax_c.set_title("cumulative (every evaluated version)", fontsize=8, loc="left")
-    for ax in (ax_u, ax_c):
-        ax.set_xscale("log")
-        ax.tick_params(axis="x", which="both", labelsize=6)   # a log axis within one decade labels its minor ticks
-        ax.legend(fontsize=6)
-    fig.tight_layout()
+    _log_bytes_axes(fig, (ax_u, ax_c))
     return ("equal_bytes", fig,
             f"Held-out {name} (problems never trained on) against the framed bytes the learner sent (all workers). "
             "Left (per update): the final evaluation's mean over seeds against the median bytes per update. Right (cumulative): every "
             "evaluated version's mean over seeds against the bytes sent up to that version (mean over seeds; "
             f"version 0, before any byte, is left out of the log axis). Read at equal x, not equal updates. {BARS}.")
+
+
+def _log_bytes_axes(fig: Figure, axes) -> None:
+    """Both figures' byte axes: log x (bytes span decades between methods), small tick labels (a log axis
+    within one decade labels its minor ticks), a legend each."""
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.tick_params(axis="x", which="both", labelsize=6)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
 
 
 # ---- data-parallel family -----------------------------------------------------------------------
@@ -160,11 +166,7 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
     ax_c.set(xlabel="cumulative bytes per worker (wire, up + down)", ylabel="training-batch loss (nats/token)")
     ax_u.set_title("per step (held-out, after the last step)", fontsize=8, loc="left")
     ax_c.set_title("cumulative (every step)", fontsize=8, loc="left")
-    for ax in (ax_u, ax_c):
-        ax.set_xscale("log")
-        ax.tick_params(axis="x", which="both", labelsize=6)   # a log axis within one decade labels its minor ticks
-        ax.legend(fontsize=6)
-    fig.tight_layout()
+    _log_bytes_axes(fig, (ax_u, ax_c))
     return ("dp_equal_bytes", fig,
             "Data-parallel methods at equal bytes. Left (per step): held-out perplexity after the last step (mean over seeds) "
             "against the wire bytes per optimizer step per worker, up + down, counted over whole sync windows. "
