@@ -274,16 +274,8 @@ def stacked(ts: list[torch.Tensor]) -> torch.Tensor:
     """(g, *shape) over g tensors of one shape: a strided view, no copy, when they lie equally spaced
     in one storage (the error-feedback residuals: every layer of a model has the same layout, so a
     factor's i-th layer sits i x the layer's size further on); else a stacked copy."""
-    first = ts[0]
-    step = ts[1].storage_offset() - first.storage_offset() if len(ts) > 1 else first.numel()
-    ptr = first.untyped_storage().data_ptr()
-    if step >= first.numel() and all(t.is_contiguous() and t.shape == first.shape and t.dtype == first.dtype
-                                     and t.untyped_storage().data_ptr() == ptr
-                                     and t.storage_offset() == first.storage_offset() + i * step
-                                     for i, t in enumerate(ts)):
-        return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
-                                       (len(ts), *first.shape), (step, *first.stride()))
-    return torch.stack(ts)
+    view = strided_view(ts)
+    return view if view is not None else torch.stack(ts)
 
 
 def zeros_for(tensors: list[tuple[str, tuple[int, ...]]], reuse: torch.Tensor | None = None,
@@ -330,6 +322,72 @@ def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch
     for j in range(u.shape[0]):
         out.add_(torch.outer(u[j] * (alpha * float(scale[j])), v[j], out=term))
     return out
+
+
+def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                  alpha: float = 1.0, overwrite: bool = False, portable: bool = True) -> None:
+    """out[n] += alpha * sum_j scale_j u_j v_j^T for terms[n] = (scale (k,), u (k, a), v (k, b)), each
+    rank-1 term rounded as `add_outer_` rounds it (bit-reproducible at any thread count).
+    portable=False (an encoder's own residual, `Compressor._subtract_sent`): one BLAS addmm per factor
+    instead, one pass over it where the outer + add make ~2 (bits may depend on the BLAS build).
+
+    overwrite=True: out[n] = that sum, and out[n] = 0 for a factor with no terms: `out`'s old values
+    are never read, so a decode's output buffer is not zeroed first. The first term of every factor of
+    one shape group is then written by ONE broadcast multiply into the group's strided view
+    (`strided_view`; rows of zeros for factors without terms): per element the one rounded product
+    `torch.outer` makes, where 0 + term would have been added before (the same bits but for the sign
+    of a zero, which no later arithmetic tells apart), instead of a zero fill, an outer into scratch
+    and an add per factor (~3 passes over the adapter and ~20 us of Python per factor)."""
+    if not portable and not overwrite:
+        for name, (scale, u, v) in terms.items():
+            if u.shape[0]:
+                out[name].addmm_((u.to(torch.float32) * (alpha * scale.to(torch.float32))[:, None]).T,
+                                 v.to(torch.float32))
+        return
+    first: dict[str, int] = {}
+    if overwrite:
+        for names in shape_groups(out):
+            view = strided_view([out[n] for n in names])
+            if view is None:
+                continue                                                  # per factor, below
+            g, (a, b) = len(names), view.shape[1:]
+            u0, v0 = torch.zeros(g, a), torch.zeros(g, b)
+            for i, n in enumerate(names):
+                scale, u, v = terms.get(n, _NO_TERMS)
+                if u.shape[0]:
+                    u0[i] = u[0].to(torch.float32) * (alpha * float(scale[0]))
+                    v0[i] = v[0]
+                first[n] = 1
+            torch.mul(u0[:, :, None], v0[:, None, :], out=view)
+    for name, t in out.items():
+        skip = first.get(name, 0)
+        scale, u, v = terms.get(name, _NO_TERMS)
+        if skip == 0 and overwrite:
+            if u.shape[0] == 0:
+                t.zero_()
+                continue
+            torch.outer(u[0].to(torch.float32) * (alpha * float(scale[0])), v[0].to(torch.float32), out=t)
+            skip = 1
+        if u.shape[0] > skip:
+            add_outer_(t, scale[skip:], u[skip:], v[skip:], alpha)
+
+
+_NO_TERMS = (torch.zeros(0), torch.zeros(0, 0), torch.zeros(0, 0))
+
+
+def strided_view(ts: list[torch.Tensor]) -> torch.Tensor | None:
+    """`stacked`'s (g, *shape) view over `ts` where they lie equally spaced in one storage; None where
+    they do not (a write into `stacked`'s copy would be lost)."""
+    first = ts[0]
+    step = ts[1].storage_offset() - first.storage_offset() if len(ts) > 1 else first.numel()
+    ptr = first.untyped_storage().data_ptr()
+    if step >= first.numel() and all(t.is_contiguous() and t.shape == first.shape and t.dtype == first.dtype
+                                     and t.untyped_storage().data_ptr() == ptr
+                                     and t.storage_offset() == first.storage_offset() + i * step
+                                     for i, t in enumerate(ts)):
+        return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
+                                       (len(ts), *first.shape), (step, *first.stride()))
+    return None
 
 
 _SCRATCH: dict[tuple[int, ...], torch.Tensor] = {}
@@ -402,8 +460,8 @@ class Compressor(ABC):
             if self.error_feedback:                      # E <- M - decode(payload), in place
                 # from the segments the payload was packed from: the same bits as parsing the payload
                 # back (pack copies them verbatim), without copying ~the payload again
-                self._accumulate(Unpacked(layout, {seg.key: seg.array for seg in segments}, meta or {}),
-                                 self.residuals, -1.0)
+                self._subtract_sent(Unpacked(layout, {seg.key: seg.array for seg in segments}, meta or {}),
+                                    self.residuals)
         return payload
 
     def _error_corrected(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -494,6 +552,12 @@ class Compressor(ABC):
     @abstractmethod
     def _reconstruct(self, p: Unpacked) -> dict[str, torch.Tensor]:
         """Validated container -> fp32 gradients, shaped as in `p.tensors`."""
+
+    def _subtract_sent(self, p: Unpacked, residuals: dict[str, torch.Tensor]) -> None:
+        """E <- M - what `p` decodes to. Only this encoder reads E, so its bits need not be the
+        same on another machine or thread count (a decode's must): a compressor may override
+        this with faster arithmetic than its decode's."""
+        self._accumulate(p, residuals, -1.0)
 
     def _accumulate(self, p: Unpacked, out: dict[str, torch.Tensor], alpha: float) -> None:
         """out += alpha * decoded. Low-rank compressors override this to add their rank-1 terms

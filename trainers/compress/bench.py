@@ -22,13 +22,14 @@ from __future__ import annotations
 import os
 import socket
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-from trainers.compress import get_compressor
+from trainers.compress import get_compressor, spar
 from trainers.compress.base import full_adapter_bytes
 from trainers.model.models import lora_shapes
 from trainers.model.models import LoraSpec, build_model, lora_gradients, lora_parameters
@@ -339,5 +340,52 @@ def _load1() -> str:
         return f.read().split()[0]
 
 
-if __name__ == "__main__":   # python -m trainers.compress.bench: the floor table (a benchmark runs it under each allocator)
-    floor_lines()
+def tradeoff_lines(budgets=("1.6%", "6.25%"), steps: int = 6) -> list[str]:
+    """Spar's error/time trade-off against PowerSGD at equal bytes on real backward gradients (the
+    rank-64 tiny adapter, `steps` AdamW steps of next-token loss, error feedback carried), 1 thread:
+    per cell the mean per-step relative error / the error of the summed updates / encode+decode CPU
+    seconds per step. "gram, exact eigh" is the default with its leading-eigenpair count raised past
+    the rank (every spectrum by eigh, as before issue 24)."""
+    torch.set_num_threads(1)
+    traj = [real_gradients("tiny", 64, steps=s) for s in range(1, steps + 1)]
+    lines = [f"load1 {_load1()} at start; rank-64 tiny adapter, {steps} steps, error feedback, 1 thread"]
+
+    def run(name: str, **opts) -> tuple[float, float, int, float]:
+        enc, dec = get_compressor(name, **opts), get_compressor(name, **opts)
+        errs, size, cpu = [], 0, 0.0
+        sum_in = {k: torch.zeros_like(v) for k, v in traj[0].items()}
+        sum_out = {k: torch.zeros_like(v) for k, v in traj[0].items()}
+        for g in traj:
+            t0 = time.process_time()
+            payload = enc.encode(g)
+            out = dec.decode(payload)
+            cpu += time.process_time() - t0
+            size = max(size, len(payload))
+            errs.append(rel_error(out, g))
+            for k in g:
+                sum_in[k] += g[k]
+                sum_out[k] += out[k]
+        return statistics.fmean(errs), rel_error(sum_out, sum_in), size, cpu / len(traj)
+
+    def show(budget: str, label: str, r) -> None:
+        lines.append(f"{budget:6s} {label:22s} {r[0]:.3f} / {r[1]:.3f} / {r[3]:.4f} s  ({r[2]:,d} B)")
+        print(lines[-1], flush=True)
+
+    print(lines[0], flush=True)
+    for budget in budgets:
+        psgd = run("powersgd", budget=budget)
+        show(budget, "powersgd", psgd)
+        for label, opts in (("spar sketch 8", {"svd": "sketch"}), ("spar sketch 16", {"svd": "sketch", "sketch": 16}),
+                            ("spar sketch 32", {"svd": "sketch", "sketch": 32}), ("spar gram (default)", {})):
+            show(budget, label, run("spar", budget_bytes=psgd[2], **opts))
+        kept, spar._GRAM_TOP = spar._GRAM_TOP, 1 << 30
+        try:
+            show(budget, "spar gram, exact eigh", run("spar", budget_bytes=psgd[2]))
+        finally:
+            spar._GRAM_TOP = kept
+    return lines
+
+
+if __name__ == "__main__":   # python -m trainers.compress.bench [--tradeoff]: the floor table (a benchmark
+    # runs it under each allocator), or spar's error/time trade-off on real gradients
+    tradeoff_lines() if "--tradeoff" in sys.argv[1:] else floor_lines()

@@ -18,9 +18,9 @@ import torch
 from trainers import spec
 
 from trainers.compress import register
-from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_outer_,
+from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_low_rank_,
                                     check_wire_dtype, header_bytes, itemsize, ordered_state, require, rng_state,
-                                    set_rng_state, take_ordered, zeros_for)
+                                    set_rng_state, shape_groups, stacked, take_ordered, zeros_for)
 
 
 @register("powersgd")
@@ -55,7 +55,7 @@ class PowerSGDCompressor(BudgetedCompressor):
             if len(shape) != 2:
                 raise ValueError(f"{self.name}: {name!r} is not a matrix (shape {shape})")
         ranks = ([min(self.rank, *s) for _, s in layout] if self.rank is not None
-                 else self.budget_ranks(layout, [float(t.double().pow(2).sum()) for t in m.values()]))
+                 else self.budget_ranks(layout, _squared_norms(m)))
         groups: dict[tuple[int, int, int], list[str]] = {}
         for (name, (a, b)), k in zip(layout, ranks):
             groups.setdefault((a, b, k), []).append(name)
@@ -65,7 +65,7 @@ class PowerSGDCompressor(BudgetedCompressor):
                 for n in names:
                     ps[n], qs[n] = torch.zeros(a, 0), torch.zeros(b, 0)
                 continue
-            mats = torch.stack([m[n] for n in names])                           # (g, a, b)
+            mats = stacked([m[n] for n in names])                 # (g, a, b): a view of M where it can be
             q = torch.stack([self._initial_q(n, b, k) for n in names])          # (g, b, k)
             p = torch.linalg.qr(torch.bmm(mats, q)).Q                           # (g, a, k) orthonormal
             q = torch.bmm(mats.transpose(1, 2), p)                              # (g, b, k)
@@ -119,22 +119,37 @@ class PowerSGDCompressor(BudgetedCompressor):
         return fresh if q is None else torch.cat([q, fresh], dim=1)
 
     def _reconstruct(self, p: Unpacked):
-        out = self.output_zeros(p.tensors)
-        self._accumulate(p, out, 1.0)
+        out = self.output_zeros(p.tensors, zero=False)    # every factor is written (overwrite)
+        self._accumulate(p, out, 1.0, overwrite=True)
         return out
 
-    def _accumulate(self, p: Unpacked, out, alpha: float) -> None:
+    def _subtract_sent(self, p: Unpacked, residuals) -> None:
+        self._accumulate(p, residuals, -1.0, portable=False)     # the encoder's own E: BLAS is fine
+
+    def _accumulate(self, p: Unpacked, out, alpha: float, overwrite: bool = False, portable: bool = True) -> None:
         ranks = p.meta.get("ranks")
         require(isinstance(ranks, list) and len(ranks) == len(p.tensors), self.name, "ranks do not match the table")
         ps, qs = p.segments.get("p"), p.segments.get("q")
         require(ps is not None and qs is not None, self.name, "missing p or q segment")
         pp = qq = 0
+        terms = {}
         for (name, shape), k in zip(p.tensors, ranks):
             require(len(shape) == 2 and isinstance(k, int) and 0 <= k <= min(shape), self.name,
                     f"bad rank {k!r} for {name!r} {shape}")
             a, b = shape
             require(pp + k * a <= ps.numel() and qq + k * b <= qs.numel(), self.name, "p or q segment too short")
-            add_outer_(out[name], torch.ones(k), ps[pp:pp + k * a].reshape(k, a), qs[qq:qq + k * b].reshape(k, b),
-                       alpha)
+            if k:
+                terms[name] = (torch.ones(k), ps[pp:pp + k * a].reshape(k, a), qs[qq:qq + k * b].reshape(k, b))
             pp, qq = pp + k * a, qq + k * b
         require(pp == ps.numel() and qq == qs.numel(), self.name, "p or q segment longer than the table says")
+        add_low_rank_(out, terms, alpha, overwrite, portable)
+
+
+def _squared_norms(m: dict[str, torch.Tensor]) -> list[float]:
+    """||M_i||_F^2 per factor, in `m`'s order: one fp32 norm per shape group over its strided view of M
+    (a float64 copy of each factor, as this once did, cost ~2 memcpys of the adapter per update)."""
+    out = {}
+    for names in shape_groups(m):
+        norms = torch.linalg.vector_norm(stacked([m[n] for n in names]), dim=(1, 2)).double().square()
+        out.update(zip(names, norms.tolist()))
+    return [out[n] for n in m]
