@@ -147,6 +147,20 @@ def read_events(path: str | os.PathLike) -> list[dict]:
         return _complete_rows(fh.read())[0]
 
 
+def superseded_dropped(rows: list[dict]) -> list[dict]:
+    """A learner's event rows without the update rows a resumed life superseded: a learner killed
+    after version n and resumed (`--resume`, a "resumed" row) from its snapshot at version v <= n
+    wrote versions v+1..n twice; the later life's rows are the run's (the earlier ones are kept in
+    the file, never read as the run's). Rows of a run never resumed come back as they are."""
+    out: list[dict] = []
+    for row in rows:
+        if row.get("kind") == "resumed" and isinstance(row.get("version"), int):
+            out = [r for r in out if not (r.get("kind") == "update" and isinstance(r.get("version"), int)
+                                          and r["version"] > row["version"])]
+        out.append(row)
+    return out
+
+
 def tail_events(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict], int]:
     """(rows of the complete lines after byte `offset`, the offset to read on from next time):
     a half-written last line is left for the next call; a file not created yet has no rows."""

@@ -45,3 +45,15 @@ def test_atomic_writes_replace_the_file_and_leave_no_temp_file(tmp_path):
     atomic_write_text(tmp_path / "learner.addr", "127.0.0.1:5000\n")
     assert (tmp_path / "learner.addr").read_text() == "127.0.0.1:5000\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["learner.addr", "meta.json"]
+
+
+def test_a_resumed_life_supersedes_the_update_rows_past_its_snapshot():
+    """Killed after version 3, resumed from the snapshot at 2: version 3 is the second life's."""
+    from trainers.events import superseded_dropped
+
+    rows = [{"kind": "start"}, *({"kind": "update", "version": v, "life": 1} for v in (1, 2, 3)),
+            {"kind": "resumed", "version": 2}, *({"kind": "update", "version": v, "life": 2} for v in (3, 4))]
+    kept = [(r["version"], r["life"]) for r in superseded_dropped(rows) if r["kind"] == "update"]
+    assert kept == [(1, 1), (2, 1), (3, 2), (4, 2)]
+    never_resumed = rows[:4]
+    assert superseded_dropped(never_resumed) == never_resumed

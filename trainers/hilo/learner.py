@@ -41,7 +41,8 @@ import torch
 
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
-from trainers.events import EventLog, PhaseTimer, atomic_write_bytes, atomic_write_text, median, write_summary
+from trainers.events import (EventLog, PhaseTimer, atomic_write_bytes, atomic_write_text, median, read_events,
+                             superseded_dropped, write_summary)
 from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
                                       Membership, Peer, ReplayLog)
 from trainers.model.models import lora_gradients
@@ -249,6 +250,9 @@ class Learner:
         if not self.method.replay:  # full sync catches a joiner up from the newest shipped adapter
             self.replay_log.append(version, self.catch_up_message(self.encode_adapter()[0] if self.delta is None
                                                                   else b""))
+        # summary.json's medians cover the whole run: the earlier life's update rows up to the snapshot
+        self.rows = [r for r in superseded_dropped(read_events(self.events.path))
+                     if r.get("kind") == "update" and isinstance(r.get("version"), int) and r["version"] <= version]
         self.events.write("resumed", version=version, policies=[v for v, _ in self.policies])
         log(PROCESS, f"resumed at version {version}")
 
@@ -399,6 +403,7 @@ def update_stats(rows: list[dict]) -> dict:
     """The timing, byte and lag medians of summary.json, from the update rows."""
     one = [v for r in rows for v in r["update_frame_bytes"].values()]
     return {
+        "update_rows": len(rows),   # what the medians cover (a resumed learner: both lives' rows)
         "seconds_per_update_median": median(r["seconds_per_update"] for r in rows),
         # framing, checksums, rollout validation, hashing, snapshots, event rows (learner side)
         "harness_fraction_median": median(r["harness_s"] / r["seconds_per_update"] for r in rows

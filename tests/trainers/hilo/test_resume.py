@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load as st_load
 
+from harness.results.tables import read_cell
 from tests.trainers.hilo.cluster import Cluster
 from trainers.hilo.learner import SNAPSHOT_FILE
 from trainers.model.replica import snapshot_meta
@@ -77,6 +78,8 @@ def killed_and_resumed_run(root: Path, params: dict) -> tuple[Cluster, int]:
             proc.send_signal(signal.SIGCONT)
         summary = c.wait()
         assert summary["complete"] and summary["consistent"], c.log("learner")
+        # the summary's medians cover both lives: every version once, the later life's where twice
+        assert summary["update_rows"] == UPDATES, summary
     return c, resumed_at
 
 
@@ -99,6 +102,10 @@ def test_a_learner_resumed_from_its_snapshot_continues_bit_identically(tmp_path,
     # adapter, AdamW state, compressor residual + warm starts + generators, kept policies: the same bits
     assert same_snapshot((c.run_dir / SNAPSHOT_FILE).read_bytes(), final)
     assert eval_rows(c) == evals and sorted(evals) == [0, 4, 8]
+    # what the report reads: every version once, the resumed life's row where both lives wrote one
+    rows = [r for r in read_cell(c.run_dir).learner if r["kind"] == "update"]
+    assert [r["version"] for r in rows] == list(range(1, UPDATES + 1))
+    assert rows[resumed_at:] == second
 
 
 def test_resume_refuses_a_snapshot_of_another_run(tmp_path, capsys, monkeypatch):
