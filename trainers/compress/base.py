@@ -344,32 +344,34 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
                 out[name].addmm_((u.to(torch.float32) * (alpha * scale.to(torch.float32))[:, None]).T,
                                  v.to(torch.float32))
         return
-    first: dict[str, int] = {}
+    done: set[str] = set()                                              # first term written
     if overwrite:
         for names in shape_groups(out):
             view = strided_view([out[n] for n in names])
             if view is None:
                 continue                                                  # per factor, below
             g, (a, b) = len(names), view.shape[1:]
+            rows = [i for i, n in enumerate(names) if n in terms and terms[n][1].shape[0]]
             u0, v0 = torch.zeros(g, a), torch.zeros(g, b)
-            for i, n in enumerate(names):
-                scale, u, v = terms.get(n, _NO_TERMS)
-                if u.shape[0]:
-                    u0[i] = u[0].to(torch.float32) * (alpha * float(scale[0]))
-                    v0[i] = v[0]
-                first[n] = 1
+            if rows:
+                picked = [terms[names[i]] for i in rows]
+                scales = torch.tensor([alpha * float(scale[0]) for scale, _, _ in picked], dtype=torch.float32)
+                u0[rows] = torch.stack([u[0] for _, u, _ in picked]).to(torch.float32) * scales[:, None]
+                v0[rows] = torch.stack([v[0] for _, _, v in picked]).to(torch.float32)
             torch.mul(u0[:, :, None], v0[:, None, :], out=view)
-    for name, t in out.items():
-        skip = first.get(name, 0)
-        scale, u, v = terms.get(name, _NO_TERMS)
-        if skip == 0 and overwrite:
-            if u.shape[0] == 0:
+            done.update(names)
+        for name, t in out.items():                                       # factors outside a strided group
+            if name not in done and not (name in terms and terms[name][1].shape[0]):
                 t.zero_()
-                continue
-            torch.outer(u[0].to(torch.float32) * (alpha * float(scale[0])), v[0].to(torch.float32), out=t)
+    for name, (scale, u, v) in terms.items():
+        skip = 0
+        if overwrite and name not in done and u.shape[0]:
+            torch.outer(u[0].to(torch.float32) * (alpha * float(scale[0])), v[0].to(torch.float32), out=out[name])
+            skip = 1
+        elif overwrite:
             skip = 1
         if u.shape[0] > skip:
-            add_outer_(t, scale[skip:], u[skip:], v[skip:], alpha)
+            add_outer_(out[name], scale[skip:], u[skip:], v[skip:], alpha)
 
 
 _NO_TERMS = (torch.zeros(0), torch.zeros(0, 0), torch.zeros(0, 0))

@@ -190,16 +190,18 @@ class SparCompressor(BudgetedCompressor):
         require(bool((seg["sigma"] >= 0).all()), self.name, "negative singular value")
         s_pos = l_pos = r_pos = 0
         terms = {}
+        # fp32 once per segment (~the payload's size): per-factor slices then need no conversion
+        sigma, left, right = (seg[key].to(torch.float32) for key in ("sigma", "left", "right"))
         for (name, shape), k in zip(p.tensors, counts):
             require(len(shape) == 2 and 0 <= k <= min(shape), self.name, f"bad count {k} for {name!r} {shape}")
             a, b = shape
-            require(s_pos + k <= seg["sigma"].numel() and l_pos + k * a <= seg["left"].numel()
-                    and r_pos + k * b <= seg["right"].numel(), self.name, "segments shorter than the counts say")
+            require(s_pos + k <= sigma.numel() and l_pos + k * a <= left.numel() and r_pos + k * b <= right.numel(),
+                    self.name, "segments shorter than the counts say")
             if k:
-                terms[name] = (seg["sigma"][s_pos:s_pos + k], seg["left"][l_pos:l_pos + k * a].reshape(k, a),
-                               seg["right"][r_pos:r_pos + k * b].reshape(k, b))
+                terms[name] = (sigma[s_pos:s_pos + k], left[l_pos:l_pos + k * a].view(k, a),
+                               right[r_pos:r_pos + k * b].view(k, b))
             s_pos, l_pos, r_pos = s_pos + k, l_pos + k * a, r_pos + k * b
-        require((s_pos, l_pos, r_pos) == (seg["sigma"].numel(), seg["left"].numel(), seg["right"].numel()),
+        require((s_pos, l_pos, r_pos) == (sigma.numel(), left.numel(), right.numel()),
                 self.name, "segments longer than the counts say")
         add_low_rank_(out, terms, alpha, overwrite, portable)
 
