@@ -203,7 +203,10 @@ def quote(raw: Any) -> str:
 
 
 def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:g}"
+    """A bound as help prints it, exactly: 2147483647 (not :g's 2.14748e+09), 0.5, 1e-05."""
+    if v is None:
+        return "-"
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 # ---- budgets: one parser, one syntax ---------------------------------------------------------

@@ -26,7 +26,7 @@ BAD_RUN = [
     (["--workers", "-3"], "--workers: '-3' is outside [1, 250]"),
     (["--workers", "251"], "--workers: '251' is outside [1, 250]"),
     (["--workers", "abc"], "--workers: 'abc' is not an integer"),
-    (["--updates", "0"], "--updates: '0' is outside [1, 1e+06]"),
+    (["--updates", "0"], "--updates: '0' is outside [1, 1000000]"),
     (["--lora-rank", "0"], "--lora-rank: '0' is outside [1, 4096]"),
     (["--lr", "nan"], "--lr: 'nan' is not a finite number"),
     (["--max-new-tokens", "1000000000"], "--max-new-tokens: '1000000000' is outside [1, 4096] tokens"),
