@@ -387,7 +387,10 @@ class Learner:
     def write_summary(self, complete: bool, status: str) -> dict:
         p = self.params
         summary = {"complete": complete, "status": status, "method": p.method, "protocol": self.method.protocol,
-                   "workers": p.workers, "params": p.to_json(), "updates": self.replica.version,
+                   "workers": p.workers, "params": p.to_json(),
+                   # the last update logged (sent): a learner stopped between stepping its replica and
+                   # logging that version has not done it, whatever the replica's own count says
+                   "updates": self.rows[-1]["version"] if self.rows else self.replica.version,
                    "updates_planned": p.updates, **update_stats(self.rows), **self.consistency.summary(complete),
                    "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows(),
                    "eval": self.evals[-1] if self.evals else None}
