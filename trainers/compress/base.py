@@ -374,9 +374,6 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
             add_outer_(out[name], scale[skip:], u[skip:], v[skip:], alpha)
 
 
-_NO_TERMS = (torch.zeros(0), torch.zeros(0, 0), torch.zeros(0, 0))
-
-
 def strided_view(ts: list[torch.Tensor]) -> torch.Tensor | None:
     """`stacked`'s (g, *shape) view over `ts` where they lie equally spaced in one storage; None where
     they do not (a write into `stacked`'s copy would be lost)."""

@@ -1,9 +1,10 @@
 """`spar`: spectral budget allocation across all LoRA factors, with error feedback (ALGORITHMS.md 2).
 
 Per factor, M = G + E is thin (one side is the LoRA rank r). Its leading singular triplets come
-exactly from the small r x r Gram matrix (`svd="gram"`, the default: on real gradients the sketch of
-8 lost to PowerSGD at equal bytes, docs/ALGORITHMS.md) or from a randomised sketch (`svd="sketch"`:
-top `sketch` triplets, warm-started from the previous update). Every
+from the small r x r Gram matrix (`svd="gram"`, the default: its 8 leading eigenpairs by subspace
+iteration, the whole spectrum by eigh for a factor that takes all 8; on real gradients the sketch
+of 8 lost to PowerSGD at equal bytes, docs/ALGORITHMS.md) or from a randomised sketch
+(`svd="sketch"`: top `sketch` triplets, warm-started from the previous update). Every
 candidate triplet of every factor is pooled, scored
 by the energy it captures (sigma^2, or sigma^2 per byte), and taken greedily until the byte
 budget is spent. A triplet costs (a + b) values in `dtype` plus an fp32 sigma; the per-factor
@@ -33,8 +34,8 @@ _FULL_RANK = 1e-6   # a warm start is kept while its smallest sigma^2 exceeds th
 class SparCompressor(BudgetedCompressor):
     """Global greedy selection of singular triplets under one byte budget."""
 
-    # svd: "gram" computes every factor's exact spectrum from its r x r Gram matrix (2r flops per
-    # gradient element); "sketch" estimates the top `sketch` triplets with a randomised range
+    # svd: "gram" takes every factor's leading spectrum from its r x r Gram matrix (2r flops per
+    # gradient element; `leading_eigenpairs`); "sketch" estimates the top `sketch` triplets with a randomised range
     # finder (~4 * sketch flops per element), warm-started from the previous update's directions
     # (subspace iteration across steps, as PowerSGD does), so error feedback absorbs what it misses.
     # The sketch caps a factor at `sketch` directions; a budget large enough to buy every
