@@ -312,7 +312,8 @@ def read_cell(cell: Path) -> CellFiles:
     learner, links = cell / "events-learner.jsonl", cell / "links.csv"
     workers = {p.stem[len("events-"):]: _events(p) for p in sorted(cell.glob("events-w*.jsonl"))}
     # a resumed learner's file holds the versions after its snapshot twice: the later life's count
-    return CellFiles(dir=cell, learner=events.superseded_dropped(_events(learner)), workers=workers, summary=read_doc(cell / "summary.json"),
+    return CellFiles(dir=cell, learner=events.superseded_dropped(_events(learner)), workers=workers,
+                     summary=read_doc(cell / "summary.json"),
                      links=read_links(links) if links.exists() else None,
                      harness=_events(cell / "events-harness.jsonl"))
 
