@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from trainers.events import EventLog, atomic_write_json, atomic_write_text, read_events, tail_events
+from trainers.events import (EventLog, atomic_write_json, atomic_write_text, read_events, superseded_dropped,
+                             tail_events)
 
 
 def test_tail_reads_on_from_its_offset_and_waits_for_a_half_written_line(tmp_path):
@@ -49,8 +50,6 @@ def test_atomic_writes_replace_the_file_and_leave_no_temp_file(tmp_path):
 
 def test_a_resumed_life_supersedes_the_update_rows_past_its_snapshot():
     """Killed after version 3, resumed from the snapshot at 2: version 3 is the second life's."""
-    from trainers.events import superseded_dropped
-
     rows = [{"kind": "start"}, *({"kind": "update", "version": v, "life": 1} for v in (1, 2, 3)),
             {"kind": "resumed", "version": 2}, *({"kind": "update", "version": v, "life": 2} for v in (3, 4))]
     kept = [(r["version"], r["life"]) for r in superseded_dropped(rows) if r["kind"] == "update"]

@@ -326,8 +326,9 @@ def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch
 
 def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                   alpha: float = 1.0, overwrite: bool = False, portable: bool = True) -> None:
-    """out[n] += alpha * sum_j scale_j u_j v_j^T for terms[n] = (scale (k,), u (k, a), v (k, b)), each
-    rank-1 term rounded as `add_outer_` rounds it (bit-reproducible at any thread count).
+    """out[n] += alpha * sum_j scale_j u_j v_j^T for terms[n] = (scale (k,), u (k, a), v (k, b)), k >= 1
+    (a factor with nothing sent has no entry), each rank-1 term rounded as `add_outer_` rounds it
+    (bit-reproducible at any thread count).
     portable=False (an encoder's own residual, `Compressor._subtract_sent`): one BLAS addmm per factor
     instead, one pass over it where the outer + add make ~2 (bits may depend on the BLAS build).
 
@@ -340,9 +341,7 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
     and an add per factor (~3 passes over the adapter and ~20 us of Python per factor)."""
     if not portable and not overwrite:
         for name, (scale, u, v) in terms.items():
-            if u.shape[0]:
-                out[name].addmm_((u.to(torch.float32) * (alpha * scale.to(torch.float32))[:, None]).T,
-                                 v.to(torch.float32))
+            out[name].addmm_((u.to(torch.float32) * (alpha * scale.to(torch.float32))[:, None]).T, v.to(torch.float32))
         return
     done: set[str] = set()                                              # first term written
     if overwrite:
@@ -351,7 +350,7 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
             if view is None:
                 continue                                                  # per factor, below
             g, (a, b) = len(names), view.shape[1:]
-            rows = [i for i, n in enumerate(names) if n in terms and terms[n][1].shape[0]]
+            rows = [i for i, n in enumerate(names) if n in terms]
             u0, v0 = torch.zeros(g, a), torch.zeros(g, b)
             if rows:
                 picked = [terms[names[i]] for i in rows]
@@ -361,15 +360,12 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
             torch.mul(u0[:, :, None], v0[:, None, :], out=view)
             done.update(names)
         for name, t in out.items():                                       # factors outside a strided group
-            if name not in done and not (name in terms and terms[name][1].shape[0]):
+            if name not in done and name not in terms:
                 t.zero_()
     for name, (scale, u, v) in terms.items():
-        skip = 0
-        if overwrite and name not in done and u.shape[0]:
+        if overwrite and name not in done:                               # outside a strided group
             torch.outer(u[0].to(torch.float32) * (alpha * float(scale[0])), v[0].to(torch.float32), out=out[name])
-            skip = 1
-        elif overwrite:
-            skip = 1
+        skip = 1 if overwrite else 0                                     # the first term is written
         if u.shape[0] > skip:
             add_outer_(out[name], scale[skip:], u[skip:], v[skip:], alpha)
 

@@ -80,19 +80,25 @@ def synthetic_gradients(shapes: dict[str, tuple[int, int]], alpha: float = 1.0, 
     return out
 
 
-def real_gradients(model: str = "tiny", rank: int = 64, steps: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The adapter gradient after a few exact AdamW steps of next-token loss on random bytes."""
+def real_trajectory(model: str = "tiny", rank: int = 64, steps: int = 4, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """The adapter gradients of `steps` exact AdamW steps of next-token loss on random bytes, in order
+    (the first is every lora_B gradient's zero step)."""
     m = build_model(model, LoraSpec(rank=rank, seed=seed), seed=seed)
     replica = Replica(lora_parameters(m), OptimConfig(lr=1e-3))
     gen = torch.Generator().manual_seed(seed)
-    grads = {}
-    for _ in range(steps + 1):
+    out = []
+    for _ in range(steps):
         m.zero_grad(set_to_none=True)
         ids = torch.randint(0, 256, (8, 64), generator=gen)
         m(input_ids=ids, labels=ids).loss.backward()
-        grads = lora_gradients(m)
-        replica.step(grads)
-    return grads
+        out.append({k: v.clone() for k, v in lora_gradients(m).items()})
+        replica.step(out[-1])
+    return out
+
+
+def real_gradients(model: str = "tiny", rank: int = 64, steps: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The adapter gradient after a few exact AdamW steps of next-token loss on random bytes."""
+    return real_trajectory(model, rank, steps + 1, seed)[-1]
 
 
 def rel_error(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
@@ -347,7 +353,7 @@ def tradeoff_lines(budgets=("1.6%", "6.25%"), steps: int = 6) -> list[str]:
     seconds per step. "gram, exact eigh" is the default with its leading-eigenpair count raised past
     the rank (every spectrum by eigh, as before issue 24)."""
     torch.set_num_threads(1)
-    traj = [real_gradients("tiny", 64, steps=s) for s in range(1, steps + 1)]
+    traj = real_trajectory("tiny", 64, steps + 1)[1:]            # one trajectory, its zero step dropped
     lines = [f"load1 {_load1()} at start; rank-64 tiny adapter, {steps} steps, error feedback, 1 thread"]
 
     def run(name: str, **opts) -> tuple[float, float, int, float]:

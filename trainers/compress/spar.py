@@ -260,16 +260,17 @@ _GRAM_TOP = 8
 _GRAM_ITERATIONS = 2
 
 
-def _gram_spectra(m: dict[str, torch.Tensor], top: int | None = None) -> dict[str, _GramSpectrum]:
+def _gram_spectra(m: dict[str, torch.Tensor]) -> dict[str, _GramSpectrum]:
     """One small Gram matrix per factor (reads the factor once, allocates s x s, s = min(a, b)), one
     bmm per factor shape over strided views of M (`stacked`: no copy of the adapter where M is the
-    residual buffer), then the leading `top` eigenpairs of each (`leading_eigenpairs`, batched)."""
+    residual buffer), then the leading `_GRAM_TOP` eigenpairs of each (`leading_eigenpairs`, batched;
+    the constant is read at each call, so a benchmark can raise it to time the exact eigh)."""
     out = {}
     for names in shape_groups(m):
         a, b = m[names[0]].shape
         mats = stacked([m[n] for n in names])
         grams = torch.bmm(mats, mats.transpose(1, 2)) if a <= b else torch.bmm(mats.transpose(1, 2), mats)
-        evals, evecs = leading_eigenpairs(grams, _GRAM_TOP if top is None else top)
+        evals, evecs = leading_eigenpairs(grams, _GRAM_TOP)
         for name, gram, w, z in zip(names, grams, evals, evecs):
             out[name] = _GramSpectrum(m[name], gram, w, z)
     return out

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from tests.trainers.compress.common import warm_gradients
-from trainers.compress import get_compressor
+from trainers.compress import get_compressor, spar
 from trainers.compress.bench import rel_error
 from trainers.compress.base import full_adapter_bytes, unpack
+from trainers.compress.spar import leading_eigenpairs
 
 
 def power_law_factors(seed: int = 0, rank: int = 16, d: int = 96, n: int = 6) -> dict[str, torch.Tensor]:
@@ -180,8 +181,6 @@ def test_default_spar_beats_powersgd_at_equal_bytes_on_real_gradients_with_error
 def test_leading_eigenpairs_agree_with_eigh_on_power_law_grams():
     """The default's 8 leading eigenpairs by subspace iteration: the top eigenvalues to 1e-3 of the
     largest, and the top 3 vectors the exact ones up to sign."""
-    from trainers.compress.spar import leading_eigenpairs
-
     mats = power_law_factors(rank=32, d=200, n=4).values()
     grams = torch.stack([m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m for m in mats])
     values, vectors = leading_eigenpairs(grams, 8)
@@ -196,8 +195,6 @@ def test_leading_eigenpairs_agree_with_eigh_on_power_law_grams():
 def test_a_factor_that_takes_every_leading_pair_gets_its_whole_spectrum(monkeypatch):
     """At a budget that buys more than 8 directions of a factor, the default sends what the exact
     eigh of every Gram matrix would have sent: the same counts, and the same error to 1e-5."""
-    from trainers.compress import spar
-
     m = power_law_factors(rank=32, d=200, n=4)
     opts = dict(budget="40%", error_feedback=False)
     payload = get_compressor("spar", **opts).encode(m)
