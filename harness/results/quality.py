@@ -122,7 +122,8 @@ def paired(diffs: list[float], lower: bool = False) -> dict:
 
 def metric_column(metric: str) -> str:
     """The evals column a `--quality-metric` reads."""
-    return {"pass_at_k": "pass_at_k", "pass_at_1": "pass_at_1", "objective": "objective_value"}[metric]
+    return {"pass_at_k": "pass_at_k", "pass_at_1": "pass_at_1", "gold_prob": "gold_prob",
+            "objective": "objective_value"}[metric]
 
 
 def lower_is_better(evals: pd.DataFrame, metric: str) -> bool:
@@ -135,6 +136,8 @@ def metric_name(evals: pd.DataFrame, metric: str) -> str:
         return f"pass@{int(evals['k'].iloc[0])}"
     if metric == "pass_at_1":
         return "pass@1"
+    if metric == "gold_prob":
+        return "P(gold)"
     return str(evals["objective_metric"].iloc[0]) if "objective_metric" in evals and len(evals) else metric
 
 
@@ -204,6 +207,8 @@ def quality_table(evals: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return pd.DataFrame()
     metric, frac = run_metric(evals)
     col, lower = metric_column(metric), lower_is_better(evals, metric)
+    if col not in evals:  # e.g. gold_prob asked of a run recorded before the learner wrote it
+        return pd.DataFrame()
     rows = []
     for key, group in evals.groupby(keys, dropna=False, sort=False):
         rows += _group_rows(dict(zip(keys, key if isinstance(key, tuple) else (key,))), group, col, lower, frac)
@@ -238,7 +243,8 @@ def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: 
                "ttq_reached": len(secs), "ttq_updates_mean": ci95([r[0] for r in ttq.values() if r[0] is not None])[0]}
         row["ttq_seconds_mean"], row["ttq_seconds_ci95"] = ci95(secs)
         row["heldout_mean"], row["heldout_ci95"] = ci95(s["final"])
-        for name, c in (("pass_at_1", "pass_at_1"), ("pass_at_k", "pass_at_k"), ("objective", "objective_value")):
+        for name, c in (("pass_at_1", "pass_at_1"), ("pass_at_k", "pass_at_k"), ("gold_prob", "gold_prob"),
+                        ("objective", "objective_value")):
             row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(per_seed(g, c)["final"]) if c in g else (None, None)
         row.update(_paired_columns(s["final"], base_final, ttq, base_ttq, lower))
         rows.append(row)

@@ -120,7 +120,10 @@ def _heldout(r) -> str:
 
 def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The held-out quality and time-to-quality table: one row per (link, variant)."""
-    head = ["link", "method", "held-out pass@1 (final)", "held-out pass@k (final)", "held-out objective (final)",
+    # P(gold) (exact, trainers/hilo/evaluate.py) where the run recorded it: runs before it did not
+    gold = "gold_prob_mean" in comp and comp["gold_prob_mean"].notna().any()
+    head = ["link", "method", "held-out pass@1 (final)", "held-out pass@k (final)",
+            *(["held-out P(gold) (final)"] if gold else []), "held-out objective (final)",
             "target", "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
             "speedup per update"]
     rows = []
@@ -131,6 +134,7 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         n = r.get("heldout_seeds")
         rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
                      _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
+                     *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
                      f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}",
                      "-" if pd.isna(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
                      f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",

@@ -38,7 +38,8 @@ Columns of `updates` (units in names: seconds, bytes, bit/s):
     workers' rows, trainers/dataparallel/worker.py; absent elsewhere).
 
 Columns of `evals` (one row per cell x held-out evaluation): the cell's coordinates, version,
-    pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill),
+    pass_at_1, pass_at_k (k, n samples per problem, problems), mean_reward, reverse_kl (distill), gold_prob
+    (P(one sample is the gold answer), exact: trainers/hilo/evaluate.py; absent in runs before it),
     objective_value + objective_metric (its name: reverse_kl or mean_reward; the column is not
     `objective`, which is the run parameter: distill or grpo), eval_s (not training time), wall_s
     (training seconds up to that version: the sum of its updates' seconds per update).
@@ -163,7 +164,7 @@ NUMERIC_FIELDS = {
                "batch", "payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down",
                "heldout_ppl", "payload_bytes", "payload_bytes_down", "process_cpu_s"),
     "eval": ("version", "pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
-             "eval_s"),
+             "eval_s", "gold_prob"),
     "heldout": ("version", "heldout_ppl"),
     "joined": ("version", "worker"), "dropped": ("version", "worker"), "disconnected": ("version", "worker"),
 }
@@ -478,7 +479,7 @@ def update_rows(cell: CellFiles, info: dict) -> list[dict]:
 # event key -> column: the eval event's "objective" is the objective's value, renamed so that it
 # does not overwrite the run parameter `objective` (distill | grpo) every row carries.
 EVAL_FIELDS = {**{k: k for k in ("pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl",
-                                 "objective_metric", "eval_s")}, "objective": "objective_value"}
+                                 "gold_prob", "objective_metric", "eval_s")}, "objective": "objective_value"}
 
 
 def eval_rows(cell: CellFiles, info: dict) -> list[dict]:

@@ -10,7 +10,7 @@ the run id), under the names the field uses (NeMo-RL, TRL):
     bytes_sent           framed bytes the learner wrote for the update, all workers (wire_bytes_down)
     bytes_received       framed rollout bytes the workers sent for it, all workers (wire_bytes_up)
     train/<metric>       the training batch's own figure (train_metric_name: distill_loss, reward_mean)
-    heldout/pass_at_1, heldout/pass_at_<k>, heldout/<objective_metric>   at each evaluated version
+    heldout/pass_at_1, heldout/pass_at_<k>, heldout/gold_prob, heldout/<objective_metric>   at each evaluated version
                          (pass_at, not pass@: TensorBoard rewrites '@' in a tag to '_', MLflow refuses it)
 
 Step = the update index (the policy version; held-out rows at their version). Every backend runs
@@ -64,9 +64,9 @@ def update_metrics(row: pd.Series) -> dict[str, float]:
 
 
 def eval_metrics(row: pd.Series) -> dict[str, float]:
-    """One evals-table row -> {heldout/pass_at_1, heldout/pass_at_<k>, heldout/<objective metric>}."""
+    """One evals-table row -> {heldout/pass_at_1, heldout/pass_at_<k>, heldout/gold_prob, heldout/<objective metric>}."""
     k = _num(row.get("k"))
-    out = {"heldout/pass_at_1": _num(row.get("pass_at_1")),
+    out = {"heldout/pass_at_1": _num(row.get("pass_at_1")), "heldout/gold_prob": _num(row.get("gold_prob")),
            f"heldout/pass_at_{int(k) if k else 'k'}": _num(row.get("pass_at_k")),
            f"heldout/{row.get('objective_metric') or 'objective'}": _num(row.get("objective_value"))}
     return {k: v for k, v in out.items() if v is not None}

@@ -5,7 +5,8 @@ with method `full`: every update, each of W simulated workers samples rollouts o
 `training_problems` (seeded like trainers.hilo.worker), the objective's loss over their concatenated
 rows is back-propagated, and the replica's AdamW steps on the LoRA gradients. Every E updates
 (and at 0) the policy is evaluated on `heldout_problems`: n samples per problem, pass@1 and
-pass@k (unbiased), mean reward, and for distill the reverse KL to the teacher on those samples.
+pass@k (unbiased), mean reward, the exact P(gold) (trainers/hilo/evaluate.py), and for distill the
+reverse KL to the teacher on those samples.
 
     python -m tests.benchmarks.heldout_curves --task knights_knaves --task-options max_people=2 \\
         --objective distill --seeds 1,2,3 --out /tmp/kk.json
@@ -49,8 +50,8 @@ def parse(argv=None):
 
 
 def held_out_eval(policy, teacher, tok, task, problems, a, objective) -> dict:
-    """pass@1, pass@k, mean reward over held-out problems; reverse KL to the teacher (distill)."""
-    from trainers.hilo.evaluate import pass_at_k
+    """pass@1, pass@k, mean reward, exact P(gold) over held-out problems; reverse KL to the teacher (distill)."""
+    from trainers.hilo.evaluate import gold_probabilities, pass_at_k
     from trainers.model.rollout import generate_rollouts
 
     correct, rewards, kls = [], [], []
@@ -66,7 +67,9 @@ def held_out_eval(policy, teacher, tok, task, problems, a, objective) -> dict:
                 kls.append(objective.loss(policy, r)[1]["kl"])
     out = {"pass@1": statistics.fmean(pass_at_k(a.eval_n, c, 1) for c in correct),
            f"pass@{a.k}": statistics.fmean(pass_at_k(a.eval_n, c, a.k) for c in correct),
-           "reward": statistics.fmean(rewards)}
+           "reward": statistics.fmean(rewards),
+           "gold_prob": statistics.fmean(gold_probabilities(policy, tok, task, problems, a.temperature,
+                                                            a.max_new_tokens, 16))}
     if kls:
         out["kl"] = statistics.fmean(kls)
     return out
@@ -121,7 +124,7 @@ def run_seed(a, seed: int) -> list[dict]:
 
 
 def summarise(rows: list[dict], k: int) -> str:
-    keys = ["pass@1", f"pass@{k}", "reward"] + (["kl"] if "kl" in rows[0] else [])
+    keys = ["pass@1", f"pass@{k}", "gold_prob", "reward"] + (["kl"] if "kl" in rows[0] else [])
     lines = ["update  " + "  ".join(f"{key:>15}" for key in keys) + "   s"]
     for u in sorted({r["update"] for r in rows}):
         at = [r for r in rows if r["update"] == u]

@@ -295,7 +295,7 @@ class Learner:
             objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
             self.evals.append(self.events.write(
                 "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
-                problems=r.num_problems, mean_reward=r.mean_reward, reverse_kl=r.reverse_kl,
+                problems=r.num_problems, mean_reward=r.mean_reward, reverse_kl=r.reverse_kl, gold_prob=r.gold_prob,
                 objective_metric="reverse_kl" if p.objective == "distill" else "mean_reward",
                 objective=objective, eval_s=round(time.perf_counter() - t0, 6)))
         self.policies.clear()

@@ -197,3 +197,20 @@ def test_a_baseline_that_got_worse_is_flagged():
     assert "got worse" not in report._signal_text(comp)
     comp.loc[0, ["baseline_improvement", "heldout_lower_is_better"]] = [0.05, True]   # reverse KL rose: worse
     assert "The baseline got worse" in report._signal_text(comp)
+
+
+def test_gold_prob_as_the_quality_metric_drives_targets_and_shows_its_column():
+    """--quality-metric gold_prob: targets, paired differences and the report read the exact P(gold)
+    column (here a third of pass@k), and name it; a run recorded before it has no quality table."""
+    ev = _evals({"full-bf16": BASE, "spar@1.6%": SPAR}, {"full-bf16": 1.0, "spar@1.6%": 0.5}, metric="gold_prob")
+    ev["gold_prob"] = ev["pass_at_k"] / 3
+    q = quality.quality_table(ev, ["profile", "workers"]).set_index("variant")
+    assert q.loc["full-bf16", "heldout_target"] == pytest.approx((0.1 + 0.9 * 0.4) / 3)
+    assert q.loc["spar@1.6%", "heldout_diff_mean"] == pytest.approx(-0.005 / 3)
+    assert q.loc["spar@1.6%", "gold_prob_mean"] == pytest.approx((0.5 + 0.49) / 6)
+    assert (q["heldout_name"] == "P(gold)").all()
+    comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
+                          "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
+    head, rows = report.quality_rows(compare._with_quality(comp, ev, ["profile", "workers"]))
+    assert head[4] == "held-out P(gold) (final)" and rows[1][4].startswith("0.165")
+    assert quality.quality_table(ev.drop(columns="gold_prob"), ["profile", "workers"]).empty

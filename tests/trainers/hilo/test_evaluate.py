@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from trainers.hilo.evaluate import evaluate, pass_at_k
+from trainers.hilo.evaluate import evaluate, gold_probabilities, pass_at_k
 from trainers.model.models import build_model, build_tokenizer
 from trainers.model.teacher import build_teacher
 from trainers.model.rollout import generate_rollouts
@@ -63,7 +63,9 @@ def test_evaluator_counts_match_rescoring(trained):
     assert result.pass_at_k == pytest.approx(sum(pass_at_k(4, c, 2) for c in correct) / 10)
     assert result.mean_reward == pytest.approx(sum(rewards) / len(rewards))
     assert 0 < result.pass_at_1 <= result.pass_at_k <= 1  # a trained teacher solves some
-    assert set(result.as_dict()) == {"n", "k", "pass_at_1", "pass_at_k", "mean_reward", "num_problems", "reverse_kl"}
+    assert set(result.as_dict()) == {"n", "k", "pass_at_1", "pass_at_k", "mean_reward", "num_problems", "reverse_kl",
+                                     "gold_prob"}
+    assert len(result.gold_probs) == 10 and result.gold_prob == pytest.approx(sum(result.gold_probs) / 10)
     assert result.reverse_kl is None  # no teacher given
 
 
@@ -81,3 +83,35 @@ def test_evaluator_rejects_bad_arguments(trained):
         evaluate(model, tok, task, task.generate(2, seed=0), n=2, k=4)
     with pytest.raises(ValueError, match="no problems"):
         evaluate(model, tok, task, [], n=2, k=1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1.7])
+def test_gold_probability_is_the_frequency_of_sampling_the_gold(trained, temperature):
+    """P(gold) (one forward pass) against the sampler itself: over 10 problems x 200 samples, the
+    count of samples that are exactly gold + EOS lies within 4 binomial sds of sum_i 200 P_i."""
+    task, model = trained
+    tok = build_tokenizer("micro")
+    problems = task.generate(10, seed=77)
+    probs = gold_probabilities(model, tok, task, problems, temperature=temperature, max_new_tokens=6,
+                               batch_problems=4)
+    assert len(probs) == 10 and all(0.0 <= p <= 1.0 for p in probs)
+    n = 200
+    r = generate_rollouts(model, tok, task, problems, group_size=n, max_new_tokens=6, temperature=temperature,
+                          seed=11)
+    hits = 0
+    for g, p in enumerate(problems):
+        gold = list(tok.encode(task.gold(p))) + [tok.eos_token_id]
+        hits += sum(c == gold for c in r.completion_ids[g * n:(g + 1) * n])
+    expected = n * sum(probs)
+    sd = math.sqrt(n * sum(p * (1 - p) for p in probs))
+    assert 0.05 < sum(probs) / 10 < 0.999  # a figure that can move in both directions
+    assert abs(hits - expected) <= 4 * sd + 1, (hits, expected, sd)
+
+
+def test_gold_probability_is_zero_when_the_gold_cannot_fit(trained):
+    task, model = trained
+    tok = build_tokenizer("micro")
+    problems = task.generate(4, seed=3)
+    width = max(len(tok.encode(task.gold(p))) for p in problems) + 1  # + EOS
+    assert all(p > 0 for p in gold_probabilities(model, tok, task, problems, max_new_tokens=width))
+    assert gold_probabilities(model, tok, task, problems, max_new_tokens=1) == [0.0] * 4

@@ -36,7 +36,7 @@ def update_rows(cluster: Cluster) -> list[dict]:
 
 
 def eval_rows(cluster: Cluster) -> dict[int, tuple]:
-    return {r["version"]: (r["pass_at_1"], r["pass_at_k"], r["mean_reward"], r["reverse_kl"])
+    return {r["version"]: (r["pass_at_1"], r["pass_at_k"], r["mean_reward"], r["reverse_kl"], r["gold_prob"])
             for r in cluster.events("learner") if r["kind"] == "eval"}
 
 
