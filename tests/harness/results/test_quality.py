@@ -214,3 +214,15 @@ def test_gold_prob_as_the_quality_metric_drives_targets_and_shows_its_column():
     head, rows = report.quality_rows(compare._with_quality(comp, ev, ["profile", "workers"]))
     assert head[4] == "held-out P(gold) (final)" and rows[1][4].startswith("0.165")
     assert quality.quality_table(ev.drop(columns="gold_prob"), ["profile", "workers"]).empty
+
+
+def test_the_verdict_compares_a_run_cut_short_over_the_seeds_both_have():
+    """A method with one seed against a baseline with two (an interrupted run): the verdict's held-out
+    difference is the paired one over seed 1, as in the paired section, not the difference of means."""
+    base = {1: [0.1, 0.3, 0.4, 0.47, 0.5], 2: [0.1, 0.3, 0.42, 0.465, 0.6]}
+    ev = _evals({"full-bf16": base, "spar@1.6%": {1: [0.1, 0.2, 0.3, 0.35, 0.48]}},
+                {"full-bf16": 1.0, "spar@1.6%": 0.5})
+    comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
+                          "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
+    text = " ".join(report.verdict(compare._with_quality(comp, ev, ["profile", "workers"])))
+    assert "held-out pass@4 -0.020 (n=1 seeds: too few for an interval)" in text, text  # 0.48 - 0.5, not - 0.55
