@@ -62,7 +62,8 @@ class EvalResult:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.pop("correct"), d.pop("gold_probs")
+        for per_problem in ("correct", "gold_probs"):
+            d.pop(per_problem)
         return d
 
 
