@@ -381,29 +381,27 @@ def _ttq_words(r) -> str:
     return f"reached the baseline-derived target in {_count(r.get('ttq_reached'))} of {_count(r.get('heldout_seeds'))} seeds"
 
 
-def _diff(r, base) -> tuple[float, float | None]:
-    """(method - baseline final held-out figure, 95 % half-width or None): the paired columns when
-    present, else the difference of the means with the two CIs combined as independent."""
-    n = min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0)
-    if PAIRED[0] in r and pd.notna(r.get(PAIRED[0])):  # over the seeds both have (a run cut short has fewer of one)
-        half, n = r.get(PAIRED[1]), r.get("heldout_diff_n", n)
-        return float(r[PAIRED[0]]), float(half) if n >= CI_MIN_SEEDS and pd.notna(half) else None
+def _diff(r, base) -> tuple[float, float | None, int]:
+    """(method - baseline final held-out figure, 95 % half-width or None, seeds it is over): the
+    paired columns when present (over the seeds both have: a run cut short has fewer of one), else
+    the difference of the means with the two CIs combined as independent."""
+    n = int(min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0))
+    if PAIRED[0] in r and pd.notna(r.get(PAIRED[0])):
+        half, n = r.get(PAIRED[1]), int(r.get("heldout_diff_n", n))
+        return float(r[PAIRED[0]]), float(half) if n >= CI_MIN_SEEDS and pd.notna(half) else None, n
     d = float(r["heldout_mean"] - base["heldout_mean"])
     halves = [r.get("heldout_ci95"), base.get("heldout_ci95")]
     if n < CI_MIN_SEEDS or any(h is None or pd.isna(h) for h in halves):
-        return d, None
-    return d, math.sqrt(halves[0] ** 2 + halves[1] ** 2)
+        return d, None, n
+    return d, math.sqrt(halves[0] ** 2 + halves[1] ** 2), n
 
 
 def _quality_words(r, base) -> str:
     if base is None or pd.isna(r.get("heldout_mean", float("nan"))) or pd.isna(base.get("heldout_mean", float("nan"))):
         return ""
-    d, half = _diff(r, base)
+    d, half, n = _diff(r, base)
     name = f"held-out {r['heldout_name']}"
     if half is None:
-        paired = r.get("heldout_diff_n")
-        n = int(paired if paired is not None and pd.notna(paired) else
-                min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0))
         return f", {name} {d:+.3f} (n={n} seeds: too few for an interval)"
     better = (d < 0) if r.get("heldout_lower_is_better") else (d > 0)
     words = ("indistinguishable at this run's resolution" if abs(d) <= half else

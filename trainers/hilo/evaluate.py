@@ -27,6 +27,7 @@ import torch
 
 from trainers.model.pretrained import gold_batch
 from trainers.model.rollout import generate_rollouts
+from trainers.objectives.base import Packed, completion_logprobs, model_device
 from trainers.objectives.distill import Distill
 
 
@@ -107,14 +108,13 @@ def gold_probabilities(model, tokenizer, task, problems: Sequence[Any], temperat
     tokens) is the gold answer + EOS (the module docstring): the rows of the base's supervised
     warm-up (`gold_batch`), one forward pass per `batch_problems` problems."""
     out: list[float] = []
-    device = next(model.parameters()).device
+    device = model_device(model)
     for start in range(0, len(problems), batch_problems):
         ids, attn, mask = (t.to(device) for t in gold_batch(tokenizer, task, problems[start:start + batch_problems]))
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-            logp = torch.log_softmax(logits / temperature, dim=-1).gather(2, ids[:, 1:, None]).squeeze(2)
+        with torch.no_grad():  # the objectives' own tempered log-probs of each target, 0 off the answer
+            logp = completion_logprobs(model, Packed(ids, attn, ids[:, 1:], mask, torch.zeros_like(mask)), temperature)
         # float64 for the sum: ~50 answer tokens of log-probs near 0 each
-        totals = (logp.double() * mask).sum(1).tolist()
+        totals = logp.double().sum(1).tolist()
         out += [math.exp(t) if n <= max_new_tokens else 0.0 for t, n in zip(totals, mask.sum(1).tolist())]
     return out
 
