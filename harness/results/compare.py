@@ -99,16 +99,85 @@ def _col(g: pd.DataFrame, col: str) -> pd.Series:
     return pd.to_numeric(g[col], errors="coerce") if col in g else pd.Series(float("nan"), index=g.index)
 
 
+FRAME_HEADER_BYTES = 44     # trainers/protocol/wire.py HEADER_BYTES: one frame header per message
+GOODPUT = (1500 - 52) / (1500 + 14)   # costmodel.goodput_ratio(): payload bytes per byte HTB counts (MTU 1500)
+COMPUTE_PHASES = ("train", "encode", "decode_replay")   # the learner's phases with a CPU column
+WORKER_STAGE = ("decode_replay", "rollout", "send_rollouts")   # a worker's serial work per update (worker_<p>_s)
+
+
 def cpu_charged(g: pd.DataFrame) -> pd.Series:
     """Seconds per update with the compute phases charged at their CPU seconds, not their wall time:
-    what the update would take had no other process competed for the cores. The learner's train,
-    encode and decode_replay waits (wall - CPU) are taken out, and so is the median worker's rollout
-    wait, capped by the learner's idle (the time it waited for rollouts). Equals seconds_per_update
-    for rows without CPU columns."""
-    wait = sum((_col(g, f"{p}_s") - _col(g, f"{p}_cpu_s")).clip(lower=0).fillna(0.0)
-               for p in ("train", "encode", "decode_replay"))
-    rollout_wait = (_col(g, "worker_rollout_s") - _col(g, "worker_rollout_cpu_s")).clip(lower=0).fillna(0.0)
-    return g["seconds_per_update"] - wait - rollout_wait.clip(upper=_col(g, "idle_s").fillna(0.0))
+    what the update would take had no other process competed for the cores (seconds, one per row).
+
+    Waits (s): a = the learner's train + encode + decode_replay wall - CPU; b = the median worker's
+    rollout wall - CPU. Only the waits on the critical path come out:
+    - depth 0 (serial: the learner's idle holds the download, the worker's replay and rollout and the
+      upload): seconds_per_update - a - min(b, idle_s);
+    - depth >= 1 (the learner trains on batch t while the update crosses the link and the workers
+      sample batch t+1): seconds_per_update - (P(wall) - P(cpu)), where P is the steady state of the
+      overlapped loop, the largest of: the learner's stage L = seconds_per_update - idle_s, a worker's
+      stage W = worker decode_replay + rollout + send_rollouts, each direction's transfer, and half the
+      loop (L + down + delay + W + up + delay) / 2 (costmodel.predict's stages); P(cpu) has L - a and
+      W - b. So a learner that waited for a core while the link or the workers set the pace is
+      charged nothing less for it, and a wait counts once where both sides waited.
+    Either way the result is never below what the link itself needed for the update (link_seconds)
+    nor above seconds_per_update. Equals seconds_per_update for rows without CPU columns."""
+    import numpy as np
+
+    spu = g["seconds_per_update"]
+    a = sum(_wait(g, p) for p in COMPUTE_PHASES)
+    b = _wait(g, "worker_rollout")
+    idle = _col(g, "idle_s").fillna(0.0)
+    serial = spu - a - b.clip(upper=idle)
+    learner = spu - idle
+    worker = sum(_col(g, f"worker_{p}_s").fillna(0.0) for p in WORKER_STAGE)
+    overlapped = spu - (_loop(g, learner, worker) - _loop(g, learner - a, worker - b))
+    charged = serial.where(~_overlapped(g), overlapped)
+    return np.minimum(spu, np.maximum(charged, link_seconds(g)))
+
+
+def _wait(g: pd.DataFrame, phase: str) -> pd.Series:
+    """Seconds a phase waited for a core: wall - CPU, >= 0; 0 where the row has no CPU column."""
+    return (_col(g, f"{phase}_s") - _col(g, f"{phase}_cpu_s")).clip(lower=0).fillna(0.0)
+
+
+def _overlapped(g: pd.DataFrame) -> pd.Series:
+    """Rows of a pipelined run (depth >= 1); a row without the column is synchronous."""
+    return _col(g, "pipeline").fillna(0) > 0
+
+
+def _loop(g: pd.DataFrame, learner: pd.Series, worker: pd.Series) -> pd.Series:
+    """The steady-state seconds per update of the overlapped loop (cpu_charged's P) from its two
+    compute stages and the link's transfers."""
+    import pandas as pd
+
+    down, up, delay = _transfers(g)
+    half = (learner + down + worker + up + 2 * delay) / 2
+    return pd.concat([learner, worker, down, up, half], axis=1).max(axis=1)
+
+
+def _transfers(g: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(down, up, delay) seconds per update on one worker link: the update's frame and one worker's
+    rollout frames at the shaped rate (rate_bit_s) times the TCP/IP goodput, and the one-way delay.
+    0 on an unshaped link (no rate): the link needs next to nothing there."""
+    rate = _col(g, "rate_bit_s") * GOODPUT / 8          # payload bytes/s
+    copies = _col(g, "contributors").fillna(_col(g, "workers")).fillna(1.0).clip(lower=1)
+    down = (_col(g, "payload_bytes_down") + FRAME_HEADER_BYTES) / rate
+    up = _col(g, "wire_bytes_up") / copies / rate
+    return down.fillna(0.0), up.fillna(0.0), _col(g, "delay_s").fillna(0.0)
+
+
+def link_seconds(g: pd.DataFrame) -> pd.Series:
+    """The seconds the worker link itself needed per update (a floor, from the bytes and the shaped
+    rate, so no load on the machine moves it): at depth 0 the update down and the rollouts up, each
+    with the one-way delay, one after the other; at depth >= 1 each direction carries one message per
+    update and the loop (update down, rollouts up) spans two updates: max(down, up, (down + up) / 2 +
+    delay). A shaped learner link (not in the rows) or loss only lengthens what the link needs."""
+    import pandas as pd
+
+    down, up, delay = _transfers(g)
+    overlapped = pd.concat([down, up, (down + up) / 2 + delay], axis=1).max(axis=1)
+    return (down + up + 2 * delay).where(~_overlapped(g), overlapped)
 
 
 def _seed_medians(g: pd.DataFrame, values: pd.Series) -> dict:

@@ -2,6 +2,7 @@
 phase's CPU seconds and the machine's load recorded beside its wall time, speedups with a CI over
 paired seeds, and a flag when the machine was contended."""
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from harness.results import compare
 from harness.run import config, launch
 from trainers.events import PhaseTimer, machine_load, read_cpu_counters
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
 
 def _order(schedule: str) -> list[str]:
@@ -92,3 +95,75 @@ def test_speedup_ci_is_over_seeds_paired_and_exact_when_every_seed_agrees():
     assert n == 3 and lo < mean < hi and mean == pytest.approx(1.0)
     assert compare._speedup_ci({1: 2.0}, {2: 1.0}) == (None, None, None, 0)    # no seed in common
     assert compare._speedup_ci({1: 2.0}, {1: 1.0})[1:3] == (None, None)        # one seed: no interval
+
+
+# ---- cpu_charged at pipelining depth 1: the waits on the critical path only, never below the link ----
+
+FULL_BF16_BYTES = 588_000     # the default run's full-bf16 update (README): 0.49 s at 10 Mbit/s
+
+
+def _deep(train_s=1.0, train_cpu_s=0.3, idle_s=0.0, spu=1.05, rollout_s=0.3, rollout_cpu_s=0.1, rate=10e6,
+          payload=FULL_BF16_BYTES, pipeline=1) -> pd.DataFrame:
+    """Two updates of a pipelined cell: the learner trains while the update crosses the link."""
+    return pd.DataFrame({"seed": [1, 1], "pipeline": pipeline, "seconds_per_update": spu, "idle_s": idle_s,
+                         "train_s": train_s, "train_cpu_s": train_cpu_s, "encode_s": 0.0, "encode_cpu_s": 0.0,
+                         "decode_replay_s": 0.0, "decode_replay_cpu_s": 0.0, "worker_rollout_s": rollout_s,
+                         "worker_rollout_cpu_s": rollout_cpu_s, "worker_decode_replay_s": 0.01,
+                         "worker_send_rollouts_s": 0.01, "payload_bytes_down": payload, "wire_bytes_up": 3000,
+                         "contributors": 2, "workers": 2, "rate_bit_s": rate, "delay_s": 0.0})
+
+
+def test_at_depth_1_a_download_that_overlapped_training_is_charged_in_full():
+    g = _deep()
+    down = (FULL_BF16_BYTES + compare.FRAME_HEADER_BYTES) * 8 / (10e6 * compare.GOODPUT)
+    assert down == pytest.approx(0.492, abs=1e-3)
+    assert compare.link_seconds(g).tolist() == pytest.approx([down] * 2)
+    # The old rule took the whole 0.7 s train wait out: 1.05 - 0.7 = 0.35 s, below the 0.49 s download
+    # that ran beside the training. Now the loop at CPU time is bound by the link: exactly the download.
+    assert compare.cpu_charged(g).tolist() == pytest.approx([down] * 2)
+
+
+def test_at_depth_1_waits_come_out_only_as_far_as_the_critical_path_shrinks():
+    quiet = _deep(train_cpu_s=1.0, rollout_cpu_s=0.3)
+    assert compare.cpu_charged(quiet).tolist() == pytest.approx([1.05] * 2)      # no wait: the wall figure
+    # Unshaped link, the learner the bottleneck: its 0.7 s wait comes out (the workers' 0.32 s stage and
+    # half the loop, (0.35 + 0.12) / 2, stay below the learner's 0.35 s).
+    assert compare.cpu_charged(_deep(rate=float("nan"))).tolist() == pytest.approx([0.35] * 2)
+    # The loop bound (250 ms each way: L = 0.55, W = 1.05, P = (0.55 + 0.25 + 1.05 + 0.25) / 2 = 1.05, idle
+    # 0.5 s): the learner's 0.4 s train wait and the worker's 0.6 s rollout wait shorten the two-update
+    # loop by half their sum.
+    loop = _deep(train_s=0.5, train_cpu_s=0.1, idle_s=0.5, rollout_s=1.03, rollout_cpu_s=0.43,
+                 rate=float("nan")).assign(delay_s=0.25)
+    assert compare.cpu_charged(loop).tolist() == pytest.approx([1.05 - (0.4 + 0.6) / 2] * 2)
+
+
+def test_at_depth_0_the_rule_is_the_serial_one_and_the_link_floor_does_not_bind():
+    g = _deep(pipeline=0, idle_s=0.9, spu=1.95, rate=10e6)     # idle holds the 0.49 s download and the rollout
+    # serial: 1.95 - 0.7 train wait - min(0.2 rollout wait, 0.9 idle)
+    assert compare.cpu_charged(g).tolist() == pytest.approx([1.05] * 2)
+    assert compare.cpu_charged(g.drop(columns=["pipeline"])).tolist() == pytest.approx([1.05] * 2)
+    link = compare.link_seconds(g).iloc[0]
+    assert 0.49 < link < 1.05
+
+
+def test_cpu_charged_is_never_above_the_wall_figure_nor_below_the_link():
+    g = _deep(spu=0.3, train_s=0.25, train_cpu_s=0.05)      # a row faster than the shaped rate allows (a burst)
+    assert compare.cpu_charged(g).tolist() == pytest.approx([0.3] * 2)
+
+
+def test_the_depth_1_fixture_charges_each_update_at_least_its_download():
+    """tests/fixtures/runs/run-spar-20mbit: depth 1, 20 Mbit/s, recorded before the CPU columns (so its
+    figures stay the wall ones); with a train phase that got 10 % of a core and rollouts 10 %, every
+    update is still charged at least the time its download took on the link."""
+    from harness.results import tables as results
+
+    u = results.read(FIXTURES / "run-spar-20mbit").updates
+    assert (u["pipeline"] == 1).all()
+    assert compare.cpu_charged(u).tolist() == u["seconds_per_update"].tolist()
+    busy = u.assign(train_cpu_s=u["train_s"] * 0.1, worker_rollout_cpu_s=u["worker_rollout_s"] * 0.1)
+    down = (u["payload_bytes_down"] + compare.FRAME_HEADER_BYTES) * 8 / (u["rate_bit_s"] * compare.GOODPUT)
+    charged = compare.cpu_charged(busy)
+    assert (charged >= down - 1e-12).all() and (charged <= u["seconds_per_update"]).all()
+    full = u["method"] == "full"
+    assert down[full].min() > 0.03        # full's 78 kB update: 33 ms at 20 Mbit/s
+    assert (charged[full] < u["seconds_per_update"][full]).any()     # the waits still come out where they may
