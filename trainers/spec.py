@@ -388,6 +388,11 @@ PARAMS: list[Param] = [
     Param("loss", str, None, "random loss per direction, e.g. 0.1%", unit="%", where="link", optional=True),
     Param("trace", str, None, "play a link trace on every worker link, both directions (a file: Mahimahi "
           "or time_s,rate_mbit_s CSV; or a shipped one: harness traces list)", where="link", optional=True),
+    Param("comm_ratio", str, None, "place the run in a regime, not at a literal rate: full sync's link seconds per "
+          "compute second per update (paper = the HiLo paper's 18.9 s / 14.1 s = 1.34; a number; off: the profile's "
+          "own rates). A pilot measures full sync's compute per update here (CPU time, cached) and every link rate is "
+          "scaled to match. Unset: paper when no rate is given (profile paper-62.5mbit, no --bw or --trace), else off",
+          where="link", optional=True),
     Param("emulation", bool, True, "shape links in network namespaces (root); --no-emulation: localhost, "
           "unshaped", where="link"),
     Param("backend", str, None, "force the shaping backend: netem | fallback (default: the kernel's)",

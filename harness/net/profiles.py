@@ -57,7 +57,7 @@ from harness.net import traces
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
 _LINK_KEYS = {"rate", "delay", "jitter", "loss", "burst_loss", "limit", "trace"}
-_TRACE_KEYS = {"file", "interval"}
+_TRACE_KEYS = {"file", "interval", "scale"}
 DEFAULT_TRACE_INTERVAL_S = 1.0   # one rate change per second: HTB's change is in place, ~1 ms of netlink
 _TOP_KEYS = {"name", "description", "source", "defaults", "learner", "workers", "schedule"}
 _GE_KEYS = {"p", "r", "bad_loss", "good_loss"}
@@ -86,20 +86,26 @@ class GilbertElliott:
 
 @dataclass(frozen=True)
 class TraceRef:
-    """A trace played on one link direction: the file as written in the profile, one step per ``interval_s``."""
+    """A trace played on one link direction: the file as written in the profile, one step per ``interval_s``,
+    its rates multiplied by ``scale`` (`--comm-ratio` scales a traced link like a flat one: same shape)."""
     file: str
     interval_s: float = DEFAULT_TRACE_INTERVAL_S
+    scale: float = 1.0
 
     def load(self) -> traces.Trace:
-        return _load_trace(self.file)
+        trace = _load_trace(self.file)
+        return trace if self.scale == 1.0 else dataclasses.replace(
+            trace, rate_bit_s=tuple(r * self.scale for r in trace.rate_bit_s))
 
     def step(self, at_s: float) -> dict:
         """The step in force ``at_s`` seconds after the start (steps begin at multiples of the interval)."""
         return self.load().step(math.floor(at_s / self.interval_s + 1e-9) * self.interval_s, self.interval_s)
 
     def to_doc(self) -> Any:
-        return self.file if self.interval_s == DEFAULT_TRACE_INTERVAL_S else \
-            {"file": self.file, "interval": units.format_time(self.interval_s)}
+        if self.interval_s == DEFAULT_TRACE_INTERVAL_S and self.scale == 1.0:
+            return self.file
+        doc: dict[str, Any] = {"file": self.file, "interval": units.format_time(self.interval_s)}
+        return doc if self.scale == 1.0 else {**doc, "scale": self.scale}
 
 
 @functools.lru_cache(maxsize=64)
@@ -321,10 +327,14 @@ def _trace(raw: Mapping[str, Any], where: str) -> TraceRef:
     spec = value if isinstance(value, Mapping) else {"file": value}
     _check_keys(spec, _TRACE_KEYS, f"{where}.trace")
     if not isinstance(spec.get("file"), str) or not spec["file"]:
-        raise ProfileError(f"{where}.trace: {value!r} must be a file name or {{file: F, interval: 1s}}")
+        raise ProfileError(f"{where}.trace: {value!r} must be a file name or {{file: F, interval: 1s, scale: 1}}")
     try:
         interval = units.parse_time(spec["interval"]) if "interval" in spec else DEFAULT_TRACE_INTERVAL_S
-        ref = TraceRef(spec["file"], interval)
+        scale = spec.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 1e-6 <= scale <= 1e6:
+            raise ProfileError(f"{where}.trace.scale: {scale!r} must be a number within 1e-06 and 1e+06 "
+                               "(the factor on the trace's rates)")
+        ref = TraceRef(spec["file"], interval, float(scale))
         loaded = ref.load()
     except (units.UnitError, traces.TraceError) as err:
         raise ProfileError(f"{where}.trace: {err}") from None
@@ -500,3 +510,34 @@ def with_link(profile: Profile, defaults: Mapping[str, Any]) -> Profile:
     merged = _merge(base, defaults)
     _check_link_raw(merged, f"{profile.name}.defaults")
     return dataclasses.replace(profile, default=merged)
+
+
+def _scaled_raw(raw: Any, factor: float) -> Any:
+    """A raw link mapping with its rate (and each direction's, and a trace's) multiplied by ``factor``."""
+    if not isinstance(raw, Mapping):
+        return raw
+    out = dict(raw)
+    if "rate" in out:
+        out["rate"] = units.format_rate(units.parse_rate(out["rate"]) * factor)
+    if "trace" in out:
+        ref = out["trace"] if isinstance(out["trace"], Mapping) else {"file": out["trace"]}
+        out["trace"] = {**ref, "scale": float(ref.get("scale", 1.0)) * factor}
+    for d in ("up", "down"):
+        if isinstance(out.get(d), Mapping):
+            out[d] = _scaled_raw(out[d], factor)
+    return out
+
+
+def scaled(profile: Profile, factor: float) -> Profile:
+    """The profile with every link rate it sets (defaults, learner, each worker, every schedule step and
+    trace) multiplied by ``factor``; delays, jitter, loss and the schedule's times stay (`--comm-ratio`:
+    the same network shape at another speed). An unshaped rate stays unshaped."""
+    doc = profile.to_doc()
+    for key in ("defaults", "learner"):
+        if key in doc:
+            doc[key] = _scaled_raw(doc[key], factor)
+    if "workers" in doc:
+        doc["workers"] = {w: _scaled_raw(raw, factor) for w, raw in doc["workers"].items()}
+    if "schedule" in doc:
+        doc["schedule"] = [_scaled_raw(item, factor) for item in doc["schedule"]]
+    return from_doc(doc, profile.name)

@@ -295,10 +295,14 @@ class Network:
 
     @classmethod
     def from_profile(cls, profile, workers: int, **kw) -> "Network":
-        """A `harness.net.profiles.Profile` at time 0 (burst loss counts as its mean loss)."""
+        """A `harness.net.profiles.Profile` at time 0 (burst loss counts as its mean loss, a traced
+        direction as its trace's mean rate)."""
+        def rate(d) -> float | None:
+            return d.trace.load().stats()["mean_bit_s"] if d.trace is not None else d.rate_bit_s
+
         def node(name: str) -> Node:
             link = profile.link(name)
-            return Node(*(Access(d.rate_bit_s, d.delay_s, d.burst_loss.mean_loss() if d.burst_loss else d.loss_frac)
+            return Node(*(Access(rate(d), d.delay_s, d.burst_loss.mean_loss() if d.burst_loss else d.loss_frac)
                           for d in (link.up, link.down)))
         return cls(node("learner"), tuple(node(f"w{i}") for i in range(1, workers + 1)), **kw)
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from harness.net import profiles
-from harness.projection import costmodel as cm
+from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
 from harness.results import dataparallel_report as dpreport
@@ -32,12 +32,8 @@ def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     net = cm.Network.from_profile(prof, workers, cc=host_cc())
     link = prof.link("w1")
-    if link.down.trace is None and link.up.trace is None:
-        return net, f"profile {prof.name}"
-    nodes = tuple(cm.Node(*(cm.Access(d.trace.load().stats()["mean_bit_s"] if d.trace else d.rate_bit_s, d.delay_s,
-                                      d.loss_frac) for d in (prof.link(f"w{i}").up, prof.link(f"w{i}").down)))
-                  for i in range(1, workers + 1))
-    return cm.Network(net.learner, nodes, cc=net.cc), f"profile {prof.name}, traced links at their trace's mean rate"
+    traced = link.down.trace is not None or link.up.trace is not None
+    return net, f"profile {prof.name}" + (", traced links at their trace's mean rate" if traced else "")
 
 
 def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float | None) -> tuple[str, str]:
@@ -78,6 +74,10 @@ def build(run_dir: str | Path) -> dict:
     u = u[~dp]
     if u.empty:
         return out
+    emulated = cfg.get("emulation", True)
+    out["regime"] = commratio.achieved(u, str(cfg.get("baseline") or "full-bf16"),
+                                       profiles.from_doc(cfg["profile_doc"], cfg["profile_name"]) if emulated else None,
+                                       workers, net.cc, cfg.get("regime"))
     adapter = adapter_for(cfg["model"], int(cfg["lora_rank"]))
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))

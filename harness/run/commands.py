@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import units
-from harness.run import config, launch
+from harness.run import config, launch, regime
 from harness.run.config import ConfigError, RunConfig
 from trainers.events import atomic_write_json
 
@@ -81,6 +81,12 @@ def dry_run_text(cfg: RunConfig) -> str:
     from harness.net import backend, plan, topology
 
     lines = ["config:", json.dumps(cfg.to_json(), indent=1, default=str)]
+    if cfg.comm_ratio_target is not None:
+        cached = regime.cache_file(cfg)
+        lines.append(f"regime: worker link rates scaled so that full sync's link/compute ratio is "
+                     f"{cfg.comm_ratio_target:.2f}, from its compute per update measured "
+                     + (f"earlier ({cached})" if cached.is_file() else "by a pilot before the cells")
+                     + "; the plan below is at the profile's own rates")
     if cfg.emulation:
         topo = topology.Topology.plan("0000", cfg.workers)
         chosen = backend.decide(cfg.backend, create=False)  # a dry run creates nothing to probe
@@ -154,6 +160,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
 
     try:
         try:
+            cfg = regime.place(cfg, say=lambda line: None if quiet or as_json else print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started)
         finally:
             live.stop()

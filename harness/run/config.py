@@ -49,6 +49,10 @@ class RunConfig:
     profile_name: str = spec.get("profile").default
     overrides: dict[str, str] = field(default_factory=dict)  # link flags given, as typed
     rate_bit_s: float | None = None           # the worker link rate (down), for the physical floor
+    # --comm-ratio resolved: full sync's link/compute ratio the links will be scaled to (None: literal rates);
+    # `regime` records how (harness/run/regime.py fills it before the cells: pilot, factor, chosen rate)
+    comm_ratio_target: float | None = None
+    regime: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None
     out_dir: str = "results"
     # the profile parsed from profile_doc (links resolved): built with the config, not written to config.json
@@ -76,7 +80,8 @@ class RunConfig:
                for p in spec.PARAMS}
         doc.update(variants=[{"method": v.method, "budget": v.budget, "label": v.label} for v in self.variants],
                    profile_doc=self.profile_doc, profile_name=self.profile_name, overrides=dict(self.overrides),
-                   rate_bit_s=self.rate_bit_s, run_id=self.run_id, out_dir=self.out_dir)
+                   rate_bit_s=self.rate_bit_s, run_id=self.run_id, out_dir=self.out_dir,
+                   comm_ratio_target=self.comm_ratio_target, regime=dict(self.regime))
         return doc
 
     def load_profile(self) -> profiles.Profile:
@@ -165,4 +170,32 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     prof, overrides = _resolve_profile(values["profile"], link)
     return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
-                     out_dir=out_dir, profile=prof)
+                     out_dir=out_dir, profile=prof, comm_ratio_target=comm_ratio_target(values, shaping))
+
+
+def comm_ratio_target(values: dict[str, Any], shaping: list[str]) -> float | None:
+    """--comm-ratio resolved (harness/projection/commratio.py): the ratio the links will be scaled to, or
+    None for the profile's literal rates. Unset, it is `paper` exactly when no rate was chosen: the
+    default profile (whose 62.5 Mbit/s is the paper's rate for a 147.7 MB adapter, not this model's),
+    no --bw, no --trace; a literal rate and a ratio together are refused."""
+    from harness.projection import commratio
+
+    given = values["comm_ratio"]
+    rate_given = [f"--{k}" for k in shaping if k in ("bw", "trace")]
+    data_parallel = [m for m in values["method"] + (values["baseline"],) if spec.is_data_parallel(m)]
+    if given is None:
+        literal = rate_given or not values["emulation"] or values["profile"] != spec.get("profile").default
+        return None if literal or data_parallel else commratio.PAPER_RATIO
+    try:
+        target = commratio.parse(given)
+    except commratio.RatioError as err:
+        raise ConfigError(str(err)) from None
+    if target is not None and rate_given:
+        raise ConfigError(f"--comm-ratio {given} and {' '.join(rate_given)} both set the link rate; give one "
+                          "(--comm-ratio off keeps the literal rate)")
+    if target is not None and data_parallel:
+        raise ConfigError(f"--comm-ratio {given}: the ratio is HiLo's full sync's link/compute per update; "
+                          f"{data_parallel[0]} is a data-parallel method (give --bw)")
+    if target is not None and not values["emulation"]:
+        raise ConfigError(f"--comm-ratio {given}: with --no-emulation no link is shaped (drop it, or run with emulation)")
+    return target

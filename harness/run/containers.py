@@ -141,6 +141,12 @@ def config_from_env(environ: Mapping[str, str]):
 
     given = values_from_env(environ)
     check_profile(str(given.get("profile", spec.get("profile").default)))
+    # the containers front door plays WAN_PROFILE's own rates: its links are shaped before a pilot could
+    # measure anything (COMM_RATIO=off unless the environment says otherwise; harness run places a regime)
+    given.setdefault("comm_ratio", "off")
+    if str(given["comm_ratio"]).strip().lower() != "off":
+        raise spec.SpecError(f"COMM_RATIO: {given['comm_ratio']!r}: the containers front door plays WAN_PROFILE's own "
+                             "rates (harness run --comm-ratio places a run in a regime)")
     run_id = environ.get("RUN_ID", "").strip() or None
     return config.build(**given, run_id=run_id, out_dir=environ.get("RESULTS_DIR", "results"))
 

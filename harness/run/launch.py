@@ -450,11 +450,12 @@ def prepare_models(cfg: RunConfig, cache: Path) -> None:
 
 
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
-            started: Callable[[], None] = lambda: None) -> Path:
+            started: Callable[[], None] = lambda: None, artefacts: bool = True) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
-    `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one)."""
+    `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one).
+    `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot)."""
     check_privileges(cfg)
     started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
@@ -496,7 +497,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
-        finalize(run_dir)
+        finalize(run_dir) if artefacts else results.write_tables(run_dir)
     return run_dir
 
 

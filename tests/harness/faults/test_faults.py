@@ -27,7 +27,8 @@ from harness.net import clean
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.root, pytest.mark.faults]
 BASE = ["--workers", "2", "--method", "spar", "--budget", "1.6%", "--baseline", "none", "--model", "micro",
-        "--seeds", "1", "--objective", "grpo", "--max-new-tokens", "4"]  # budget given: the cells' names below
+        "--seeds", "1", "--objective", "grpo", "--max-new-tokens", "4",
+        "--comm-ratio", "off"]  # budget given: the cells' names below; the profile's literal rate, no pilot
 TABLE: list[tuple] = []   # (fault, survived, versions lost, leftovers): printed at the end with -s
 
 

@@ -158,7 +158,7 @@ def test_a_run_whose_counter_fails_says_so_in_meta_json_and_on_stderr(tmp_path):
     broken.chmod(0o755)
     res = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--model", "micro", "--updates", "2", "--seeds", "1",
                           "--workers", "1", "--objective", "grpo", "--method", "full", "--baseline", "none",
-                          "--loss", "1%", "--run-id", "counters", "--out", str(tmp_path / "results"), "--quiet"],
+                          "--loss", "1%", "--comm-ratio", "off", "--run-id", "counters", "--out", str(tmp_path / "results"), "--quiet"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PATH=str(bin_dir)))
     assert res.returncode == 0, res.stderr[-3000:]
     meta = json.loads((tmp_path / "results" / "counters" / "meta.json").read_text())
