@@ -57,7 +57,7 @@ DP_METHODS = ("ddp", "diloco", "lordo-global", "lordo-local", "lowrank-ddp", "lo
 # lordo-*-fullrank may also name what its full-rank term applies: lordo-global-fullrank-reapplied.
 DP_METHOD = re.compile(r"^(ddp|lowrank-ddp(?:-dense|-projected)?|diloco|lordo-global|lordo-local)"
                        r"(?:-(none|lowrank|fullrank))?(?:-(gradient|reduced|reapplied))?$")
-QUALITY_METRICS = ("pass_at_k", "pass_at_1", "gold_prob", "objective")
+QUALITY_METRICS = ("auto", "pass_at_k", "pass_at_1", "gold_prob", "objective")  # auto: harness/results/quality.py
 
 # Options of each compressor (name -> default). The compressor classes take their defaults
 # from here; the run spec turns each into a flag.
@@ -283,10 +283,12 @@ PARAMS: list[Param] = [
     Param("spawn", str, "fork", "how the services start: fork (from one process per run that imported torch "
           "once: the imports' memory shared copy-on-write, a start in ~0.1 s; harness/run/forkserver.py) or exec "
           "(a fresh Python each)", choices=("fork", "exec"), where="harness"),
-    Param("quality_metric", str, "pass_at_k", "the held-out figure that quality and time-to-quality use: pass_at_k, "
-          "pass_at_1, gold_prob (the exact probability that one sample is the gold answer: no sampling noise, a "
-          "lower bound of pass@1; trainers/hilo/evaluate.py), or objective (reverse KL to the teacher for distill, "
-          "lower is better; mean reward for grpo)",
+    Param("quality_metric", str, "auto", "the held-out figure that decides quality and time to quality (the report "
+          "shows every figure's difference beside it): auto (the finest that means quality: gold_prob where the "
+          "task's gold is its only right answer, digits and knights_knaves, and the run recorded it; else pass_at_1), "
+          "pass_at_k, pass_at_1, gold_prob (the exact probability that one sample is the gold answer: no sampling "
+          "noise, a lower bound of pass@1; trainers/hilo/evaluate.py), or objective (reverse KL to the teacher for "
+          "distill, lower is better; mean reward for grpo)",
           choices=QUALITY_METRICS, where="harness"),
     Param("quality_target", float, 0.9, "time-to-quality target: this fraction of the baseline's final held-out "
           "improvement (mean over seeds)", lo=0.01, hi=1.0, where="harness"),

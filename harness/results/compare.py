@@ -263,15 +263,23 @@ def comparison(updates: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame |
     df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
     df = _with_speedup_ci(df, base, keys)
     df = _equal_bytes(df, base, keys, updates)
-    return _with_quality(df, evals, keys)
+    return _with_quality(df, evals, keys, updates)
 
 
-def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str]) -> pd.DataFrame:
+def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str],
+                  updates: pd.DataFrame | None = None) -> pd.DataFrame:
     """The held-out columns (quality.quality_table) joined on coordinates + variant; runs without
-    evaluations keep only the training-batch figure."""
+    evaluations keep only the training-batch figure. Given the `updates`, the evals gain `cpu_s`
+    (cpu_charged seconds up to each version) and time to quality is on CPU time wherever a variant
+    under the same coordinates ran contended."""
     if evals is None or evals.empty:
         return df
-    q = quality.quality_table(evals, [k for k in keys if k in evals])
+    on = [k for k in keys if k in evals]
+    if updates is not None and not updates.empty:
+        evals = quality.with_cpu_seconds(evals, updates, cpu_charged)
+    busy = df[df["contended"] == True] if "contended" in df else df.iloc[0:0]  # noqa: E712 (None: unknown)
+    basis = {quality.coord_key([r[k] for k in on]): "cpu" for _, r in busy.iterrows()}
+    q = quality.quality_table(evals, on, basis)
     on = [k for k in keys if k in q] + ["variant"]
     q = q.drop(columns=[c for c in q.columns if c in df.columns and c not in on])
     for k in on:  # NaN coordinates (an unshaped run's rate) must join too

@@ -1,9 +1,16 @@
-"""Held-out quality, paired differences and time-to-quality: the other half of the comparison.
+"""Held-out quality, paired differences and time to quality: the other half of the comparison.
 
 From the `evals` table (harness/results/tables.py: one row per cell x evaluated version):
 
-- **quality** of a variant = its final held-out figure (pass@k by default, `--quality-metric`),
-  mean over seeds with a 95 % confidence interval (Student's t, seeds as the samples);
+- **the decision metric** (`--quality-metric`, default `auto`): `auto` is resolved here, from the
+  rows, so a run recorded before a figure existed still resolves: the exact P(gold) where the task's
+  gold is its only right answer (`trainers.tasks.unique_gold`: digits, knights_knaves) and the run
+  recorded `gold_prob`; pass@1 (eval_samples samples per problem) otherwise (countdown: many
+  expressions hit the target, so P(the canonical one) is not the quality). The finest figure
+  decides because a coarse one can hide a loss: measured on main, pass@4 -0.010 ± 0.027
+  (indistinguishable) where P(gold) said -0.042 ± 0.018 (worse);
+- **quality** of a variant = its final held-out figure, mean over seeds with a 95 % confidence
+  interval (Student's t, seeds as the samples);
 - **paired difference** (issue 21): the seeds are paired by design (the same initial adapter, the same
   rollout seeds, the same evaluation dice), so per seed d = variant's final - the baseline's final,
   and the difference is mean(d) ± t(0.975, n-1) sd(d) / sqrt(n). Its **resolution** is the smallest
@@ -12,26 +19,37 @@ From the `evals` table (harness/results/tables.py: one row per cell x evaluated 
   verdict is "better" / "worse" when the 95 % interval excludes 0, else "indistinguishable" (at that
   resolution). `seeds_for(sd, gap)` inverts it: the seeds a pilot's paired sd needs to resolve a gap.
   Student's t, not a bootstrap: with 3-5 seeds a bootstrap's interval is too narrow (it cannot see
-  tails it never sampled);
-- **time to quality** (issue 21): per seed, the target is that seed's BASELINE improvement, `start +
-  quality_target x (final - start)` (default 90 %), so every baseline seed reaches its own target. A
-  seed of a variant reaches it when its curve stays at or past the target for the rest of the run
-  (a dip below it later un-reaches it); the version and the training seconds (`wall_s`: the sum of
-  seconds per update, evaluation excluded) are interpolated linearly between the last evaluation
-  short of the target and the next one, so the figure is finer than `--eval-every` (which sets how
-  often the curve is sampled: each evaluation costs eval_problems x eval_samples rollouts after the
-  loop, none in the timeline). A method 2x faster per update that needs 2.3x the updates is slower
-  here, which is the point. Its paired difference with the baseline (seconds) is reported like
-  quality's, over the seeds where both reached.
+  tails it never sampled). The decision metric's are the `heldout_diff_*` columns; every figure the
+  run recorded gets its own beside them (`diff_<m>_*`, m in METRICS), and `metrics_disagree` flags
+  a row whose figures' verdicts differ;
+- **share of the baseline's gain kept** (`gain_kept*`, `gain_share`): over the paired seeds,
+  mean(method final - start) / mean(baseline final - start), with Fieller's 95 % interval;
+- **time to quality, symmetric** (AlgoPerf's rule):
+  one target per coordinate group, common to every method, from the baseline's seed-mean curve:
+  start + f x (final - start) of the mean over seeds (f in TTQ_FRACTIONS, and `--quality-target` for
+  the single-target `heldout_target` / `ttq_*` columns). Every seed of every method, the baseline
+  included, reaches it when its curve stays at or past it for the rest of the run (a dip below it
+  later un-reaches it), at a version and a training time interpolated linearly between the last
+  evaluation short of it and the next (so the figure is finer than `--eval-every`); a seed that
+  does not is censored: counted, never averaged away (AlgoPerf scores it as an infinite time). A
+  per-seed target from each baseline seed's own curve (this module before issue 33) let the
+  baseline reach its target by construction. The `ttq<pct>_*` columns compare times as a paired
+  ratio method / baseline (`ttq_ratio`); training time is `cpu_s` (each update charged at its CPU
+  seconds, compare.cpu_charged) where the machine was contended, else `wall_s` (the sum of seconds
+  per update; evaluation time is in neither), and the wall ratio stands beside it. A method 2x
+  faster per update that needs 2.3x the updates is slower here, which is the point;
+- **quality at equal time** (`q_at_equal_time_*`): each seed's decision figure at the baseline's
+  median training time, interpolated on its curve (a curve that ends sooner gives its last value and
+  is counted in `q_at_equal_time_short`), mean ± CI and the paired difference from the baseline.
 
 Every variant of a seed starts from the same policy (the LoRA update is zero at version 0) and
 is evaluated on the same held-out problems with the same sampling seed, so the methods' curves
-differ only by what training did. Pure pandas; imports no torch.
+differ only by what training did. Pure pandas; imports no torch (trainers.tasks is torch-free).
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,10 +138,34 @@ def paired(diffs: list[float], lower: bool = False) -> dict:
             "resolution": resolution(sd, n) if sd is not None else None}
 
 
+METRICS = ("gold_prob", "pass_at_1", "pass_at_k", "objective")   # every figure a run may record, finest first
+TTQ_FRACTIONS = (0.5, 0.75, 0.9)   # time-to-quality targets: these fractions of the baseline's seed-mean gain
+
+
 def metric_column(metric: str) -> str:
-    """The evals column a `--quality-metric` reads."""
+    """The evals column a (resolved) `--quality-metric` reads."""
     return {"pass_at_k": "pass_at_k", "pass_at_1": "pass_at_1", "gold_prob": "gold_prob",
             "objective": "objective_value"}[metric]
+
+
+def recorded(evals: pd.DataFrame, metric: str) -> bool:
+    """The rows carry this figure (gold_prob is absent or empty in runs recorded before it)."""
+    col = metric_column(metric)
+    return col in evals and bool(evals[col].notna().any())
+
+
+def resolve_metric(evals: pd.DataFrame, metric: str) -> str:
+    """`auto` -> gold_prob where every task of the rows has a unique gold (`trainers.tasks.unique_gold`;
+    no task column: not known, so not trusted) and the rows carry it, else pass_at_1 (else pass_at_k);
+    any other name as it is."""
+    if metric != "auto":
+        return metric
+    from trainers import tasks  # torch-free, but only `auto` needs the task registry: importing results stays light
+
+    names = set(evals["task"].dropna().astype(str)) if "task" in evals else set()
+    if names and all(tasks.unique_gold(n) for n in names) and recorded(evals, "gold_prob"):
+        return "gold_prob"
+    return "pass_at_1" if recorded(evals, "pass_at_1") else "pass_at_k"
 
 
 def lower_is_better(evals: pd.DataFrame, metric: str) -> bool:
@@ -142,12 +184,13 @@ def metric_name(evals: pd.DataFrame, metric: str) -> str:
 
 
 def run_metric(evals: pd.DataFrame) -> tuple[str, float]:
-    """(quality metric, target fraction) of these rows (their runs' `--quality-metric`, `--quality-target`)."""
-    metric = evals["quality_metric"].iloc[0] if "quality_metric" in evals and evals["quality_metric"].notna().any() \
-        else "pass_at_k"
+    """(quality metric, target fraction) of these rows: their runs' `--quality-metric` with `auto`
+    resolved (resolve_metric; `auto` also where the rows do not say), and `--quality-target`."""
+    metric = evals["quality_metric"].dropna().iloc[0] if "quality_metric" in evals and evals["quality_metric"].notna().any() \
+        else "auto"
     target = evals["quality_target"].iloc[0] if "quality_target" in evals and evals["quality_target"].notna().any() \
         else 0.9
-    return str(metric), float(target)
+    return resolve_metric(evals, str(metric)), float(target)
 
 
 def per_seed(g: pd.DataFrame, col: str) -> pd.DataFrame:
@@ -171,22 +214,25 @@ def improvement_in_sd(s: pd.DataFrame) -> float | None:
     return abs(mean) / sd if sd > 0 else (math.inf if mean else 0.0)
 
 
-def seed_targets(base: pd.DataFrame, col: str, frac: float, lower: bool) -> dict:
-    """seed -> that baseline seed's target, start + frac x (final - start), or None where the seed
-    did not improve (no target to reach)."""
-    out = {}
-    for seed, r in per_seed(base, col).iterrows():
-        gain = float(r["final"] - r["start"])
-        out[seed] = float(r["start"] + frac * gain) if (gain < 0 if lower else gain > 0) else None
-    return out
+def _gained(gain: float, lower: bool) -> bool:
+    return gain < 0 if lower else gain > 0
 
 
-def reach_and_hold(g: pd.DataFrame, col: str, target: float, lower: bool) -> tuple[float | None, float | None]:
-    """(version, training seconds) from which one seed's curve stays at or past `target` to its last
-    evaluation, interpolated linearly between the last evaluation short of it and the next; (None,
-    None) when the last evaluation is short of it."""
+def common_target(s: pd.DataFrame, frac: float, lower: bool) -> float | None:
+    """The target every method's seeds must reach: start + frac x (final - start) of the baseline's
+    seed-mean curve (`s`: per_seed of the baseline; the curve's start and final are the means of the
+    seeds' starts and finals); None where that curve did not gain (no target to reach)."""
+    start, gain = float(s["start"].mean()), float(s["final"].mean() - s["start"].mean())
+    return start + frac * gain if _gained(gain, lower) else None
+
+
+def reach_and_hold(g: pd.DataFrame, col: str, target: float, lower: bool,
+                   clock: str = "wall_s") -> tuple[float | None, float | None]:
+    """(version, training seconds on `clock`) from which one seed's curve stays at or past `target`
+    to its last evaluation, interpolated linearly between the last evaluation short of it and the
+    next; (None, None) when the last evaluation is short of it."""
     g = g.sort_values("version")
-    ys, vs, ws = (g[c].astype(float).tolist() for c in (col, "version", "wall_s"))
+    ys, vs, ws = (g[c].astype(float).tolist() for c in (col, "version", clock))
     ok = [(y <= target) if lower else (y >= target) for y in ys]
     if not ok or not ok[-1]:
         return None, None
@@ -198,9 +244,129 @@ def reach_and_hold(g: pd.DataFrame, col: str, target: float, lower: bool) -> tup
     return vs[i] + f * (vs[i + 1] - vs[i]), ws[i] + f * (ws[i + 1] - ws[i])
 
 
-def quality_table(evals: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """One row per (coordinates, variant): held-out quality (final, mean and 95 % CI over seeds) for
-    pass@1, pass@k and the objective, and time to the baseline-derived target (seconds, updates)."""
+def _times(g: pd.DataFrame, col: str, target: float | None, lower: bool, clock: str) -> dict:
+    """seed -> (version, seconds on `clock`, wall seconds) at which it reaches and holds `target`;
+    (None, None, None) for a censored seed (or every seed, without a target)."""
+    out = {}
+    for seed, gs in g.groupby("seed"):
+        if target is None:
+            out[seed] = (None, None, None)
+            continue
+        v, secs = reach_and_hold(gs, col, target, lower, clock)
+        out[seed] = (v, secs, reach_and_hold(gs, col, target, lower)[1] if clock != "wall_s" else secs)
+    return out
+
+
+def gain_share(a: list[float], b: list[float], lower: bool = False) -> dict:
+    """The share of the baseline's gain a method kept, over paired seeds: a = the method's final -
+    start per seed, b = the baseline's; share = mean(a) / mean(b) (None when the baseline did not gain).
+
+    The interval is Fieller's for a ratio of paired means: every share R for which a paired t test
+    does not reject mean(a - R b) = 0 at the 5 % level, i.e. the roots of (ā - R b̄)² = t² var(a - R b)
+    / n. Not the delta method: with 3-5 seeds and a baseline gain a few sds from 0 its symmetric
+    interval misstates the skew of a ratio; Fieller's is exact under normality and opens up
+    (lo, hi None) when the baseline's own gain is not resolved. At R = 1 the test is the paired test
+    of the finals (a - b = method's final - baseline's final: the same start), so "keeps all of it"
+    (the interval holds 1) agrees with the paired difference's "indistinguishable", by construction."""
+    n = len(a)
+    out = {"share": None, "lo": None, "hi": None, "verdict": None}
+    if not n or not _gained(sum(b) / n, lower):
+        return out
+    ma, mb = sum(a) / n, sum(b) / n
+    out["share"] = ma / mb
+    if n < 2:
+        return out
+    q = _t(T95, n - 1) ** 2 / n
+    cov = lambda x, y: sum((u - sum(x) / n) * (v - sum(y) / n) for u, v in zip(x, y)) / (n - 1)  # noqa: E731
+    saa, sbb, sab = cov(a, a), cov(b, b), cov(a, b)
+    qa, qb, qc = mb * mb - q * sbb, -2 * (ma * mb - q * sab), ma * ma - q * saa
+    if qa > 0:   # bounded: the baseline's gain is resolved
+        root = math.sqrt(max(qb * qb - 4 * qa * qc, 0.0))
+        out["lo"], out["hi"] = (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+    d = [x - y for x, y in zip(a, b)]
+    mean, half = ci95(d)
+    out["verdict"] = ("keeps all of it" if abs(mean) <= half else "keeps less" if mean / mb < 0 else "keeps more")
+    return out
+
+
+def ttq_ratio(mine: dict, base: dict) -> dict:
+    """The paired ratio of times to a target, method / baseline, over the seeds both have: geometric
+    mean and a t interval on the logs over the seeds where both reached it (compare._speedup_ci's
+    pattern), the seeds only one reached, and the verdict (`ttq_verdict`). mine, base: seed -> seconds
+    or None (censored)."""
+    seeds = [s for s in mine if s in base]
+    both = [s for s in seeds if mine[s] is not None and base[s] is not None]
+    ties = [s for s in both if mine[s] == base[s] == 0]      # both past the target at version 0
+    logs = [math.log(mine[s] / base[s]) for s in both if mine[s] > 0 and base[s] > 0] + [0.0] * len(ties)
+    wins = [s for s in seeds if mine[s] is not None and (base[s] is None or (mine[s] == 0 < base[s]))]
+    losses = [s for s in seeds if base[s] is not None and (mine[s] is None or (base[s] == 0 < mine[s]))]
+    out = {"ratio": None, "lo": None, "hi": None, "n": len(logs), "only_method": len(wins),
+           "only_baseline": len(losses)}
+    if logs:
+        mean, half = ci95(logs)
+        out["ratio"] = math.exp(mean)
+        if half is not None:
+            out["lo"], out["hi"] = math.exp(mean - half), math.exp(mean + half)
+    out["verdict"] = ttq_verdict(out, [math.exp(x) for x in logs])
+    return out
+
+
+def ttq_verdict(r: dict, ratios: list[float]) -> str:
+    """faster / slower: the ratio's 95 % interval lies below / above 1 (and no censored seed says the
+    opposite); indistinguishable; with fewer than 2 seeds where both reached, the censored seeds
+    decide only when every seed points one way ("slower (censored)": the baseline reached where the
+    method did not, never the other way round), else "censored" with the reason."""
+    wins, losses = r["only_method"], r["only_baseline"]
+    if r["lo"] is not None:
+        v = "faster" if r["hi"] < 1 else "slower" if r["lo"] > 1 else "indistinguishable"
+        if (v == "faster" and losses) or (v == "slower" and wins):
+            return "indistinguishable (censored seeds disagree)"
+        return v
+    if not (ratios or wins or losses):
+        return "censored: no seed of either reached it"
+    if wins and not losses and all(x < 1 for x in ratios):
+        return "faster (censored)"
+    if losses and not wins and all(x > 1 for x in ratios):
+        return "slower (censored)"
+    return "censored: too few seeds reached it"
+
+
+def coord_key(values) -> tuple:
+    """A coordinate tuple as a dict key (NaN and None both -> None: an unshaped run has no rate)."""
+    return tuple(None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values)
+
+
+def with_cpu_seconds(evals: pd.DataFrame, updates: pd.DataFrame, charged: Callable) -> pd.DataFrame:
+    """evals + `cpu_s`: per cell, the sum of its updates' CPU-charged seconds (`charged(rows)`, one
+    value per update row: compare.cpu_charged) up to each evaluated version; unchanged where the rows
+    do not say which cell they are (no `cell` column)."""
+    on = [c for c in ("run_id", "cell") if c in evals and c in updates]
+    if "cell" not in on or updates.empty or "update_index" not in updates:
+        return evals
+    sums = {}
+    for key, g in updates.groupby(on, dropna=False, sort=False):
+        by = charged(g).groupby(g["update_index"]).sum().sort_index().cumsum()
+        sums[coord_key(key if isinstance(key, tuple) else (key,))] = by
+    evals = evals.copy()
+    evals["cpu_s"] = [_upto(sums.get(coord_key([r[c] for c in on])), r["version"]) for _, r in evals.iterrows()]
+    return evals
+
+
+def _upto(cum, version) -> float | None:
+    """The cumulative sum at the last update <= version (0 before the first); None without updates."""
+    if cum is None:
+        return None
+    past = cum[cum.index <= version]
+    return float(past.iloc[-1]) if len(past) else 0.0
+
+
+def quality_table(evals: pd.DataFrame, keys: list[str], basis: str | dict | None = None) -> pd.DataFrame:
+    """One row per (coordinates, variant): held-out quality (final, mean and 95 % CI over seeds) of
+    every figure, the decision figure's paired difference (heldout_diff_*) and every figure's
+    (diff_<m>_*), the share of the baseline's gain kept, time to the common targets and quality at
+    equal time. `basis`: the clock of the ttq<pct>_* and equal-time columns, "cpu" or "wall" for every
+    group, or {coord_key(coordinates): "cpu" | "wall"} (compare: "cpu" where the machine was
+    contended); cpu needs the `cpu_s` column (with_cpu_seconds), else wall."""
     import pandas as pd
 
     if evals is None or evals.empty:
@@ -209,66 +375,159 @@ def quality_table(evals: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     col, lower = metric_column(metric), lower_is_better(evals, metric)
     if col not in evals:  # e.g. gold_prob asked of a run recorded before the learner wrote it
         return pd.DataFrame()
+    figures = {m: (metric_column(m), lower_is_better(evals, m), metric_name(evals, m)) for m in METRICS
+               if recorded(evals, m)}
     rows = []
     for key, group in evals.groupby(keys, dropna=False, sort=False):
-        rows += _group_rows(dict(zip(keys, key if isinstance(key, tuple) else (key,))), group, col, lower, frac)
+        values = key if isinstance(key, tuple) else (key,)
+        clock = basis.get(coord_key(values), "wall") if isinstance(basis, dict) else (basis or "wall")
+        clock = "cpu" if clock == "cpu" and "cpu_s" in group and group["cpu_s"].notna().all() else "wall"
+        rows += _group_rows(dict(zip(keys, values)), group, (metric, col, lower, frac), figures, clock)
     out = pd.DataFrame(rows)
+    out["heldout_metric"] = metric
     out["heldout_name"] = metric_name(evals, metric)
     out["heldout_lower_is_better"] = lower
     out["objective_name"] = str(evals["objective_metric"].iloc[0]) if "objective_metric" in evals else "objective"
     return out
 
 
-def _group_rows(coords: dict, group: pd.DataFrame, col: str, lower: bool, frac: float) -> list[dict]:
-    """The rows of one coordinate group: each baseline seed's curve sets that seed's target."""
+def _group_rows(coords: dict, group: pd.DataFrame, decision: tuple, figures: dict, clock: str) -> list[dict]:
+    """The rows of one coordinate group: the baseline's seed-mean curve sets the targets every
+    method's seeds (the baseline's included) must reach and hold."""
+    metric, col, lower, frac = decision
     baseline = group["baseline"].iloc[0] if "baseline" in group else None
     base = group[group["method"] == baseline]
-    targets, improvement, signal, base_final, base_ttq = {}, None, None, None, {}
-    if not base.empty:
-        s = per_seed(base, col)
-        improvement = float(s["final"].mean() - s["start"].mean())
-        signal = improvement_in_sd(s)
-        targets = seed_targets(base, col, frac, lower)
-        base_final = s["final"]
-        base_ttq = _ttq(base, col, targets, lower)
-    shown = [t for t in targets.values() if t is not None]
+    sb = per_seed(base, col) if not base.empty else None
+    improvement = float(sb["final"].mean() - sb["start"].mean()) if sb is not None else None
+    target = common_target(sb, frac, lower) if sb is not None else None
+    targets = {f: common_target(sb, f, lower) if sb is not None else None for f in TTQ_FRACTIONS}
+    secs = "cpu_s" if clock == "cpu" else "wall_s"
+    base_ttq = _times(base, col, target, lower, "wall_s")
+    base_times = {f: _times(base, col, t, lower, secs) for f, t in targets.items()}
+    end = _median([float(g.sort_values("version")[secs].iloc[-1]) for _, g in base.groupby("seed")])
+    base_at = _at_time(base, col, secs, end)[0]
     rows = []
     for variant, g in group.groupby("variant", sort=False):
         s = per_seed(g, col)
-        ttq = _ttq(g, col, targets, lower)
-        secs = [r[1] for r in ttq.values() if r[1] is not None]
+        ttq = _times(g, col, target, lower, "wall_s")
         row = {**coords, "variant": variant, "method": g["method"].iloc[0], "heldout_seeds": int(len(s)),
-               "heldout_start": float(s["start"].mean()), "heldout_target": sum(shown) / len(shown) if shown else None,
-               "baseline_improvement": improvement, "baseline_improvement_sd": signal,
-               "ttq_reached": len(secs), "ttq_updates_mean": ci95([r[0] for r in ttq.values() if r[0] is not None])[0]}
-        row["ttq_seconds_mean"], row["ttq_seconds_ci95"] = ci95(secs)
+               "heldout_start": float(s["start"].mean()), "heldout_target": target,
+               "baseline_improvement": improvement,
+               "baseline_improvement_sd": improvement_in_sd(sb) if sb is not None else None}
         row["heldout_mean"], row["heldout_ci95"] = ci95(s["final"])
-        for name, c in (("pass_at_1", "pass_at_1"), ("pass_at_k", "pass_at_k"), ("gold_prob", "gold_prob"),
-                        ("objective", "objective_value")):
-            row[f"{name}_mean"], row[f"{name}_ci95"] = ci95(per_seed(g, c)["final"]) if c in g else (None, None)
-        row.update(_paired_columns(s["final"], base_final, ttq, base_ttq, lower))
+        row.update(_single_target(ttq, base_ttq, target))
+        row.update(_figure_columns(g, base, figures, metric))
+        for f, t in targets.items():
+            row.update(_ttq_columns(int(round(100 * f)), t, _times(g, col, t, lower, secs), base_times[f],
+                                    clock, g["method"].iloc[0] == baseline))
+        row.update(_equal_time_columns(g, col, secs, end, base_at, lower, clock))
         rows.append(row)
     return _with_ttq_speedup(rows, baseline)
 
 
-def _ttq(g: pd.DataFrame, col: str, targets: dict, lower: bool) -> dict:
-    """seed -> (version, seconds) at which the seed reaches and holds its baseline seed's target."""
-    return {seed: reach_and_hold(gs, col, targets[seed], lower) if targets.get(seed) is not None else (None, None)
-            for seed, gs in g.groupby("seed")}
+def _figure_columns(g: pd.DataFrame, base: pd.DataFrame, figures: dict, decision: str) -> dict:
+    """Per figure m the run recorded: final mean ± CI (<m>_mean, <m>_ci95), the paired difference from
+    the baseline (diff_<m>_*: mean, ci95, sd, n, resolution, verdict) and the share of its gain kept
+    (gain_kept_<m>, _lo, _hi, _verdict); the decision figure's also as heldout_diff_* and gain_kept*,
+    and metrics_disagree (+ a note) where the verdicts of the figures that have one differ."""
+    out, said = {}, {}
+    for m in ("pass_at_1", "pass_at_k", "gold_prob", "objective"):
+        c = metric_column(m)
+        out[f"{m}_mean"], out[f"{m}_ci95"] = ci95(per_seed(g, c)["final"]) if c in g else (None, None)
+    for m, (c, lower, name) in figures.items():
+        s, sb = per_seed(g, c), per_seed(base, c) if not base.empty else None
+        seeds = [x for x in s.index if sb is not None and x in sb.index]
+        d = paired([float(s.loc[x, "final"] - sb.loc[x, "final"]) for x in seeds], lower)
+        out.update({f"diff_{m}_{k}": d[k] for k in ("mean", "ci95", "sd", "n", "resolution", "verdict")})
+        share = gain_share([float(s.loc[x, "final"] - s.loc[x, "start"]) for x in seeds],
+                           [float(sb.loc[x, "final"] - sb.loc[x, "start"]) for x in seeds], lower)
+        out.update({f"gain_kept_{m}": share["share"], f"gain_kept_{m}_lo": share["lo"],
+                    f"gain_kept_{m}_hi": share["hi"], f"gain_kept_{m}_verdict": share["verdict"]})
+        if d["verdict"] is not None:
+            said[name] = (d["verdict"], d["mean"], d["ci95"])
+    if decision in figures:
+        out.update({f"heldout_{k}": out[f"diff_{decision}_{k}"] for k in ("resolution", "verdict")})
+        out.update({f"heldout_diff_{k}": out[f"diff_{decision}_{k}"] for k in ("mean", "ci95", "sd", "n")})
+        out.update({f"gain_kept{k}": out[f"gain_kept_{decision}{k}"] for k in ("", "_lo", "_hi", "_verdict")})
+    out["metrics_disagree"] = len({v[0] for v in said.values()}) > 1
+    out["metrics_disagree_note"] = ("; ".join(f"{n} says {v} ({m:+.3f} ± {h:.3f})" for n, (v, m, h) in said.items())
+                                    if out["metrics_disagree"] else None)
+    return out
 
 
-def _paired_columns(final, base_final, ttq: dict, base_ttq: dict, lower: bool) -> dict:
-    """Per-seed differences from the baseline: final quality (heldout_diff_*) and seconds to the
-    target (ttq_diff_*, over the seeds where both reached it; fewer seconds is better)."""
-    if base_final is None:
-        return {}
-    seeds = [x for x in final.index if x in base_final.index]
-    q = paired([float(final[x] - base_final[x]) for x in seeds], lower)
-    both = [x for x in seeds if ttq.get(x, (None, None))[1] is not None and base_ttq.get(x, (None, None))[1] is not None]
-    t = paired([ttq[x][1] - base_ttq[x][1] for x in both], lower=True)
-    return {"heldout_diff_mean": q["mean"], "heldout_diff_ci95": q["ci95"], "heldout_diff_sd": q["sd"],
-            "heldout_diff_n": q["n"], "heldout_resolution": q["resolution"], "heldout_verdict": q["verdict"],
-            "ttq_diff_mean": t["mean"], "ttq_diff_ci95": t["ci95"], "ttq_diff_n": t["n"], "ttq_verdict": t["verdict"]}
+def _single_target(ttq: dict, base_ttq: dict, target: float | None) -> dict:
+    """The `--quality-target` columns (wall seconds): seeds reaching the common target, mean updates
+    and seconds to it over those seeds, and the paired seconds difference from the baseline over the
+    seeds where both reached it (ttq_diff_*; fewer seconds is better)."""
+    reached = {s: t for s, t in ttq.items() if t[1] is not None}
+    out = {"ttq_reached": len(reached), "ttq_updates_mean": ci95([t[0] for t in reached.values()])[0]}
+    out["ttq_seconds_mean"], out["ttq_seconds_ci95"] = ci95([t[1] for t in reached.values()])
+    both = [s for s in reached if base_ttq.get(s, (None, None))[1] is not None]
+    t = paired([reached[s][1] - base_ttq[s][1] for s in both], lower=True)
+    out.update({"ttq_diff_mean": t["mean"], "ttq_diff_ci95": t["ci95"], "ttq_diff_n": t["n"],
+                "ttq_verdict": t["verdict"]})
+    return out
+
+
+def _ttq_columns(pct: int, target: float | None, mine: dict, base: dict, clock: str, is_baseline: bool) -> dict:
+    """ttq<pct>_*: the common target, seeds that reached / were censored, mean seconds over the
+    reaching seeds, the paired ratio method / baseline on `clock` (and on wall time) with its CI and
+    verdict (None for the baseline's own row, and everything but the target without a target)."""
+    p = f"ttq{pct}_"
+    done = [t[1] for t in mine.values() if t[1] is not None]
+    out = {p + "target": target, p + "seconds_basis": clock, p + "reached": None, p + "censored": None,
+           p + "seconds_mean": None, p + "ratio": None, p + "ratio_lo": None, p + "ratio_hi": None,
+           p + "ratio_n": 0, p + "ratio_wall": None, p + "only_method": None, p + "only_baseline": None,
+           p + "verdict": None}
+    if target is None:
+        return out
+    r = ttq_ratio({s: t[1] for s, t in mine.items()}, {s: t[1] for s, t in base.items()})
+    wall = ttq_ratio({s: t[2] for s, t in mine.items()}, {s: t[2] for s, t in base.items()})
+    out.update({p + "reached": len(done), p + "censored": len(mine) - len(done),
+                p + "seconds_mean": sum(done) / len(done) if done else None, p + "ratio": r["ratio"],
+                p + "ratio_lo": r["lo"], p + "ratio_hi": r["hi"], p + "ratio_n": r["n"], p + "ratio_wall": wall["ratio"],
+                p + "only_method": r["only_method"], p + "only_baseline": r["only_baseline"],
+                p + "verdict": None if is_baseline else r["verdict"]})
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
+def _at_time(g: pd.DataFrame, col: str, clock: str, when: float | None) -> tuple[dict, int]:
+    """({seed: the figure at training time `when`, linear between evaluations}, seeds whose curve
+    ended before `when`: their last value)."""
+    out, short = {}, 0
+    if when is None:
+        return out, 0
+    for seed, gs in g.groupby("seed"):
+        gs = gs.sort_values("version")
+        ts, ys = gs[clock].astype(float).tolist(), gs[col].astype(float).tolist()
+        if when >= ts[-1]:
+            out[seed], short = ys[-1], short + (when > ts[-1])
+            continue
+        i = next(i for i, t in enumerate(ts) if t > when)   # ts[0] = 0 <= when < ts[i]
+        f = 0.0 if i == 0 else (when - ts[i - 1]) / (ts[i] - ts[i - 1])
+        out[seed] = ys[i] if i == 0 else ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return out, short
+
+
+def _equal_time_columns(g, col: str, clock: str, when: float | None, base_at: dict, lower: bool,
+                        basis: str) -> dict:
+    """Quality at equal time: each seed's decision figure at the baseline's median training time
+    `when` (equal_time_s, on `basis`), mean ± CI, seeds whose curve ended sooner (their last value:
+    q_at_equal_time_short), and the paired difference from the baseline."""
+    at, short = _at_time(g, col, clock, when)
+    mean, half = ci95(list(at.values()))
+    d = paired([at[s] - base_at[s] for s in at if s in base_at], lower)
+    return {"equal_time_s": when, "equal_time_basis": basis, "q_at_equal_time_mean": mean,
+            "q_at_equal_time_ci95": half, "q_at_equal_time_short": short if when is not None else None,
+            "q_at_equal_time_diff_mean": d["mean"], "q_at_equal_time_diff_ci95": d["ci95"],
+            "q_at_equal_time_diff_n": d["n"], "q_at_equal_time_diff_verdict": d["verdict"]}
 
 
 def _with_ttq_speedup(rows: list[dict], baseline) -> list[dict]:

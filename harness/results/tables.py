@@ -42,7 +42,10 @@ Columns of `evals` (one row per cell x held-out evaluation): the cell's coordina
     (P(one sample is the gold answer), exact: trainers/hilo/evaluate.py; absent in runs before it),
     objective_value + objective_metric (its name: reverse_kl or mean_reward; the column is not
     `objective`, which is the run parameter: distill or grpo), eval_s (not training time), wall_s
-    (training seconds up to that version: the sum of its updates' seconds per update).
+    (training seconds up to that version: the sum of its updates' seconds per update). cpu_s, the
+    same sum with each update charged at its CPU seconds (compare.cpu_charged), is added where the
+    comparison is computed (compare._with_quality -> quality.with_cpu_seconds): this module imports
+    no other results-side module, and compare imports it.
 
 Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
 running | the learner's own words), complete, degraded (a worker was lost and never came back:

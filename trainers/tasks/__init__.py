@@ -20,6 +20,14 @@ available = _REGISTRY.available
 get_task = _REGISTRY.get
 
 
+def unique_gold(name: str) -> bool:
+    """Whether task `name`'s gold is its only right answer (`Task.unique_gold`); False for a name no
+    registry knows (a plugin not installed here): then P(gold) is not trusted as the quality."""
+    try:
+        return bool(_REGISTRY.get_class(name).unique_gold)
+    except ValueError:
+        return False
+
 
 def parse_task_options(name: str, text: str) -> dict[str, Any]:
     """'key=value,key=value' -> constructor keywords of task `name`, checked by building the task.
@@ -82,4 +90,4 @@ def build_task(params) -> Task:
 
 
 __all__ = ["Score", "Task", "available", "build_task", "check_task_options", "get_task", "parse_task_options",
-           "register"]
+           "register", "unique_gold"]

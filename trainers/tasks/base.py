@@ -25,6 +25,11 @@ Contract (every task in `trainers/tasks/` implements all of it):
   `harness data` prints next to the prompt and gold).
 - `reward(problem, completion) -> float` and `is_correct(problem, completion) -> bool`:
   shorthands for `score(...).reward` and `score(...).correct`.
+- `unique_gold` (class attribute, default True): every correct completion is the gold answer
+  (digits: one output string; knights_knaves: one solution, one canonical listing). Then the
+  exact P(one sample is the gold) is the held-out quality itself and `--quality-metric auto` reads
+  it; a task with many right answers (countdown: any expression that hits the target) sets False
+  and `auto` reads pass@1 instead (harness/results/quality.py).
 
 Rewards lie in [0, max_reward] (max_reward = 1.0 for every task here) and separate format
 from correctness: a well-formed wrong answer earns a small format reward, a correct one 1.0.
@@ -55,6 +60,7 @@ class Task(ABC):
 
     name: str = ""
     max_reward: float = 1.0
+    unique_gold: bool = True  # the gold is the only right answer: P(gold) is the quality (see above)
 
     @abstractmethod
     def generate(self, n: int, seed: int) -> list[Any]:

@@ -127,6 +127,8 @@ def _walk(node: ast.AST, numbers: list[int]) -> Fraction:
 class Countdown(Task):
     """Combine the numbers with + - * / to hit the target."""
 
+    unique_gold = False  # many expressions hit the target: P(the canonical one) is not the quality
+
     def __init__(self, count: int = 4, max_number: int = 99, max_target: int = 100, exactly_once: bool = True):
         if not (2 <= count <= 5):
             raise ValueError(f"countdown: count must be 2..5, got {count}")
