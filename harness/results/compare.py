@@ -3,8 +3,10 @@
 Owns the names the comparison keys on (the baseline, the coordinate columns, a variant's label
 and its folder slug) and the numbers: per (coordinates, variant) seconds per update (median,
 IQR over every update of every seed), speedup (full's median / the method's; also per seed, paired,
-with a 95 % CI over seeds, and on seconds with compute charged at CPU time, `cpu_charged`), how busy
-the machine was (`contended` and why: load, steal, CPU/wall of a single-threaded phase), payload and wire
+with a 95 % CI over seeds, and on seconds with compute charged at CPU time, `cpu_charged`, with its own
+CI), how busy the machine was (`contended` and why: load, steal, CPU/wall of a single-threaded phase;
+`run_contended` for every variant under the same coordinates), the headline speedup (`speedup_headline`:
+on CPU time where the run was contended, else on the wall clock), payload and wire
 bytes per update, payload as a fraction of `full`'s, link bytes per update, quality (the
 objective's metric over a seed's last updates, mean ± sd over seeds), policy lag (median, max;
 the pipelining depth is a coordinate), consistency, completeness, degraded cells (a worker lost).
@@ -83,8 +85,14 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "consistent": bool(len(cells) and cells["consistent"].all()),
             "complete": bool(len(cells) and cells["complete"].all()),
             "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
-            "s_per_update_cpu_median": cpu_charged(g).median(), **_contention(g),
+            **_cpu_quartiles(cpu_charged(g)), **_contention(g),
             "_seed_spu": _seed_medians(g, spu), "_seed_spu_cpu": _seed_medians(g, cpu_charged(g))}
+
+
+def _cpu_quartiles(cpu) -> dict:
+    """Median and quartiles of the cpu_charged seconds per update."""
+    return {"s_per_update_cpu_median": cpu.median(), "s_per_update_cpu_q1": cpu.quantile(0.25),
+            "s_per_update_cpu_q3": cpu.quantile(0.75)}
 
 
 CONTENDED_LOAD = 1.0      # load1 / cores above this: more runnable tasks than cores
@@ -215,18 +223,55 @@ def _speedup_ci(base: dict, row: dict) -> tuple:
 
 def _with_speedup_ci(df: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """speedup_seed_mean [speedup_ci_lo, speedup_ci_hi] over `speedup_seeds` paired seeds, and
-    speedup_cpu (the same on cpu_charged seconds); the private per-seed columns are dropped."""
-    out = {c: [] for c in ("speedup_seed_mean", "speedup_ci_lo", "speedup_ci_hi", "speedup_seeds", "speedup_cpu")}
+    speedup_cpu [speedup_cpu_lo, speedup_cpu_hi] (the same on cpu_charged seconds); the private
+    per-seed columns are dropped."""
+    out = {c: [] for c in ("speedup_seed_mean", "speedup_ci_lo", "speedup_ci_hi", "speedup_seeds", "speedup_cpu",
+                           "speedup_cpu_lo", "speedup_cpu_hi")}
     for _, r in df.iterrows():
         hit = _same(base, keys, [r[k] for k in keys])
         b = hit.iloc[0] if not hit.empty else None
         mean, lo, hi, n = _speedup_ci(b["_seed_spu"], r["_seed_spu"]) if b is not None else (None, None, None, 0)
-        cpu = _speedup_ci(b["_seed_spu_cpu"], r["_seed_spu_cpu"])[0] if b is not None else None
-        for c, v in zip(out, (mean, lo, hi, n, cpu)):
+        cpu, cpu_lo, cpu_hi, _ = (_speedup_ci(b["_seed_spu_cpu"], r["_seed_spu_cpu"]) if b is not None
+                                  else (None, None, None, 0))
+        for c, v in zip(out, (mean, lo, hi, n, cpu, cpu_lo, cpu_hi)):
             out[c].append(v)
     for c, v in out.items():
         df[c] = v
     return df.drop(columns=["_seed_spu", "_seed_spu_cpu"])
+
+
+def _run_contended(df: pd.DataFrame, keys: list[str]) -> list:
+    """Per row: was the machine contended over any variant under the same coordinates (a run, or one
+    grid point of a sweep)? True if any was flagged, False if all that recorded their load were quiet,
+    None where none did. One flag per group, so both sides of a ratio are read on the same clock."""
+    out = []
+    for _, r in df.iterrows():
+        flags = _same(df, keys, [r[k] for k in keys])["contended"].tolist()
+        out.append(True if any(f is True for f in flags) else False if any(f is False for f in flags) else None)
+    return out
+
+
+HEADLINE = {"cpu": ("speedup_cpu", "speedup_cpu_lo", "speedup_cpu_hi", "s_per_update_cpu_median"),
+            "wall": ("speedup_seed_mean", "speedup_ci_lo", "speedup_ci_hi", "s_per_update_median")}
+
+
+def _with_headline(df: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The speedup to lead with: `speedup_headline` [speedup_headline_lo, speedup_headline_hi] on the
+    clock `speedup_headline_basis` names, "cpu" where the run was contended (`run_contended`), else
+    "wall": the geometric mean over paired seeds of the per-seed speedups and its t interval
+    (speedup_cpu [speedup_cpu_lo, speedup_cpu_hi], or speedup_seed_mean [speedup_ci_lo, speedup_ci_hi]),
+    so the point is the centre of its own interval; without a paired seed, the ratio of the two
+    medians on that clock and no interval. The wall figures stay beside it."""
+    df["run_contended"] = _run_contended(df, keys)
+    df["speedup_headline_basis"] = ["cpu" if f is True else "wall" for f in df["run_contended"]]
+    heads = []
+    for _, r in df.iterrows():
+        mean, lo, hi, median = HEADLINE[r["speedup_headline_basis"]]
+        point = _plain(r[mean])
+        heads.append((point if point is not None else _ratio(base, r, keys, median, inverse=True), r[lo], r[hi]))
+    for i, col in enumerate(("speedup_headline", "speedup_headline_lo", "speedup_headline_hi")):
+        df[col] = [h[i] for h in heads]
+    return df
 
 
 def _per_update(cells: pd.DataFrame, col: str, done: int) -> float | None:
@@ -261,7 +306,7 @@ def comparison(updates: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame |
     base = df[df["method"] == df["baseline"]]  # each run's own --baseline (full unless said otherwise)
     df["speedup"] = [_ratio(base, r, keys, "s_per_update_median", inverse=True) for _, r in df.iterrows()]
     df["fraction_of_full"] = [_ratio(base, r, keys, "payload_bytes_down") for _, r in df.iterrows()]
-    df = _with_speedup_ci(df, base, keys)
+    df = _with_headline(_with_speedup_ci(df, base, keys), base, keys)
     df = _equal_bytes(df, base, keys, updates)
     return _with_quality(df, evals, keys, updates)
 

@@ -296,30 +296,50 @@ def _paired_section(comp: pd.DataFrame) -> list[str]:
 
 
 def _load_section(comp: pd.DataFrame) -> list[str]:
-    """Speedup per paired seed with its 95 % CI, the speedup with compute charged at CPU time
-    (compare.cpu_charged), and how busy the machine was; a line when it was contended."""
+    """Speedup per paired seed with its 95 % CI, the same with compute charged at CPU time
+    (compare.cpu_charged), the clock the headline speedup is on, and how busy the machine was; a
+    line when it was contended."""
     if comp.empty or "speedup_seed_mean" not in comp or comp["speedup_seed_mean"].isna().all():
         return []
-    head = ["link", "method", "speedup over seeds [95 % CI]", "speedup, compute at CPU time", "load per core",
-            "steal", "train CPU / wall", "contended"]
+    head = ["link", "method", "speedup over seeds [95 % CI]", "speedup, compute at CPU time [95 % CI]",
+            "headline", "load per core", "steal", "train CPU / wall", "contended"]
     rows, busy = [], []
     for _, r in comp.iterrows():
-        ci = (f" [{r['speedup_ci_lo']:.2f}, {r['speedup_ci_hi']:.2f}]" if pd.notna(r.get("speedup_ci_lo")) else "")
         flag = r.get("contended")
-        rows.append([_link(r), r["variant"], _fmt(r["speedup_seed_mean"], "x") + ci + f" ({r['speedup_seeds']} seeds)",
-                     _fmt(r.get("speedup_cpu"), "x"), _fmt(r.get("load_per_core"), "s"), _fmt(r.get("steal_frac"), "%"),
-                     _fmt(r.get("train_cpu_wall"), "s"),
+        rows.append([_link(r), r["variant"],
+                     _fmt(r["speedup_seed_mean"], "x") + _ci(r, "speedup_ci") + f" ({r['speedup_seeds']} seeds)",
+                     _fmt(r.get("speedup_cpu"), "x") + _ci(r, "speedup_cpu"), _headline(r),
+                     _fmt(r.get("load_per_core"), "s"), _fmt(r.get("steal_frac"), "%"), _fmt(r.get("train_cpu_wall"), "s"),
                      "-" if flag is None or pd.isna(flag) else f"YES: {r['contention']}" if flag else "no"])
         if flag is True:
             busy.append(f"- `{r['variant']}`: the machine was contended ({r['contention']}): its wall-clock "
-                        "speedup may not hold on a quiet machine; the CPU-time column is the estimate without the load.")
+                        "speedup may not hold on a quiet machine, so the headline is the CPU-time figure.")
     return ["## Speedup over seeds and machine load", "",
             "Per seed: the baseline's median seconds per update / the method's, paired on the seed (the cells of a "
             "seed run next to each other, `--schedule interleaved`); geometric mean with a t interval over seeds. "
             "Compute at CPU time: the learner's compute phases and the workers' rollouts charged at the CPU "
-            f"seconds they used. Contended: load above {compare.CONTENDED_LOAD:g} per core, steal above "
+            "seconds they used, as far as they were on the critical path (at `--pipeline 1` a wait beside the link "
+            "or the other side's work is not taken out), and never below what the link itself needed. Headline: "
+            "the speedup the report leads with, the mean over paired seeds with its interval, on CPU time wherever a "
+            "variant under the same link was contended (both sides then on the same clock), else on the wall clock. "
+            f"Contended: load above {compare.CONTENDED_LOAD:g} per core, steal above "
             f"{compare.CONTENDED_STEAL:.0%}, or the single-threaded train phase below {compare.CONTENDED_CPU_WALL:g} "
             "CPU per wall second.", "", markdown_table(head, rows), "", *busy, *([""] if busy else [])]
+
+
+def _ci(r, prefix: str) -> str:
+    """" [lo, hi]" from r[prefix_lo], r[prefix_hi]; "" without an interval."""
+    lo, hi = r.get(f"{prefix}_lo"), r.get(f"{prefix}_hi")
+    return f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None and pd.notna(lo) and pd.notna(hi) else ""
+
+
+def _headline(r) -> str:
+    """The headline speedup with its interval and clock ("1.05x [0.98, 1.12], CPU time")."""
+    basis, v = r.get("speedup_headline_basis"), r.get("speedup_headline")
+    if basis is None or v is None or pd.isna(basis) or pd.isna(v):
+        return "-"
+    return (_fmt(r.get("speedup_headline"), "x") + _ci(r, "speedup_headline")
+            + (", CPU time" if basis == "cpu" else ", wall clock"))
 
 
 def _measured_links(doc: dict) -> list[str]:

@@ -167,3 +167,63 @@ def test_the_depth_1_fixture_charges_each_update_at_least_its_download():
     full = u["method"] == "full"
     assert down[full].min() > 0.03        # full's 78 kB update: 33 ms at 20 Mbit/s
     assert (charged[full] < u["seconds_per_update"][full]).any()     # the waits still come out where they may
+
+
+# ---- the headline speedup: CPU time when the run was contended, wall time when it was quiet ----
+
+def _heldout(**assign):
+    from harness.results import tables as results
+
+    t = results.read(FIXTURES / "run-heldout")      # recorded at load ~19 on 2 cores: contended
+    return t.updates.assign(**assign), t.cells
+
+
+def _quiet(u: pd.DataFrame) -> dict:
+    return {"load1": 0.5, "train_cpu_s": u["train_s"], "steal_frac": 0.0}
+
+
+def test_a_contended_runs_headline_is_the_cpu_time_speedup_with_its_interval_over_seeds():
+    comp = compare.comparison(*_heldout())
+    spar = comp[comp["variant"] == "spar@12.8%"].iloc[0]
+    assert spar["contended"] and spar["run_contended"] and spar["speedup_headline_basis"] == "cpu"
+    assert (spar["speedup_headline"], spar["speedup_headline_lo"], spar["speedup_headline_hi"]) == \
+        (spar["speedup_cpu"], spar["speedup_cpu_lo"], spar["speedup_cpu_hi"])
+    assert spar["speedup_cpu_lo"] < spar["speedup_cpu"] < spar["speedup_cpu_hi"]
+    assert spar["speedup"] != spar["speedup_headline"] and spar["speedup_ci_lo"] is not None   # the wall figures stay
+
+
+def test_a_quiet_runs_headline_is_the_wall_clock_speedup():
+    u, cells = _heldout()
+    comp = compare.comparison(u.assign(**_quiet(u)), cells)
+    for _, r in comp.iterrows():
+        assert r["run_contended"] is False and r["speedup_headline_basis"] == "wall"
+        assert (r["speedup_headline"], r["speedup_headline_lo"], r["speedup_headline_hi"]) == \
+            (r["speedup_seed_mean"], r["speedup_ci_lo"], r["speedup_ci_hi"])
+
+
+def test_one_contended_variant_puts_both_sides_of_the_comparison_on_cpu_time():
+    u, cells = _heldout()
+    quiet = u.assign(**_quiet(u))
+    spar = quiet["variant"] == "spar@12.8%"
+    quiet.loc[spar, "load1"] = 4.0           # only the spar cells ran while something else did
+    comp = compare.comparison(quiet, cells).set_index("variant")
+    assert comp.loc["spar@12.8%", "contended"] and not comp.loc["full-bf16", "contended"]
+    assert comp["run_contended"].tolist() == [True, True] and set(comp["speedup_headline_basis"]) == {"cpu"}
+
+
+def test_rows_without_load_columns_keep_the_wall_headline():
+    u, cells = _heldout()
+    old = u.drop(columns=[c for c in u if c.endswith("cpu_s") or c in ("load1", "cores", "steal_frac")])
+    comp = compare.comparison(old, cells)
+    assert comp["run_contended"].isna().all() and set(comp["speedup_headline_basis"]) == {"wall"}
+    assert comp["speedup_headline"].tolist() == comp["speedup_seed_mean"].tolist()
+
+
+def test_without_a_paired_seed_the_headline_is_the_ratio_of_the_medians_and_has_no_interval():
+    u, cells = _heldout()
+    u = u[(u["variant"] == "full-bf16") & (u["seed"] == 1) | (u["variant"] == "spar@12.8%") & (u["seed"] == 2)]
+    spar = compare.comparison(u, cells).set_index("variant").loc["spar@12.8%"]
+    assert spar["speedup_seeds"] == 0 and spar["speedup_headline_basis"] == "cpu"
+    assert spar["speedup_headline"] == pytest.approx(1 / spar["s_per_update_cpu_median"] * u.loc[
+        u["variant"] == "full-bf16"].pipe(compare.cpu_charged).median())
+    assert pd.isna(spar["speedup_headline_lo"]) and pd.isna(spar["speedup_headline_hi"])
