@@ -32,6 +32,7 @@ import zlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
+from harness.results import compare
 from trainers import events, spec
 
 # ---- constants (each named once; tests check the ones that mirror another module) ----------------
@@ -638,8 +639,11 @@ def _med(values) -> float:
     return 0.0 if m is None else float(m)
 
 
+CLOCKS = ("wall", "cpu")
+
+
 def fit(updates, net: Network | None = None, adapter: Adapter | None = None, shared_cores: int | None = None,
-        skip_first: int = 1, source: str = "") -> Fitted:
+        skip_first: int = 1, source: str = "", clock: str = "wall") -> Fitted:
     """Compute terms from a run's `updates` table (harness/results/tables.py: one row per cell x update).
 
     Per variant: encode, the learner's decode/replay and a worker's decode/replay are the phases'
@@ -649,10 +653,19 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
     bookkeeping, event files). The first `skip_first` updates of each cell are warm-up (joins,
     first-touch allocation) and are left out.
 
+    `clock`: "wall" (seconds as the phases took them) or "cpu": train, encode, the learner's
+    decode/replay and a worker's rollout at the CPU seconds their thread used (train_cpu_s, encode_cpu_s,
+    decode_replay_cpu_s, worker_rollout_cpu_s; the wall figure where a row has none), what they cost on a
+    machine nobody else was using. The rest (hashes, a worker's replay, the loop's own work) has no CPU
+    column and stays at wall time.
+
     With `net` and `adapter` (the run's own network and adapter), what the model still misses on
     a synchronous run (the workers' hashes and event files, framing and checksums, scheduling) is
-    solved for as `worker_other_s`, so that the model reproduces the fitted run's median exactly;
+    solved for as `worker_other_s`, so that the model reproduces the fitted run's median exactly
+    (at clock "cpu", the median of its seconds with compute charged at CPU time, compare.cpu_charged);
     the other runs are then predictions."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
     df = updates[updates["update_index"] > skip_first] if "update_index" in updates else updates
     if df.empty:
         raise ValueError("no update rows to fit (every row is warm-up)")
@@ -661,12 +674,13 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
     slow = max(1.0, workers / shared_cores) if shared_cores else 1.0
     spent = sum(df[f"{p}_s"].fillna(0) for p in LEARNER_PHASES)
     learner_other = _med(df["hash_s"]) + _med(df["seconds_per_update"] - spent)
+    at = lambda g, phase: _clocked(g, phase, clock)   # noqa: E731
     codecs = {}
     for label, g in df.groupby("variant", sort=False):
-        codecs[label] = Codec(_med(g["encode_s"]), _med(g["decode_replay_s"]),
+        codecs[label] = Codec(_med(at(g, "encode")), _med(at(g, "decode_replay")),
                               _med(g["worker_decode_replay_s"]) / slow)
     per_worker_up = df["payload_bytes_up"] / df["workers"]
-    compute = Compute(rollout_s=_med(df["worker_rollout_s"]) / slow, train_s=_med(df["train_s"]),
+    compute = Compute(rollout_s=_med(at(df, "worker_rollout")) / slow, train_s=_med(at(df, "train")),
                       learner_other_s=learner_other, codecs=codecs, shared_cores=shared_cores,
                       rollout_bytes=int(_med(per_worker_up)), train_workers=workers)
     model = str(df["model"].iloc[0]) if "model" in df else ""
@@ -677,9 +691,20 @@ def fit(updates, net: Network | None = None, adapter: Adapter | None = None, sha
             method = g["method"].iloc[0]
             budget = _budget_text(g["budget_frac"].iloc[0]) if "budget_frac" in g else None
             p = predict(method, adapter, net, compute, 0, budget)
-            residuals.append(_med(g["seconds_per_update"]) - p.seconds_per_update)
+            seconds = compare.cpu_charged(g) if clock == "cpu" else g["seconds_per_update"]
+            residuals.append(_med(seconds) - p.seconds_per_update)
         compute = replace(compute, worker_other_s=max(0.0, _med(residuals)) / slow)
     return Fitted(compute, workers, model, rank, len(df), source)
+
+
+def _clocked(df, phase: str, clock: str):
+    """A phase's seconds per row (`<phase>_s`), at its CPU seconds (`<phase>_cpu_s`) under clock "cpu"
+    wherever the row has them."""
+    wall = df[f"{phase}_s"]
+    cpu = f"{phase}_cpu_s"
+    if clock != "cpu" or cpu not in df:
+        return wall
+    return df[cpu].astype(float).fillna(wall.astype(float))
 
 
 def _budget_text(frac) -> str | None:

@@ -5,7 +5,8 @@ link and its measured compute, next to what the run measured, and each variant's
 
 The compute terms are fitted on the run itself (costmodel.fit, without solving for the residual, so
 the error is the model's: its transfer times and overlap rules against the measured seconds per
-update). A traced link (harness/net/traces.py) is modelled at its trace's mean rate. The results room
+update). When the machine was contended (compare.contended), compute is fitted at CPU time too and each
+variant's bottleneck is read there, its wall-time reading beside it. A traced link (harness/net/traces.py) is modelled at its trace's mean rate. The results room
 reads the file (harness/results/ledger.py) and never imports this one: reports rebuild from the run
 folder alone. Run as a process because sizing the adapter builds the model on the meta device
 (torch), which `harness run` itself never imports.
@@ -20,7 +21,7 @@ from harness.net import profiles
 from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
-from harness.results import dataparallel_report as dpreport
+from harness.results import compare, dataparallel_report as dpreport
 from harness.results import tables as results
 from trainers import spec
 
@@ -36,11 +37,30 @@ def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
     return net, f"profile {prof.name}" + (", traced links at their trace's mean rate" if traced else "")
 
 
-def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float | None) -> tuple[str, str]:
-    """(bottleneck, evidence in words) of one variant from its predicted terms."""
+def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float | None,
+                wall: cm.Prediction | None = None) -> tuple[str, str]:
+    """(bottleneck, evidence in words) of one variant from its predicted terms. `wall`: given when
+    `p`'s compute was fitted at CPU time because the machine was contended (costmodel.fit clock
+    "cpu"): the same prediction with compute at wall time, whose bottleneck and link share the words
+    give beside."""
+    where, words = _bound(p, workers, cores, load)
+    if wall is None:
+        return where, words
+    at = f", load {load:.1f} per core" if load is not None else ""
+    return where, (f"compute at CPU time: the machine was contended{at}; {words} (at wall time: "
+                   f"{_bound(wall, workers, cores, load)[0]}, the link {link_share(wall):.0%} of the update)")
+
+
+def link_share(p: cm.Prediction) -> float:
+    """The links' share of a predicted update (down + up over seconds per update)."""
+    return (p.transfer_down_s + p.transfer_up_s) / max(p.seconds_per_update, 1e-9)
+
+
+def _bound(p: cm.Prediction, workers: int, cores: int | None, load: float | None) -> tuple[str, str]:
+    """(bottleneck, evidence in words) on the clock `p`'s compute was fitted at."""
     compute = p.rollout_s + p.train_s + p.encode_s + p.replay_s + p.other_s
     network = p.transfer_down_s + p.transfer_up_s
-    share = network / max(p.seconds_per_update, 1e-9)
+    share = link_share(p)
     words = (f"the model spends {network:.3g} s per update on the links (update down {p.transfer_down_s:.3g} s, "
              f"rollouts up {p.transfer_up_s:.3g} s) and {compute:.3g} s on compute (rollouts {p.rollout_s:.3g} s, "
              f"training {p.train_s:.3g} s)")
@@ -54,6 +74,24 @@ def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float |
         where = "learner uplink" if p.bottleneck.startswith("learner uplink") else "worker link"
         return where, f"{words}: {share:.0%} of the update is link time, set by the {p.bottleneck}"
     return "compute", f"{words}: the link is {share:.0%} of the update"
+
+
+def _at_cpu(q: cm.Prediction | None, p: cm.Prediction, workers: int, cores: int | None, measured: float | None) -> dict:
+    """prediction.json's clock fields of one variant: the clock its bottleneck was read on and the
+    link's share there; on a contended run (`q`: compute fitted at CPU time) also the CPU-time
+    prediction, the measured median with compute charged at CPU time (compare.cpu_charged) and the
+    wall figures beside them."""
+    if q is None:
+        return {"clock": "wall", "link_share": link_share(p)}
+    return {"clock": "cpu", "link_share": link_share(q), "predicted_cpu_s": q.seconds_per_update,
+            "measured_cpu_s": measured, "bottleneck_wall": _bound(p, workers, cores, None)[0],
+            "link_share_wall": link_share(p)}
+
+
+def _measured_cpu(u, skip_first: int = 1) -> dict[str, float]:
+    """Median seconds per update with compute charged at CPU time, per variant, after the warm-up."""
+    df = u[u["update_index"] > skip_first]
+    return {label: float(compare.cpu_charged(g).median()) for label, g in df.groupby("variant", sort=False)}
 
 
 def build(run_dir: str | Path) -> dict:
@@ -81,20 +119,27 @@ def build(run_dir: str | Path) -> dict:
     adapter = adapter_for(cfg["model"], int(cfg["lora_rank"]))
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
-    measured = cm.measured(u)
+    # A contended run's compute is fitted at CPU time too, and its bottlenecks are read there: wall
+    # time would charge the load of other processes to compute (_bottleneck keeps the wall figure beside).
+    at_cpu = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir), clock="cpu") \
+        if compare.contended(u) is True else None
+    measured, measured_cpu = cm.measured(u), _measured_cpu(u) if at_cpu else {}
     options = delta_options(u)   # delta's bytes as this run measured them (the model's default is the worst case)
     load = u["load1"].median() / u["cores"].median() if {"load1", "cores"} <= set(u) and u["load1"].notna().any() else None
     for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
         if variant not in measured:
             continue
         p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac), options)
-        bottleneck, evidence = _bottleneck(p, workers, cores, None if load != load else load)
+        q = cm.predict(method, adapter, net, at_cpu.compute, int(cfg["pipeline"]), cm._budget_text(frac),
+                       options) if at_cpu else None
+        bottleneck, evidence = _bottleneck(q or p, workers, cores, None if load != load else load, wall=p if q else None)
         out["variants"][variant] = {
             "predicted_s": p.seconds_per_update, "measured_s": measured[variant],
             "error": (p.seconds_per_update - measured[variant]) / measured[variant],
             "transfer_down_s": p.transfer_down_s, "transfer_up_s": p.transfer_up_s, "rollout_s": p.rollout_s,
             "train_s": p.train_s, "bound": p.bound, "link_bottleneck": p.bottleneck,
-            "bottleneck": bottleneck, "evidence": evidence}
+            "bottleneck": bottleneck, "evidence": evidence,
+            **_at_cpu(q, p, workers, cores, measured_cpu.get(variant))}
     return out
 
 

@@ -209,6 +209,14 @@ def _contention(g: pd.DataFrame) -> dict:
             "contended": bool(any(why)) if known else None, "contention": "; ".join(w for w in why if w) or None}
 
 
+def contended(updates: pd.DataFrame) -> bool | None:
+    """Was the machine contended over any variant of these rows (one run: `_contention` per variant)?
+    None where no row recorded its load."""
+    flags = [_contention(g)["contended"] for _, g in updates.groupby("variant", sort=False)] if "variant" in updates \
+        else [_contention(updates)["contended"]]
+    return True if any(f is True for f in flags) else False if any(f is False for f in flags) else None
+
+
 def _speedup_ci(base: dict, row: dict) -> tuple:
     """(geometric mean, 95 % CI low, high, seeds) of the per-seed speedups base/row, paired on seed
     (interleaved cells of one seed run next to each other): a t interval on the log ratios."""
