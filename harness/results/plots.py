@@ -59,24 +59,38 @@ def varies_bandwidth(comp: pd.DataFrame) -> bool:
 
 
 def draw_seconds_vs_bandwidth(comp: pd.DataFrame) -> Plot:
+    """Seconds per update against the worker links' rate, one line per variant. Where any run plotted
+    was contended (compare's `run_contended`), the lines are the seconds with compute charged at CPU
+    time (compare.cpu_charged: what the load of other processes did not add) and the wall-clock
+    medians a faint dashed line beside each."""
     fig, ax = plt.subplots(figsize=(4.2, 3))
     df = comp[comp["rate_bit_s"].notna()] if "rate_bit_s" in comp else comp.iloc[0:0]
+    cpu = bool(len(df)) and "run_contended" in df and bool((df["run_contended"] == True).any())  # noqa: E712
+    col = "s_per_update_cpu" if cpu else "s_per_update"
     for variant, g in df.groupby("variant", sort=False):
         g = g.sort_values("rate_bit_s")
         colour, marker = style(g["method"].iloc[0])
-        err = [g["s_per_update_median"] - g["s_per_update_q1"], g["s_per_update_q3"] - g["s_per_update_median"]]
-        ax.errorbar(g["rate_bit_s"] / 1e6, g["s_per_update_median"], yerr=err, color=colour, marker=marker,
+        err = [g[f"{col}_median"] - g[f"{col}_q1"], g[f"{col}_q3"] - g[f"{col}_median"]]
+        ax.errorbar(g["rate_bit_s"] / 1e6, g[f"{col}_median"], yerr=err, color=colour, marker=marker,
                     capsize=2, label=variant)
+        if cpu:
+            ax.plot(g["rate_bit_s"] / 1e6, g["s_per_update_median"], color=colour, linestyle="--", alpha=0.35,
+                    linewidth=1, label=f"{variant}, wall clock")
     ax.set_xscale("log")
     ax.set_xlabel("worker link bandwidth (Mbit/s)")
     dp = len(df) > 0 and df["method"].map(spec.is_data_parallel).all()  # an update is an optimizer step there
     step = "optimizer step" if dp else "update"
-    ax.set_ylabel(f"seconds per {step} (median, IQR)")
+    ax.set_ylabel(f"seconds per {step}" + (", compute at CPU time" if cpu else "") + " (median, IQR)")
     if len(df):
-        ax.legend()
+        ax.legend(fontsize=7 if cpu else None)
+    clock = (f"Seconds per {step} with compute charged at CPU time, against the worker links' bandwidth: the "
+             "machine was contended, so the learner's compute phases and the workers' rollouts are charged at the "
+             "CPU seconds they used where they were on the critical path, never below what the link itself needed "
+             f"(compare.cpu_charged); faint dashed lines: the wall-clock medians. "
+             if cpu else f"Seconds per {step} against the worker links' bandwidth (wall clock). ")
     return Plot("seconds_vs_bandwidth", fig,
-                f"Seconds per {step} against the worker links' bandwidth. Marker: median over every {step} of "
-                "every seed; error bars: interquartile range (25th-75th percentile) of the same values.")
+                clock + f"Marker: median over every {step} of every seed; error bars: interquartile range "
+                "(25th-75th percentile) of the same values.")
 
 
 # ---- phases ----------------------------------------------------------------------------------

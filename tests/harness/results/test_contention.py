@@ -227,3 +227,45 @@ def test_without_a_paired_seed_the_headline_is_the_ratio_of_the_medians_and_has_
     assert spar["speedup_headline"] == pytest.approx(1 / spar["s_per_update_cpu_median"] * u.loc[
         u["variant"] == "full-bf16"].pipe(compare.cpu_charged).median())
     assert pd.isna(spar["speedup_headline_lo"]) and pd.isna(spar["speedup_headline_hi"])
+
+
+# ---- seconds_vs_bandwidth: CPU-charged seconds when the sweep was contended, wall beside ----
+
+def _sweep_comp(contended: bool) -> pd.DataFrame:
+    """tests/fixtures/runs/sweep-bw (10 and 50 Mbit/s), its rows loaded or quiet."""
+    from harness.results import tables as results
+
+    t = results.read(FIXTURES / "sweep-bw")
+    u = t.updates.assign(load1=4.0 if contended else 0.5, cores=2, steal_frac=0.0,
+                         train_cpu_s=t.updates["train_s"] * (0.3 if contended else 1.0),
+                         worker_rollout_cpu_s=t.updates["worker_rollout_s"])
+    return compare.comparison(u, t.cells)
+
+
+def test_seconds_vs_bandwidth_plots_cpu_time_when_contended_and_wall_time_beside():
+    from harness.results import plots
+
+    comp = _sweep_comp(contended=True)
+    plot = plots.draw_seconds_vs_bandwidth(comp)
+    ax = plot.fig.axes[0]
+    assert "compute charged at CPU time" in plot.caption and "faint dashed lines: the wall-clock" in plot.caption
+    for variant, g in comp.groupby("variant"):
+        g = g.sort_values("rate_bit_s")
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines[f"{variant}, wall clock"].get_ydata()) == pytest.approx(g["s_per_update_median"].tolist())
+        assert lines[f"{variant}, wall clock"].get_linestyle() == "--"
+        bars = {c.get_label(): c.lines[0] for c in ax.containers}          # the error-bar series
+        assert list(bars[variant].get_ydata()) == pytest.approx(g["s_per_update_cpu_median"].tolist())
+    assert (comp["s_per_update_cpu_median"] < comp["s_per_update_median"]).all()
+
+
+def test_seconds_vs_bandwidth_stays_on_the_wall_clock_when_quiet():
+    from harness.results import plots
+
+    comp = _sweep_comp(contended=False)
+    plot = plots.draw_seconds_vs_bandwidth(comp)
+    assert "(wall clock)" in plot.caption and "CPU time" not in plot.caption
+    ax = plot.fig.axes[0]
+    ys = sorted(y for c in ax.containers for y in c.lines[0].get_ydata())
+    assert ys == pytest.approx(sorted(comp["s_per_update_median"]))
+    assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]
