@@ -4,10 +4,16 @@ worker and the aggregator call the same step/combine/finish with the same tensor
 
     trace = simulate("lordo-global", DPConfig(steps=64, k=8), workers=2)
     trace.losses[step - 1], trace.overlaps (one per sync), trace.heldout_ppl
+
+`on_sync(step, ups, down, losses)`, if given, sees every sync's tables as exchanged: each worker's
+upload, the aggregator's download, and each worker's losses since its previous sync (what the dp
+worker puts in its SYNC frame's meta), e.g. to measure the bytes a method serialises per sync
+(tests/benchmarks/lordo_bytes.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -69,7 +75,8 @@ class Trace:
 
 def simulate(name: str, cfg: DPConfig, model: str = "micro", workers: int = 2, batch: int = 4,
              seq_len: int = 32, same_data: bool = False, heldout: int = 0, train: str = "full",
-             lora_rank: int = 8) -> Trace:
+             lora_rank: int = 8,
+             on_sync: Callable[[int, list[dict], dict, list[list[float]]], None] | None = None) -> Trace:
     """Train `workers` replicas of `model` with method `name` for cfg.steps steps; see the module docstring."""
     torch.set_num_threads(1)  # one thread: the same bits as the services, and 2 threads on this shared box ran 30x slower
     trace = Trace()
@@ -79,11 +86,13 @@ def simulate(name: str, cfg: DPConfig, model: str = "micro", workers: int = 2, b
     trace.methods = [get_method(name, p, cfg, w + 1) for w, p in enumerate(params)]
     aggregator = get_method(name, replica(model, cfg.seed, train, lora_rank)[1], cfg).make_aggregator()
     corpus = Corpus(cfg.seed, seq_len)
+    window: list[list[float]] = [[] for _ in range(workers)]   # each worker's losses since its last sync
     for step in range(1, cfg.steps + 1):
         ups, losses = [], []
         for w in range(workers):
             loss, grads = gradients(trace.models[w], params[w], corpus.batch(0 if same_data else w + 1, step, batch))
             losses.append(loss)
+            window[w].append(loss)
             ups.append(trace.methods[w].step(step, grads))
         trace.losses.append(sum(losses) / workers)
         trace.claimed.append(trace.methods[0].claimed_bytes(step))
@@ -92,6 +101,9 @@ def simulate(name: str, cfg: DPConfig, model: str = "micro", workers: int = 2, b
             continue
         down = aggregator.combine(step, ups)
         trace.data_bytes.append((tensor_bytes(ups[0]), tensor_bytes(down)))
+        if on_sync is not None:
+            on_sync(step, ups, down, window)
+        window = [[] for _ in range(workers)]
         metrics = [m.finish(step, down) for m in trace.methods]
         if "overlap" in metrics[0]:
             trace.overlaps.append(metrics[0]["overlap"])
