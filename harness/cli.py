@@ -459,6 +459,38 @@ spec_command("sweep", sweep, [
 
 
 @app.command()
+def reproduce(name: str = typer.Argument(..., help="the figure: hilo-speed (presets/reproduce/*.yaml)"),
+              seeds: str = typer.Option(None, "--seeds", help="seeds, comma list (wins over the figure's)"),
+              updates: int = typer.Option(None, help="updates per cell (wins over the figure's)"),
+              out: str = typer.Option(None, help="sweep folder (re-run the same folder to resume)"),
+              quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress; print only the result folder"),
+              json_out: bool = typer.Option(False, "--json", help="print the summary as one JSON document at the end")):
+    """Re-measure a paper figure here as one sweep (`hilo-speed`: speedup per update against full sync's
+    comm ratio, depth 0 and 1, with the cost model's curve and the paper's points); the sweep's report
+    holds the figure."""
+    import datetime
+    from pathlib import Path
+
+    from harness.run import commands as runcli, reproduce as repro
+    folder = Path(out or f"results/reproduce-{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    try:
+        doc = repro.load(name)
+        grid = runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"])
+        cfgs = runcli.sweep_configs(grid, out=folder)
+        if any(c.emulation for c in cfgs):
+            from harness.run import launch
+            launch.check_privileges(next(c for c in cfgs if c.emulation))
+    except ValueError as err:
+        raise _usage_error(err) from None
+    except RuntimeError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    if not quiet and not json_out:
+        typer.echo(f"harness reproduce {name}: {doc['description']}; {len(cfgs)} runs -> {folder}", err=True)
+    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+
+
+@app.command()
 def data(preset: str = typer.Option(None, help="a preset's task and streams (harness run --preset)"),
          task: str = typer.Option(None, help="task name (wins over the preset's)"),
          task_options: str = typer.Option(None, "--task-options", help="the task's options, key=value comma list"),

@@ -156,7 +156,7 @@ def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: 
     if m is None:
         return {}
     out = {"method": method, "compute_s": m.compute_s, "down_bytes": m.down_bytes, "up_bytes": m.up_bytes,
-           "paper_ratio": PAPER_RATIO, "paper_share": share(PAPER_RATIO),
+           "paper_ratio": PAPER_RATIO, "paper_share": share(PAPER_RATIO), "paper_points": list(PAPER_POINTS),
            "target_ratio": (placed or {}).get("target_ratio"), "placed": dict(placed or {})}
     if profile is None:     # localhost, unshaped: no link to speak of
         return {**out, "ratio": None, "share": None, "link_s": None}
@@ -169,4 +169,21 @@ def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: 
         out["paper_rate_bit_s"] = profiles.scaled(profile, f).link("w1").down.rate_bit_s
     except ValueError:
         out["paper_rate_bit_s"] = None
+    return out
+
+
+CURVE_RATIOS = tuple(round(0.05 * 2 ** (k / 2), 4) for k in range(15))   # 0.05 ... 6.4, two points per octave
+
+
+def curve(m: Measured, at: Callable[[float], cm.Network], bounds: tuple[float, float],
+          speedups: Callable[[cm.Network], dict[str, float]], ratios=CURVE_RATIOS) -> list[dict]:
+    """The cost model's speedup of each variant against the comm ratio: for each ratio the network scaled
+    to it (as `--comm-ratio` would) and `speedups(net)` there; ratios no rate reaches are left out."""
+    out = []
+    for x in ratios:
+        try:
+            f = scale_for(x, m, at, *bounds)
+        except ValueError:
+            continue
+        out.append({"ratio": x, "factor": f, "speedup": speedups(at(f))})
     return out

@@ -140,7 +140,30 @@ def build(run_dir: str | Path) -> dict:
             "train_s": p.train_s, "bound": p.bound, "link_bottleneck": p.bottleneck,
             "bottleneck": bottleneck, "evidence": evidence,
             **_at_cpu(q, p, workers, cores, measured_cpu.get(variant))}
+    if emulated and out["regime"].get("ratio") is not None:
+        out["regime"]["curve"] = regime_curve(u, cfg, workers, net.cc, adapter, fitted.compute, options)
     return out
+
+
+def regime_curve(u, cfg: dict, workers: int, cc: str, adapter: cm.Adapter, compute: cm.Compute,
+                 options: dict) -> list[dict]:
+    """The cost model's speedup of each of the run's variants over its baseline against full sync's comm
+    ratio, at the run's pipelining depth and compute, its links scaled as `--comm-ratio` would scale them
+    (what the reproduction figure draws through its measured points: harness/results/regime_plots.py)."""
+    full = u[u["method"] == commratio.FULL_SYNC] if (u["method"] == commratio.FULL_SYNC).any() else u
+    m = commratio.measure(full)
+    baseline = str(cfg.get("baseline") or commratio.FULL_SYNC)
+    if m is None or baseline == spec.NO_BASELINE:
+        return []
+    prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+    variants = u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)
+    pairs = [(v, mth, cm._budget_text(frac)) for v, mth, frac in variants if mth != baseline]
+
+    def speedups(net: cm.Network) -> dict[str, float]:
+        base = cm.predict(baseline, adapter, net, compute, int(cfg["pipeline"]), None, options).seconds_per_update
+        return {v: base / cm.predict(mth, adapter, net, compute, int(cfg["pipeline"]), b, options).seconds_per_update
+                for v, mth, b in pairs}
+    return commratio.curve(m, commratio.network_at(prof, workers, cc), commratio.factor_bounds(prof, workers), speedups)
 
 
 # Why prediction.json has bytes but no seconds for the data-parallel family (the report prints it).

@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from harness.results import compare, dataparallel_plots as dpplots, quality, tables as results  # noqa: E402
-from harness.results import equal_bytes, trace_plots  # noqa: E402
+from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
 from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
@@ -339,6 +339,7 @@ def render(t: results.RunTables) -> list[Plot]:
             plots.append(draw_seconds_vs_bandwidth(comp))
         plots += [Plot(*p) for p in equal_bytes.figures(t.updates, t.evals, comp)]   # quality at equal bytes
         plots += [Plot(*p) for p in trace_plots.figures(t)]   # links that followed a trace or schedule
+        plots += [Plot(*p) for p in regime_plots.figures(t)]  # speedup against the comm ratio (a sweep over it)
     return plots
 
 

@@ -199,12 +199,13 @@ def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
 
 # ---- sweep -----------------------------------------------------------------------------------
 
-def load_grid(path: str | None, flags: dict[str, Any]) -> dict[str, Any]:
-    """Run-spec values from a YAML file, overridden by the flags given (None: not given). Keys
-    are spec names (`seeds` for the seed list, as on the command line, is accepted too)."""
+def load_grid(path: str | None, flags: dict[str, Any], doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run-spec values from a YAML file (or `doc`, already read: a reproduction's grid), overridden by
+    the flags given (None: not given). Keys are spec names (`seeds` for the seed list, as on the
+    command line, is accepted too)."""
     from trainers import spec
 
-    doc: dict[str, Any] = {}
+    doc = dict(doc or {})
     if path:
         import yaml
 
@@ -212,6 +213,7 @@ def load_grid(path: str | None, flags: dict[str, Any]) -> dict[str, Any]:
             doc = yaml.safe_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as err:
             raise ConfigError(f"--grid: {path!r} cannot be read as YAML ({str(err).splitlines()[0]})") from None
+    if path or doc:
         if not isinstance(doc, dict):
             raise ConfigError(f"--grid: {path!r} must be a mapping of parameter -> value or list")
         aliases = {p.flag_name: p.name for p in spec.PARAMS if p.flag_name}
@@ -232,8 +234,14 @@ def _axis(value: Any) -> list:
     return [value]
 
 
+def _ratio(text: Any) -> float | None:
+    from harness.projection import commratio
+
+    return commratio.parse(text)
+
+
 NORMALISE = {"bw": units.parse_rate, "delay": units.parse_delay, "jitter": units.parse_delay,
-             "loss": units.parse_loss}  # link values are text ('10Mbit'); what they mean is a number
+             "loss": units.parse_loss, "comm_ratio": _ratio}  # link values are text ('10Mbit'); what they mean is a number
 
 
 def check_distinct(name: str, values: list) -> None:
@@ -245,7 +253,7 @@ def check_distinct(name: str, values: list) -> None:
     for raw in values:
         try:
             value = NORMALISE[name](raw) if name in NORMALISE else spec.parse_value(name, raw)
-        except (ValueError, units.UnitError):
+        except (ValueError, units.UnitError):   # commratio.RatioError is a ValueError
             continue  # the grid point's own validation names it
         key = repr(value)
         if key in seen:
