@@ -340,12 +340,14 @@ def with_cpu_seconds(evals: pd.DataFrame, updates: pd.DataFrame, charged: Callab
     """evals + `cpu_s`: per cell, the sum of its updates' CPU-charged seconds (`charged(rows)`, one
     value per update row: compare.cpu_charged) up to each evaluated version; unchanged where the rows
     do not say which cell they are (no `cell` column)."""
+    import pandas as pd
+
     on = [c for c in ("run_id", "cell") if c in evals and c in updates]
     if "cell" not in on or updates.empty or "update_index" not in updates:
         return evals
     sums = {}
     for key, g in updates.groupby(on, dropna=False, sort=False):
-        by = charged(g).groupby(g["update_index"]).sum().sort_index().cumsum()
+        by = pd.Series(charged(g), index=g.index).groupby(g["update_index"]).sum().sort_index().cumsum()
         sums[coord_key(key if isinstance(key, tuple) else (key,))] = by
     evals = evals.copy()
     evals["cpu_s"] = [_upto(sums.get(coord_key([r[c] for c in on])), r["version"]) for _, r in evals.iterrows()]
@@ -410,7 +412,8 @@ def _group_rows(coords: dict, group: pd.DataFrame, decision: tuple, figures: dic
     for variant, g in group.groupby("variant", sort=False):
         s = per_seed(g, col)
         ttq = _times(g, col, target, lower, "wall_s")
-        row = {**coords, "variant": variant, "method": g["method"].iloc[0], "heldout_seeds": int(len(s)),
+        row = {**coords, "variant": variant, "method": g["method"].iloc[0], "baseline": baseline,
+               "heldout_seeds": int(len(s)),
                "heldout_start": float(s["start"].mean()), "heldout_target": target,
                "baseline_improvement": improvement,
                "baseline_improvement_sd": improvement_in_sd(sb) if sb is not None else None}
@@ -427,7 +430,7 @@ def _group_rows(coords: dict, group: pd.DataFrame, decision: tuple, figures: dic
 
 def _figure_columns(g: pd.DataFrame, base: pd.DataFrame, figures: dict, decision: str) -> dict:
     """Per figure m the run recorded: final mean ± CI (<m>_mean, <m>_ci95), the paired difference from
-    the baseline (diff_<m>_*: mean, ci95, sd, n, resolution, verdict) and the share of its gain kept
+    the baseline (diff_<m>_*: name as the report prints it, mean, ci95, sd, n, resolution, verdict) and the share of its gain kept
     (gain_kept_<m>, _lo, _hi, _verdict); the decision figure's also as heldout_diff_* and gain_kept*,
     and metrics_disagree (+ a note) where the verdicts of the figures that have one differ."""
     out, said = {}, {}
@@ -438,6 +441,7 @@ def _figure_columns(g: pd.DataFrame, base: pd.DataFrame, figures: dict, decision
         s, sb = per_seed(g, c), per_seed(base, c) if not base.empty else None
         seeds = [x for x in s.index if sb is not None and x in sb.index]
         d = paired([float(s.loc[x, "final"] - sb.loc[x, "final"]) for x in seeds], lower)
+        out[f"diff_{m}_name"] = name
         out.update({f"diff_{m}_{k}": d[k] for k in ("mean", "ci95", "sd", "n", "resolution", "verdict")})
         share = gain_share([float(s.loc[x, "final"] - s.loc[x, "start"]) for x in seeds],
                            [float(sb.loc[x, "final"] - sb.loc[x, "start"]) for x in seeds], lower)

@@ -24,10 +24,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.results import compare, dataparallel_report as dpreport, quality, ledger, rivals, tables as results
+from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, rivals, tables as results
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
+from harness.results.quality_report import signal_text as _signal_text  # the verdict's closing sentence
 from trainers import spec
-from harness.results.quality import SIGNAL_SD
 
 
 # ---- formatting ------------------------------------------------------------------------------
@@ -118,78 +118,6 @@ def _heldout(r) -> str:
     return f"held-out {r['heldout_name']} {text}" + ("" if "(n=" in text else f" (n={_count(n)})")
 
 
-def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """The held-out quality and time-to-quality table: one row per (link, variant)."""
-    # P(gold) (exact, trainers/hilo/evaluate.py) where the run recorded it: runs before it did not
-    gold = "gold_prob_mean" in comp and comp["gold_prob_mean"].notna().any()
-    head = ["link", "method", "held-out pass@1 (final)", "held-out pass@k (final)",
-            *(["held-out P(gold) (final)"] if gold else []), "held-out objective (final)",
-            "target", "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
-            "speedup per update"]
-    rows = []
-    for _, r in comp.iterrows():
-        if pd.isna(r.get("heldout_mean", float("nan"))):
-            continue
-        obj = {"reverse_kl": "reverse KL", "mean_reward": "reward"}.get(r.get("objective_name"), "objective")
-        n = r.get("heldout_seeds")
-        rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
-                     _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
-                     *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
-                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}",
-                     "-" if pd.isna(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
-                     f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
-                     _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
-                     _pm(r.get("ttq_updates_mean"), None, ".1f"), _fmt(r.get("ttq_speedup"), "x"),
-                     _fmt(r.get("speedup"), "x")])
-    return head, rows
-
-
-def _signal_text(comp: pd.DataFrame) -> str:
-    """How far the baseline's own held-out figure moved, in seed-to-seed sds, per link: below
-    SIGNAL_SD the run cannot tell a method's quality cost from seed noise, and the report says so."""
-
-    if "baseline_improvement_sd" not in comp:
-        return ""
-    base = comp[(comp["method"] == comp["baseline"]) & comp["baseline_improvement_sd"].notna()]
-    parts, weak, worse = [], False, False
-    for _, r in base.iterrows():
-        sd = float(r["baseline_improvement_sd"])
-        weak |= sd < SIGNAL_SD
-        lower = bool(r.get("heldout_lower_is_better", False))
-        worse |= sd >= SIGNAL_SD and (r["baseline_improvement"] > 0 if lower else r["baseline_improvement"] < 0)
-        where = f" ({_link(r)})" if len(base) > 1 else ""
-        parts.append(f"{r['baseline_improvement']:+.3f} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
-                     f"{where}")
-    if not parts:
-        return ""
-    text = f" Baseline's {base['heldout_name'].iloc[0]} moved by {', '.join(parts)} over its seeds."
-    if weak:
-        text += (f" **Weak signal**: below {SIGNAL_SD:g} seed-to-seed sds a method's difference from the baseline "
-                 "is not told apart from noise (more updates, seeds or held-out problems).")
-    if worse:   # a clear move the wrong way: training hurt held-out quality, so no method has a target to reach
-        text += (" **The baseline got worse**: its training lowered held-out quality, so time to quality has no "
-                 "target and a method's 'quality cost' is measured against a decline (check the learning rate).")
-    return text
-
-
-def _quality_notes(comp: pd.DataFrame) -> list[str]:
-    """One line per variant whose per-update speedup does not survive as a time-to-quality speedup."""
-    out = []
-    for _, r in comp.iterrows():
-        per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
-        if r.get("method") == r.get("baseline") or per_update is None or pd.isna(per_update):
-            continue
-        if pd.isna(r.get("heldout_target", float("nan"))):
-            continue
-        if r.get("ttq_reached", 0) < r.get("heldout_seeds", 0):
-            out.append(f"- **{r['variant']}**: {_fmt(per_update, 'x')} per update, but only "
-                       f"{_count(r['ttq_reached'])} of {_count(r['heldout_seeds'])} seeds reached the target.")
-        elif ttq is not None and not pd.isna(ttq) and ttq < per_update:
-            out.append(f"- **{r['variant']}**: {_fmt(per_update, 'x')} per update, {_fmt(ttq, 'x')} to quality "
-                       f"(it needs {r['ttq_updates_mean']:.1f} updates to the target).")
-    return out
-
-
 def _link(r) -> str:
     """The row's link in words; a combined report that compares each run within itself (its runs
     repeat a variant and seed: compare.coords) names the run first."""
@@ -233,66 +161,6 @@ def _degraded(cells: pd.DataFrame) -> list[str]:
              f"{'; fewest workers in an update: ' + _count(c['workers_min']) if pd.notna(c.get('workers_min')) else ''}"
              for _, c in rows.iterrows()]
     return ["## Degraded cells (a worker was lost)", "", *lines, ""] if lines else []
-
-
-def _quality_section(comp: pd.DataFrame) -> list[str]:
-    head, rows = quality_rows(comp)
-    if not rows:
-        return []
-    r = comp[comp["heldout_mean"].notna()].iloc[0]
-    frac = r.get("quality_target") if "quality_target" in r and not pd.isna(r.get("quality_target")) else 0.9
-    text = (f"Held-out problems (never trained on; trainers/tasks/heldout.py), evaluated after each cell's training "
-            f"loop, so evaluation time is in no update's seconds. Final figures: the figure at each seed's last evaluated "
-            f"version, mean ± 95 % CI over seeds (Student's t; with fewer than {CI_MIN_SEEDS} seeds the mean and n). Target = "
-            f"{100 * frac:g} % of each baseline seed's own final improvement in {r['heldout_name']} (the column: mean over "
-            "seeds); a seed reaches it when its curve stays at or past it to the end. Training s to target = the sum "
-            "of seconds per update up to that point, interpolated between evaluations; speedup to "
-            "quality = the baseline's / the method's (only where every seed reached it).")
-    notes = _quality_notes(comp)
-    text += _signal_text(comp)
-    if comp["heldout_target"].isna().all():
-        text += (" **No target**: the baseline's held-out figure did not improve in this run, so no time to "
-                 "quality can be measured (more updates, or a task/model that learns: see the presets).")
-    return ["## Held-out quality and time to quality", "", text, "", markdown_table(head, rows), "",
-            *(["Per-update speedups that do not carry over to time to quality:", "", *notes, ""] if notes else [])]
-
-
-# The HiLo paper's quality gap (K&K pass@4 83.2 full sync vs 81.6 Spar at 1.6 %): what a run should resolve.
-PAPER_GAP = 0.016
-
-
-def _paired_section(comp: pd.DataFrame) -> list[str]:
-    """One line per method: its paired difference from the baseline (final held-out figure and seconds
-    to target, 95 % CI over seeds), the smallest difference this run resolves, and the verdict."""
-    if "heldout_diff_n" not in comp:
-        return []
-    lines = []
-    for _, r in comp[(comp["method"] != comp["baseline"]) & (comp["heldout_diff_n"].fillna(0) > 0)].iterrows():
-        n, res = int(r["heldout_diff_n"]), r.get("heldout_resolution")
-        if pd.isna(r.get("heldout_diff_ci95")):
-            lines.append(f"- `{r['variant']}`: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} over {n} paired seed: "
-                         "too few for an interval or a resolution.")
-            continue
-        if r["heldout_diff_sd"] < 1e-12:  # the same difference on every seed (bit-identical methods, no learning)
-            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
-                         f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
-                         "resolution from.")
-            continue
-        need = quality.seeds_for(float(r["heldout_diff_sd"]), PAPER_GAP)
-        ttq = (f"; seconds to target {r['ttq_diff_mean']:+.1f} ± {r['ttq_diff_ci95']:.1f} ({int(r['ttq_diff_n'])} seeds: "
-               f"{r['ttq_verdict']})" if pd.notna(r.get("ttq_diff_ci95")) else "")
-        lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} ± "
-                     f"{r['heldout_diff_ci95']:.3f} ({n} paired seeds, sd {r['heldout_diff_sd']:.3f}); this run resolves "
-                     f"differences of {res:.3f} or more: **{r['heldout_verdict']}**{ttq}. The paper's gap "
-                     f"({PAPER_GAP}) needs {need or 'over 1000'} seeds at this sd.")
-    if not lines:
-        return []
-    return ["## Paired differences from the baseline", "",
-            "Seeds are paired by design (same initial adapter, rollout seeds and evaluation dice): per seed, the "
-            "method's final held-out figure minus the baseline's, mean ± 95 % CI (Student's t over seeds). "
-            "Resolution: the smallest difference this many seeds detect with 80 % power at the 5 % level, "
-            "(t(0.975) + t(0.80)) × sd / √n. Better / worse: the interval excludes 0; otherwise indistinguishable "
-            "at that resolution (harness/results/quality.py).", "", *lines, ""]
 
 
 def _load_section(comp: pd.DataFrame) -> list[str]:
@@ -485,7 +353,7 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
            "methods; not held-out quality), mean ± sd over seeds "
            "of the mean over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
-           *_load_section(comp), *_quality_section(comp), *_paired_section(comp), *rivals.section(tables.updates, comp),
+           *_load_section(comp), *quality_report.section(comp), *rivals.section(tables.updates, comp),
            *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
            "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
