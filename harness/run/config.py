@@ -53,6 +53,8 @@ class RunConfig:
     # `regime` records how (harness/run/regime.py fills it before the cells: pilot, factor, chosen rate)
     comm_ratio_target: float | None = None
     regime: dict[str, Any] = field(default_factory=dict)
+    # where the services find the cached pre-trained models; None: beside the run folders (launch.cache_dir)
+    models_dir: str | None = None
     run_id: str | None = None
     out_dir: str = "results"
     # the profile parsed from profile_doc (links resolved): built with the config, not written to config.json

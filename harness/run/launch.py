@@ -135,7 +135,7 @@ def check_run_id_free(cfg: RunConfig, name: str, advice: str) -> None:
 
 
 def cache_dir(cfg: RunConfig) -> Path:
-    return models_cache(Path(cfg.out_dir))
+    return Path(cfg.models_dir) if cfg.models_dir else models_cache(Path(cfg.out_dir))
 
 
 def models_cache(out_dir: Path) -> Path:

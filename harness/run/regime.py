@@ -67,7 +67,8 @@ def pilot_config(cfg: RunConfig, folder: Path) -> RunConfig:
     values = {**cfg.values, "method": (full,), "baseline": full, "seed": cfg.seeds[:1], "updates": PILOT_UPDATES,
               "emulation": False, "eval_problems": 0, "comm_ratio": commratio.OFF, "backend": None}
     return dataclasses.replace(cfg, values=values, variants=(Variant(full, None),), run_id=folder.name,
-                               out_dir=str(folder.parent), comm_ratio_target=None, regime={})
+                               out_dir=str(folder.parent), comm_ratio_target=None, regime={},
+                               models_dir=str(launch.cache_dir(cfg)))   # the run's own cached models
 
 
 def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Measured, dict]:

@@ -49,6 +49,7 @@ def test_config_json_keeps_the_target():
 def test_a_real_pilot_places_the_run_and_is_cached(tmp_path):
     cfg = config.build(model="micro", objective="grpo", max_new_tokens=4, workers=1, seed="1", updates=4,
                        out_dir=str(tmp_path), run_id="placed")
+    regime.cache_file(cfg).unlink(missing_ok=True)    # the cache may be shared ($WAN_CACHE_DIR): measure afresh
     said: list[str] = []
     placed = regime.place(cfg, said.append)
     assert said[0].startswith("regime: measuring full sync's compute") and "link/compute ratio of 1.34" in said[-1]
@@ -66,3 +67,5 @@ def test_a_real_pilot_places_the_run_and_is_cached(tmp_path):
     again: list[str] = []
     second = regime.place(cfg, again.append)
     assert len(again) == 1 and second.regime["cached"] is True and second.rate_bit_s == placed.rate_bit_s
+    # the pilot loaded the run's own cached models: none were built under the regime folder
+    assert not list((regime.cache_file(cfg).parent).rglob("*.safetensors"))
