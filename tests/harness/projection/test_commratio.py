@@ -114,5 +114,7 @@ def test_achieved_ratio_is_the_runs_own_link_over_its_cpu_compute():
     placed = profiles.scaled(literal, doc["paper_rate_bit_s"] / 62.5e6)
     again = commratio.achieved(rows, "full-bf16", placed, 2, "cubic", {"target_ratio": commratio.PAPER_RATIO})
     assert again["ratio"] == pytest.approx(commratio.PAPER_RATIO, rel=1e-3)
-    assert commratio.achieved(rows, "full", literal, 2, "cubic") == {}     # no baseline rows
+    assert commratio.achieved(rows.assign(method="spar"), "full", literal, 2, "cubic") == {}   # no full sync rows
+    # the ratio is of full-bf16 (the paper's full sync) whatever the run's baseline, where the run has it
+    assert commratio.achieved(rows, "full", literal, 2, "cubic")["method"] == "full-bf16"
     assert commratio.achieved(rows, "full-bf16", None, 2, "cubic")["ratio"] is None
