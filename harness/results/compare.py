@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.results import quality
+from harness.results.wording import CI_MIN_SEEDS  # noqa: F401  (re-exported: the report's sections read it here)
 from trainers import spec
 from trainers.events import atomic_write_json
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the 
 BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
 COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
 QUALITY_LAST = 3   # the training-batch metric of a seed = mean of its last 3 updates' (never held-out quality)
-CI_MIN_SEEDS = 3   # a 95 % CI over fewer seeds (t = 12.7 at n = 2) is printed as n, not as an interval
 
 
 def coords(df: pd.DataFrame) -> list[str]:

@@ -21,57 +21,15 @@ import pandas as pd
 from harness.results import quality
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
-
-# The HiLo paper's quality gap (K&K pass@4 83.2 full sync vs 81.6 Spar at 1.6 %): what a run should resolve.
-PAPER_GAP = 0.016
-
-
-# ---- formatting (report.py's, which cannot be imported from here) -------------------------------
-
-def _none(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or (not isinstance(v, (str, bool)) and pd.isna(v))
-
-
-def _count(v) -> str:
-    return "-" if _none(v) else format(v, "g") if isinstance(v, float) and not v.is_integer() else str(int(v))
+from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
+from harness.results.wording import fmt, none as _none, pm as _pm
 
 
 def _x(v) -> str:
-    return "-" if _none(v) else f"{v:.2f}x"
+    return fmt(v, "x")
 
-
-def _pm(mean, half, digits: str = ".3f", n=None) -> str:
-    """`mean ± half` (a 95 % CI); with n < CI_MIN_SEEDS samples `mean (n=2)` instead."""
-    if _none(mean):
-        return "-"
-    if n is not None and not _none(n) and int(n) < CI_MIN_SEEDS:
-        return f"{mean:{digits}} (n={int(n)})"
-    return f"{mean:{digits}}" + ("" if _none(half) else f" ± {half:{digits.lstrip('+')}}")
-
-
-def _interval(lo, hi, digits: str = ".2f") -> str:
-    return "" if _none(lo) or _none(hi) else f" [{lo:{digits}}, {hi:{digits}}]"
-
-
-def _link(r) -> str:
-    """The row's link in words (report._link's wording); a combined report that compares each run
-    within itself names the run first."""
-    run = f"run {r['run_id']}: " if isinstance(r.get("run_id"), str) else ""
-    if not r.get("emulated", True):
-        return run + "localhost (unshaped)"
-    rate = r.get("rate_bit_s")
-    text = "no cap" if not rate else "-" if _none(rate) else next(
-        f"{rate / d:g}{u}" for u, d in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1)) if rate >= d or d == 1)
-    return run + (f"{r.get('profile')}: {text}"
-                  f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
-                  f"{', loss ' + format(100 * r['loss_frac'], '.2f') + '%' if r.get('loss_frac') else ''}"
-                  f" [{r.get('backend')}]")
-
-
-def markdown_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
+# The HiLo paper's quality gap (K&K pass@4 83.2 full sync vs 81.6 Spar at 1.6 %): what a run should resolve.
+PAPER_GAP = 0.016
 
 
 def _methods(comp: pd.DataFrame) -> pd.DataFrame:

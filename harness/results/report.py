@@ -24,39 +24,11 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, rivals, tables as results
+from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, regime_report, rivals
+from harness.results import tables as results, verdict
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
-from harness.results.quality_report import signal_text as _signal_text  # the verdict's closing sentence
+from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from trainers import spec
-
-
-# ---- formatting ------------------------------------------------------------------------------
-
-def _fmt(v, kind: str = "") -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
-        return "-"
-    if kind == "s":
-        return f"{v:.3f}"
-    if kind == "bytes":
-        return f"{v:,.0f}"
-    if kind == "x":
-        return f"{v:.2f}x"
-    if kind == "%":
-        return f"{100 * v:.2f}%"
-    if kind == "rate":
-        return "unshaped" if v is None else _rate(v)
-    return str(v)
-
-
-def _count(v) -> str:
-    return "-" if v is None or pd.isna(v) else format(v, "g") if isinstance(v, float) and not v.is_integer() else str(int(v))
-
-
-def _rate(bit_s: float) -> str:
-    for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if bit_s >= div:
-            return f"{bit_s / div:g}{unit}"
-    return f"{bit_s:g}bit"
 
 
 def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -99,16 +71,6 @@ def _equal_bytes_note(comp: pd.DataFrame) -> list[str]:
             "Compare their quality and speed with care.", ""]
 
 
-def _pm(mean, half, digits: str = ".3f", n=None) -> str:
-    """`mean ± half` (a 95 % CI); with n < CI_MIN_SEEDS samples `mean (n=2)` instead: an interval
-    over 2 seeds (t = 12.7) says nothing a reader can use."""
-    if mean is None or pd.isna(mean):
-        return "-"
-    if n is not None and not pd.isna(n) and int(n) < CI_MIN_SEEDS:
-        return f"{mean:{digits}} (n={int(n)})"
-    return f"{mean:{digits}}" + ("" if half is None or pd.isna(half) else f" ± {half:{digits}}")
-
-
 def _heldout(r) -> str:
     """The held-out figure of a comparison row: `pass@4 0.412 ± 0.031 (3 seeds)`, or '-'."""
     if pd.isna(r.get("heldout_mean", float("nan"))):
@@ -116,23 +78,6 @@ def _heldout(r) -> str:
     n = r.get("heldout_seeds")
     text = _pm(r["heldout_mean"], r.get("heldout_ci95"), n=n)
     return f"held-out {r['heldout_name']} {text}" + ("" if "(n=" in text else f" (n={_count(n)})")
-
-
-def _link(r) -> str:
-    """The row's link in words; a combined report that compares each run within itself (its runs
-    repeat a variant and seed: compare.coords) names the run first."""
-    run = f"run {r['run_id']}: " if isinstance(r.get("run_id"), str) else ""
-    if not r.get("emulated", True):
-        return run + "localhost (unshaped)"
-    return run + (f"{r['profile']}: {_fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
-            f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
-            f"{', loss ' + _fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
-
-
-def markdown_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
 
 
 def _run_header(run: results.Run) -> list[str]:
@@ -227,100 +172,6 @@ def _measured_links(doc: dict) -> list[str]:
             "backend).", "", markdown_table(head, rows), ""]
 
 
-# ---- the verdict: one paragraph at the top ----------------------------------------------------
-
-# Paired method-minus-baseline columns, when the comparison carries them (quality.py's paired
-# statistics): preferred over the unpaired difference of the two means below.
-PAIRED = ("heldout_diff_mean", "heldout_diff_ci95")
-
-
-def _speed_words(r) -> str:
-    s = r.get("speedup")
-    if s is None or pd.isna(s):
-        return "has no speedup (no baseline under the same link)"
-    return f"is {s:.2f}x faster per update" if s >= 1 else f"is {1 / s:.2f}x slower per update"
-
-
-def _num(v) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
-
-
-def _speed_caveat(r) -> str:
-    """What keeps a per-update speed figure from reading as a result: fewer than 2 paired seeds (no
-    interval), an interval over seeds that includes 1, a contended machine (then its CPU-time figure)."""
-    lo, hi, n = _num(r.get("speedup_ci_lo")), _num(r.get("speedup_ci_hi")), _num(r.get("speedup_seeds"))
-    unresolved = ("one seed, no interval" if not n or n < 2 or lo is None or hi is None else
-                  f"its 95 % interval over seeds, [{lo:.2f}, {hi:.2f}], includes 1" if lo <= 1 <= hi else "")
-    cpu = _num(r.get("speedup_cpu"))
-    busy = ("the machine was contended" + (f"; speedup {cpu:.2f}x with compute charged at CPU time" if cpu else "")
-            if r.get("contended") is True else "")
-    if unresolved:
-        return f" (not a resolved difference: {'; '.join(w for w in (unresolved, busy) if w)})"
-    return f" ({busy})" if busy else ""
-
-
-def _ttq_words(r) -> str:
-    if pd.isna(r.get("heldout_target", float("nan"))):
-        return "has no time to quality (the baseline's held-out figure did not improve)" \
-            if pd.notna(r.get("heldout_mean", float("nan"))) else "was not evaluated on held-out problems"
-    t = r.get("ttq_speedup")
-    if t is not None and not pd.isna(t):
-        return f"reaches the baseline's quality in {1 / t:.2f}x the training time"
-    return f"reached the baseline-derived target in {_count(r.get('ttq_reached'))} of {_count(r.get('heldout_seeds'))} seeds"
-
-
-def _diff(r, base) -> tuple[float, float | None, int]:
-    """(method - baseline final held-out figure, 95 % half-width or None, seeds it is over): the
-    paired columns when present (over the seeds both have: a run cut short has fewer of one), else
-    the difference of the means with the two CIs combined as independent."""
-    n = int(min(r.get("heldout_seeds") or 0, base.get("heldout_seeds") or 0))
-    if PAIRED[0] in r and pd.notna(r.get(PAIRED[0])):
-        half, n = r.get(PAIRED[1]), int(r.get("heldout_diff_n", n))
-        return float(r[PAIRED[0]]), float(half) if n >= CI_MIN_SEEDS and pd.notna(half) else None, n
-    d = float(r["heldout_mean"] - base["heldout_mean"])
-    halves = [r.get("heldout_ci95"), base.get("heldout_ci95")]
-    if n < CI_MIN_SEEDS or any(h is None or pd.isna(h) for h in halves):
-        return d, None, n
-    return d, math.sqrt(halves[0] ** 2 + halves[1] ** 2), n
-
-
-def _quality_words(r, base) -> str:
-    if base is None or pd.isna(r.get("heldout_mean", float("nan"))) or pd.isna(base.get("heldout_mean", float("nan"))):
-        return ""
-    d, half, n = _diff(r, base)
-    name = f"held-out {r['heldout_name']}"
-    if half is None:
-        return f", {name} {d:+.3f} (n={n} seeds: too few for an interval)"
-    better = (d < 0) if r.get("heldout_lower_is_better") else (d > 0)
-    words = ("indistinguishable at this run's resolution" if abs(d) <= half else
-             "better than the baseline beyond the 95 % interval" if better else "worse than the baseline beyond the 95 % interval")
-    return f", {name} {d:+.3f} ± {half:.3f}: {words}"
-
-
-def verdict(comp: pd.DataFrame) -> list[str]:
-    """One paragraph: per method and link, speed per update, time to quality and the held-out
-    difference from the baseline in words ("spar@1.6% is 2.10x faster per update, reaches the
-    baseline's quality in 1.40x the training time, held-out pass@1 -0.012 ± 0.020: indistinguishable
-    at this run's resolution")."""
-    if comp.empty or "baseline" not in comp:
-        return []
-    keys = [k for k in compare.coords(comp) if k in comp]
-    links = comp[keys].astype(str).drop_duplicates()
-    sentences = []
-    for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
-        hit = compare._same(comp[comp["method"] == comp["baseline"]], keys, [r[k] for k in keys])
-        base = hit.iloc[0] if len(hit) else None
-        where = f" ({_link(r)})" if len(links) > 1 else ""
-        sentences.append(f"`{r['variant']}`{where} {_speed_words(r)} than `{r['baseline']}`"
-                         f"{_speed_caveat(r) if pd.notna(r.get('speedup')) else ''}, {_ttq_words(r)}"
-                         f"{_quality_words(r, base)}.")
-    if not sentences:
-        return []
-    tail = (" Speed: median seconds per update, same link. Held-out difference: the method's final figure minus "
-            "the baseline's, mean over seeds, ± the 95 % interval of that difference.")
-    return ["**Verdict.** " + " ".join(sentences) + tail + _signal_text(comp), ""]
-
-
 # ---- figures --------------------------------------------------------------------------------
 
 def figures_section(captions: list[tuple[str, str]]) -> list[str]:
@@ -341,7 +192,7 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
     names = sorted(set(comp["baseline"]) - {spec.NO_BASELINE}) if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
-    md = [f"# Comparison against {base}: {title}", "", *verdict(comp), "## Runs", ""]
+    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs), "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",
@@ -353,7 +204,8 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
            "methods; not held-out quality), mean ± sd over seeds "
            "of the mean over the last "
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
-           *_load_section(comp), *quality_report.section(comp), *rivals.section(tables.updates, comp),
+           *regime_report.section(tables.runs), *_load_section(comp), *quality_report.section(comp),
+           *rivals.section(tables.updates, comp),
            *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
            "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]

@@ -3,7 +3,7 @@ scoring code checked against numbers worked out here, without training anything 
 import pandas as pd
 import pytest
 
-from harness.results import compare, quality, quality_report, report
+from harness.results import compare, quality, quality_report, verdict
 
 
 def _evals(curves: dict, seconds_per_update: dict, metric="pass_at_k") -> pd.DataFrame:
@@ -169,7 +169,7 @@ def test_the_report_has_a_paired_line_per_method_with_resolution_and_verdict():
     text = "\n".join(quality_report.paired_section(comp))
     assert "pass@4 -0.027 ± 0.014 (3 paired seeds, sd 0.006); this run resolves differences of 0.018 or more: " \
            "**worse**" in text and "The paper's gap (0.016) needs" in text
-    assert "worse than the baseline" in " ".join(report.verdict(comp))  # the verdict reads the paired columns
+    assert "paired difference -0.027 ± 0.014 (3 paired seeds): **worse**" in " ".join(verdict.verdict(comp, []))
 
 
 def test_power_rows_size_a_run_from_a_pilots_paired_sd():
@@ -221,8 +221,8 @@ def test_the_verdict_compares_a_run_cut_short_over_the_seeds_both_have():
                 {"full-bf16": 1.0, "spar@1.6%": 0.5})
     comp = pd.DataFrame([{"variant": v, "method": v.split("@")[0], "baseline": "full-bf16", "speedup": 1.0,
                           "profile": "p", "workers": 2} for v in ("full-bf16", "spar@1.6%")])
-    text = " ".join(report.verdict(compare._with_quality(comp, ev, ["profile", "workers"])))
-    assert "held-out pass@4 -0.020 (n=1 seeds: too few for an interval)" in text, text  # 0.48 - 0.5, not - 0.55
+    text = " ".join(verdict.verdict(compare._with_quality(comp, ev, ["profile", "workers"]), []))
+    assert "paired difference -0.020 (n=1 seeds: too few for an interval)" in text, text  # 0.48 - 0.5, not - 0.55
 
 
 def _pair(ev: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.results import compare, report, tables as results
+from harness.results import compare, report, tables as results, verdict
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 RUN, HELDOUT = FIXTURES / "run-spar-20mbit", FIXTURES / "run-heldout"
@@ -74,37 +74,38 @@ def test_one_folder_is_rebuilt_in_place(tmp_path):
     assert (run / "report.md").is_file() and (run / "figures" / "link_throughput.png").is_file()
 
 
-def test_the_verdict_states_speed_time_to_quality_and_the_quality_gap(heldout_run):
+def test_the_verdict_states_speed_quality_time_to_quality_and_regime_first(heldout_run):
     md, comp = report.build(results.read(heldout_run))
     top = md.split("## Runs")[0]
-    assert "**Verdict.**" in top
+    assert top.index("## Verdict") < top.index("**Regime**") < top.index("- **`spar@12.8%`")
     spar = comp[comp["method"] == "spar"].iloc[0]
-    base = comp[comp["method"] == comp["baseline"]].iloc[0]
-    s = spar["speedup"]
-    assert (f"`{spar['variant']}` is {s:.2f}x faster per update" if s >= 1 else
-            f"`{spar['variant']}` is {1 / s:.2f}x slower per update") in top
-    if pd.notna(spar["ttq_speedup"]):
-        assert f"reaches the baseline's quality in {1 / spar['ttq_speedup']:.2f}x the training time" in top
-    # quality.py's paired difference when the comparison has it, else the difference of the means
-    paired = "heldout_diff_mean" in comp and pd.notna(spar.get("heldout_diff_mean"))
-    diff = spar["heldout_diff_mean"] if paired else spar["heldout_mean"] - base["heldout_mean"]
-    assert f"held-out {spar['heldout_name']} {diff:+.3f}" in top
-    assert ("indistinguishable at this run's resolution" in top) or ("beyond the 95 % interval" in top)
+    # the headline: CPU time on this contended fixture, with its interval over paired seeds, wall beside it
+    assert spar["speedup_headline_basis"] == "cpu"
+    assert (f"speed: {spar['speedup_headline']:.2f}x [{spar['speedup_headline_lo']:.2f}, "
+            f"{spar['speedup_headline_hi']:.2f}] per update on CPU time (the machine was contended)") in top
+    assert f"wall-clock {spar['speedup_seed_mean']:.2f}x" in top
+    # quality.py's paired difference of the decision metric, and every fraction of the common target
+    assert f"held-out {spar['heldout_name']}" in top and f"paired difference {spar['heldout_diff_mean']:+.3f}" in top
+    assert all(f"{p} %:" in top for p in (50, 75, 90))
 
 
 def test_the_verdict_says_when_a_speed_figure_is_not_a_result():
-    """A new user's 1-seed run on a busy box read "rank-1 is 1.16x faster": the verdict now says
-    when the interval over seeds includes 1 (or there is none) and when the machine was contended."""
-    row = {"speedup": 1 / 1.12, "speedup_ci_lo": None, "speedup_ci_hi": None, "speedup_seeds": 1,
-           "contended": True, "speedup_cpu": 0.86}
-    assert report._speed_caveat(row) == (" (not a resolved difference: one seed, no interval; the machine was "
-                                         "contended; speedup 0.86x with compute charged at CPU time)")
-    row.update(speedup_ci_lo=0.51, speedup_ci_hi=1.49, speedup_seeds=3, contended=False)
-    assert report._speed_caveat(row) == " (not a resolved difference: its 95 % interval over seeds, [0.51, 1.49], includes 1)"
-    row.update(speedup_ci_lo=1.2, speedup_ci_hi=1.9)
-    assert report._speed_caveat(row) == ""                 # resolved, quiet machine: the figure stands alone
-    row.update(contended=True)
-    assert report._speed_caveat(row) == " (the machine was contended; speedup 0.86x with compute charged at CPU time)"
+    """A new user's 1-seed run on a busy box read "rank-1 is 1.16x faster": the summary says when the
+    interval over seeds includes 1 (or there is none), and leads with CPU time when the machine was contended."""
+    row = {"speedup_headline": 1.16, "speedup_headline_lo": None, "speedup_headline_hi": None, "speedup_seeds": 1,
+           "speedup_headline_basis": "cpu", "speedup_seed_mean": 1.4}
+    line, clause = verdict.speed(row)
+    assert clause == "is 1.16x per update (one seed: no interval)"
+    assert line.startswith("1.16x per update on CPU time (the machine was contended)") and "wall-clock 1.40x" in line
+    row.update(speedup_headline_lo=0.51, speedup_headline_hi=1.49, speedup_seeds=3, speedup_headline_basis="wall",
+               speedup_cpu=1.1, speedup_cpu_lo=0.9, speedup_cpu_hi=1.3)
+    line, clause = verdict.speed(row)
+    assert clause == "is no faster per update at this resolution (1.16x, its interval includes 1)"
+    assert "on wall-clock" in line and "CPU time 1.10x [0.90, 1.30]" in line
+    row.update(speedup_headline_lo=1.05, speedup_headline_hi=1.3)
+    assert verdict.speed(row)[1] == "is 1.16x faster per update"
+    row.update(speedup_headline=0.8, speedup_headline_lo=0.7, speedup_headline_hi=0.9)
+    assert verdict.speed(row)[1] == "is 1.25x slower per update"
 
 
 def test_a_ci_over_two_seeds_is_printed_as_n(tmp_path, heldout_copy):

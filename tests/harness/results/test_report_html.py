@@ -50,7 +50,7 @@ def test_a_headless_browser_renders_the_whole_report(built, tmp_path):
     url = (built / "report.html").resolve().as_uri()
     dom = run_browser("--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "Verdict." in dom.stdout and "Held-out quality and time to quality" in dom.stdout
+    assert "Verdict" in dom.stdout and "Regime" in dom.stdout and "Held-out quality and time to quality" in dom.stdout
     shot = tmp_path / "report.png"
     done = run_browser(f"--screenshot={shot}", "--window-size=1280,4000", "--hide-scrollbars", url)
     assert done.returncode == 0 and shot.stat().st_size > 20_000, done.stderr[-2000:]

@@ -1,0 +1,198 @@
+"""The verdict: the report's first screen, both halves of the answer in one place.
+
+Per method (and link), against the run's baseline:
+- **speed**: the headline speedup per update with its 95 % interval over paired seeds (compare.py:
+  CPU time when the machine was contended, wall-clock otherwise), the other clock beside it;
+- **quality**: the share of the baseline's held-out gain the method keeps (its 95 % interval and
+  verdict) in the finest metric the task supports (quality.py: the exact P(gold) where the gold
+  answer is unique, else pass@1), with the paired difference, and a line when metrics disagree;
+- **time to quality**: at each fraction of the baseline's seed-mean gain (one target common to every
+  method), the paired ratio of training seconds (method / baseline) or how many seeds were censored;
+- **regime**: how much of full sync's update the link carried (regime_report.py), against the paper's.
+Then one sentence per method in words, which says so when the halves point different ways
+("1.92x faster per update, keeps 68 % of full-bf16's gain in P(gold), not faster to 75 % of its
+quality"). Numbers come from compare.py / quality.py; this module only words them.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness.results import compare, regime_report, tables as results
+from harness.results.wording import CI_MIN_SEEDS, link
+
+NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
+             "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
+HEADLINE_FRACTION = 75       # the time-to-quality fraction the one-sentence summary names (of 50 / 75 / 90)
+FRACTIONS = (50, 75, 90)
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
+
+
+def _ci(lo, hi) -> str:
+    lo, hi = _num(lo), _num(hi)
+    return f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+
+
+def speed(r) -> tuple[str, str]:
+    """(words for the speed line, the summary's clause) of a comparison row."""
+    s, lo, hi = _num(r.get("speedup_headline")), r.get("speedup_headline_lo"), r.get("speedup_headline_hi")
+    basis = str(r.get("speedup_headline_basis") or "wall")
+    if s is None:   # results older than the headline columns: the paired wall-clock figure
+        s, lo, hi = _num(r.get("speedup_seed_mean")) or _num(r.get("speedup")), r.get("speedup_ci_lo"), r.get("speedup_ci_hi")
+    if s is None:
+        return "no speedup (no baseline under the same link)", "has no speedup to state"
+    clock = "CPU time (the machine was contended)" if basis == "cpu" else "wall-clock"
+    other = (f"; wall-clock {_num(r.get('speedup_seed_mean')):.2f}x{_ci(r.get('speedup_ci_lo'), r.get('speedup_ci_hi'))}"
+             if basis == "cpu" and _num(r.get("speedup_seed_mean")) else
+             f"; CPU time {_num(r.get('speedup_cpu')):.2f}x{_ci(r.get('speedup_cpu_lo'), r.get('speedup_cpu_hi'))}"
+             if _num(r.get("speedup_cpu")) else "")
+    n = _num(r.get("speedup_seeds"))
+    lo_, hi_ = _num(lo), _num(hi)
+    resolved = lo_ is not None and hi_ is not None and not lo_ <= 1 <= hi_
+    line = f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {int(n or 0)} paired seeds{other}"
+    if not resolved:
+        clause = (f"is no faster per update at this resolution ({s:.2f}x, its interval includes 1)"
+                  if lo_ is not None else f"is {s:.2f}x per update (one seed: no interval)")
+    else:
+        clause = f"is {s:.2f}x faster per update" if s > 1 else f"is {1 / s:.2f}x slower per update"
+    return line, clause
+
+
+SHARE_WORDS = {"keeps all of it": "all of it at this resolution", "keeps less": "less than all of it",
+               "keeps more": "more than all of it"}    # quality.py's gain_kept_verdict, in the verdict's words
+
+
+def _share_words(share, lo, hi, verdict: str | None, n: int) -> str:
+    if _num(share) is None:
+        return ""
+    text = f"keeps {100 * share:.0f} %"
+    if n < CI_MIN_SEEDS:
+        return text + f" (n={n} seeds: too few for an interval)"
+    if _num(lo) is not None and _num(hi) is not None:
+        text += f" [{100 * lo:.0f}, {100 * hi:.0f} %]"
+    return text + (f" ({SHARE_WORDS.get(verdict, verdict)})" if verdict else "")
+
+
+def quality_(r, base_name: str) -> tuple[str, str]:
+    """(words for the quality line, the summary's clause)."""
+    if _num(r.get("heldout_mean")) is None:
+        return "not evaluated on held-out problems", ""
+    name = r.get("heldout_name") or "quality"
+    diff, half = _num(r.get("heldout_diff_mean")), _num(r.get("heldout_diff_ci95"))
+    verdict = r.get("heldout_verdict")
+    n = int(_num(r.get("heldout_diff_n")) or 0)
+    diff_words = ("" if diff is None else f"{diff:+.3f}" + (
+        f" ± {half:.3f} ({n} paired seeds)" if half is not None and n >= CI_MIN_SEEDS
+        else f" (n={n} seeds: too few for an interval)"))
+    verdict = verdict if n >= CI_MIN_SEEDS else None
+    share = _share_words(r.get("gain_kept"), r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict"), n)
+    res = _num(r.get("heldout_resolution"))
+    line = (f"held-out {name}: " + (f"{share} of `{base_name}`'s gain; " if share else
+                                    f"`{base_name}` gained nothing to keep ({_num(r.get('baseline_improvement')) or 0:+.3f}); ")
+            + f"paired difference {diff_words}" + (f": **{verdict}**" if verdict else "")
+            + (f", resolution {res:.3f}" if res else ""))
+    if isinstance(r.get("metrics_disagree_note"), str) and r.get("metrics_disagree"):
+        line += f". Metrics disagree: {r['metrics_disagree_note']}"
+    if share:
+        kept = _num(r.get("gain_kept"))
+        clause = f"keeps {100 * kept:.0f} % of `{base_name}`'s gain in {name}"
+        if verdict in ("worse", "better"):
+            clause += f" ({verdict})"
+    elif verdict:
+        clause = f"is {verdict} in held-out {name}" if verdict != "indistinguishable" else \
+            f"is indistinguishable in held-out {name}"
+    else:
+        clause = ""
+    return line, clause
+
+
+def _ttq_cell(r, pct: int) -> tuple[str, str | None]:
+    """(words, verdict) of one time-to-quality fraction; verdict: faster / slower / indistinguishable /
+    censored / None (no target)."""
+    target = _num(r.get(f"ttq{pct}_target"))
+    if target is None:
+        return f"{pct} %: no target", None
+    reached, censored = _num(r.get(f"ttq{pct}_reached")), _num(r.get(f"ttq{pct}_censored"))
+    ratio = _num(r.get(f"ttq{pct}_ratio"))
+    verdict = r.get(f"ttq{pct}_verdict")
+    seeds = f"{int(reached or 0)} of {int((reached or 0) + (censored or 0))} seeds reached"
+    if ratio is None:
+        return f"{pct} %: {seeds}" + (f" ({verdict})" if verdict else ""), verdict or "censored"
+    basis = "CPU" if r.get(f"ttq{pct}_seconds_basis") == "cpu" else "wall-clock"
+    wall = _num(r.get(f"ttq{pct}_ratio_wall"))
+    beside = f", wall-clock {wall:.2f}x" if basis == "CPU" and wall is not None else ""
+    both = int(_num(r.get(f"ttq{pct}_ratio_n")) or 0)
+    ci = (_ci(r.get(f"ttq{pct}_ratio_lo"), r.get(f"ttq{pct}_ratio_hi")) if both >= CI_MIN_SEEDS
+          else f" (n={both}: too few for an interval)")
+    return (f"{pct} %: {ratio:.2f}x the baseline's {basis} time{ci}{beside} ({seeds}"
+            f"{', ' + verdict if verdict else ''})"), verdict
+
+
+def ttq(r, base_name: str) -> tuple[str, str]:
+    """(words for the time-to-quality line, the summary's clause at HEADLINE_FRACTION)."""
+    cells = {pct: _ttq_cell(r, pct) for pct in FRACTIONS if f"ttq{pct}_target" in r}
+    if not cells:
+        return "", ""
+    line = ("time to a quality target common to every method (a fraction of "
+            f"`{base_name}`'s seed-mean gain; method / baseline training seconds, paired seeds): "
+            + "; ".join(w for w, _ in cells.values()))
+    words, verdict = cells.get(HEADLINE_FRACTION, next(iter(cells.values())))
+    pct = HEADLINE_FRACTION if HEADLINE_FRACTION in cells else next(iter(cells))
+    return line, _ttq_clause(verdict, pct, base_name, words)
+
+
+def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> str:
+    """The summary's words for one time-to-quality verdict (quality.py: faster / slower /
+    indistinguishable, each maybe "(censored)" or "(censored seeds disagree)", or "censored: why")."""
+    target = f"{pct} % of `{base_name}`'s quality"
+    if not verdict:
+        return ""
+    if verdict.startswith("faster"):
+        return f"is faster to {target}"
+    if verdict.startswith("slower"):
+        return f"is slower to {target}"
+    if verdict.startswith("indistinguishable"):
+        return f"is no faster to {target} at this resolution"
+    return f"is not shown faster to {target} ({words.split(': ', 1)[-1]})"
+
+
+def _disagree(speed_clause: str, quality_clause: str, ttq_clause: str) -> str:
+    """A sentence when the halves point different ways (faster per update, but worse or not faster to quality)."""
+    faster = "faster per update" in speed_clause and "no faster" not in speed_clause
+    behind = ("(worse)" in quality_clause or "is worse" in quality_clause
+              or ("not faster" in ttq_clause or "slower" in ttq_clause or "no faster" in ttq_clause))
+    return (" The halves point different ways: faster per update is not the same as faster to the same quality."
+            if faster and behind else "")
+
+
+def method_block(r, base_name: str, where: str) -> list[str]:
+    s_line, s_clause = speed(r)
+    q_line, q_clause = quality_(r, base_name)
+    t_line, t_clause = ttq(r, base_name)
+    clauses = [c for c in (s_clause, q_clause, t_clause) if c]
+    summary = f"`{r['variant']}`{where} " + (", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1
+                                             else clauses[0]) + "."
+    return [f"- **{summary}**{_disagree(s_clause, q_clause, t_clause)}",
+            f"  - speed: {s_line}",
+            *([f"  - quality: {q_line}"] if q_line else []),
+            *([f"  - {t_line}"] if t_line else [])]
+
+
+def verdict(comp: pd.DataFrame, runs: list[results.Run]) -> list[str]:
+    """The verdict block: the regime, then one block per method (and link) against its baseline."""
+    if comp.empty or "baseline" not in comp:
+        return []
+    keys = [k for k in compare.coords(comp) if k in comp]
+    links = comp[keys].astype(str).drop_duplicates() if keys else comp.iloc[:1]
+    blocks = []
+    for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
+        where = f" ({link(r)})" if len(links) > 1 else ""
+        blocks += method_block(r, str(r["baseline"]), where)
+    if not blocks:
+        return []
+    regime = regime_report.headline(runs) or NO_REGIME
+    return ["## Verdict", "", regime, "", *blocks, ""]

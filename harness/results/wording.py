@@ -1,0 +1,80 @@
+"""How the report writes a number, an interval, a link and a table: one wording for every section
+(report.py, quality_report.py, verdict.py, regime_report.py), so a figure reads the same wherever it
+appears. Pure formatting; imports no other results module, and pandas only when a cell is formatted."""
+from __future__ import annotations
+
+import math
+
+CI_MIN_SEEDS = 3   # a 95 % CI over fewer seeds (t = 12.7 at n = 2) is printed as n, not as an interval
+
+
+def none(v) -> bool:
+    """None, NaN or pandas' NA (a missing figure)."""
+    import pandas as pd   # here, not at the top: compare.py (imported by every command) reads CI_MIN_SEEDS
+
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (not isinstance(v, (str, bool)) and pd.isna(v))
+
+
+def num(v) -> float | None:
+    return None if none(v) else float(v)
+
+
+def rate(bit_s: float) -> str:
+    """62.5e6 -> '62.5mbit' (units.format_rate's wording)."""
+    for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bit_s >= div:
+            return f"{bit_s / div:g}{unit}"
+    return f"{bit_s:g}bit"
+
+
+def fmt(v, kind: str = "") -> str:
+    """A table cell: s (3 decimals), bytes (thousands), x (a speedup), % (a fraction), rate; '-' if missing."""
+    if none(v):
+        return "-"
+    if kind == "s":
+        return f"{v:.3f}"
+    if kind == "bytes":
+        return f"{v:,.0f}"
+    if kind == "x":
+        return f"{v:.2f}x"
+    if kind == "%":
+        return f"{100 * v:.2f}%"
+    if kind == "rate":
+        return rate(v)
+    return str(v)
+
+
+def count(v) -> str:
+    return "-" if none(v) else format(v, "g") if isinstance(v, float) and not v.is_integer() else str(int(v))
+
+
+def pm(mean, half, digits: str = ".3f", n=None) -> str:
+    """`mean ± half` (a 95 % CI); with n < CI_MIN_SEEDS samples `mean (n=2)` instead: an interval
+    over 2 seeds (t = 12.7) says nothing a reader can use."""
+    if none(mean):
+        return "-"
+    if n is not None and not none(n) and int(n) < CI_MIN_SEEDS:
+        return f"{mean:{digits}} (n={int(n)})"
+    return f"{mean:{digits}}" + ("" if none(half) else f" ± {half:{digits.lstrip('+')}}")
+
+
+def interval(lo, hi, digits: str = ".2f") -> str:
+    """' [lo, hi]', or '' without both ends."""
+    return "" if none(lo) or none(hi) else f" [{lo:{digits}}, {hi:{digits}}]"
+
+
+def link(r) -> str:
+    """A comparison row's link in words; a combined report that compares each run within itself
+    (its runs repeat a variant and seed: compare.coords) names the run first."""
+    run = f"run {r['run_id']}: " if isinstance(r.get("run_id"), str) else ""
+    if not r.get("emulated", True):
+        return run + "localhost (unshaped)"
+    return run + (f"{r['profile']}: {fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
+                  f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
+                  f"{', loss ' + fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
