@@ -1,0 +1,103 @@
+"""The regime in the report and the reproduction figure, on tests/fixtures/runs/sweep-comm-ratio: four
+points of a real `harness reproduce hilo-speed --seeds 1 --updates 4` (comm ratio 0.1, paper and 6 at
+depth 0, paper at depth 1; learner events, summaries, config, meta and prediction.json kept)."""
+from pathlib import Path
+
+import pytest
+
+from harness.results import regime_plots, regime_report, report, tables as results, verdict
+
+SWEEP = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "sweep-comm-ratio"
+PAPER = 18.9 / 14.1
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return results.read([SWEEP])
+
+
+def test_each_run_states_the_ratio_it_achieved_against_its_target(sweep):
+    docs = {r.dir.name: regime_report.regime_of(r) for r in sweep.runs}
+    for name, target in (("comm_ratio0.1-pipeline0", 0.1), ("comm_ratio6-pipeline0", 6.0),
+                         ("comm_ratiopaper-pipeline0", PAPER)):
+        d = docs[name]
+        assert d["target_ratio"] == pytest.approx(target, rel=1e-3)
+        assert d["ratio"] == pytest.approx(target, rel=0.35)        # the run's own compute and bytes, measured
+        words = regime_report.words(d)
+        assert f"placed at {'the paper' if 'paper' in name else '`--comm-ratio`'}" in words
+        assert f"link/compute {d['ratio']:.2f}" in words
+    section = "\n".join(regime_report.section(sweep.runs))
+    assert section.count("--comm-ratio ") == 4 and "| comm_ratio6-pipeline0 | full-bf16 | 6.00 |" in section
+
+
+def test_a_literal_rate_says_what_the_paper_regime_would_use():
+    doc = {"paper_ratio": PAPER, "paper_share": PAPER / (1 + PAPER), "ratio": 0.05, "share": 0.05 / 1.05,
+           "link_s": 0.01, "compute_s": 0.2, "target_ratio": None, "placed": {}, "rate_bit_s": 62.5e6,
+           "paper_rate_bit_s": 2.3e6}
+    words = regime_report.words(doc)
+    assert "carries 5% of its update here" in words and "in the paper it carries 57%" in words
+    assert "`--comm-ratio paper` would use 2.3 Mbit/s" in words and "Compute-bound" in words
+    unshaped = regime_report.words({**doc, "ratio": None})
+    assert unshaped.startswith("localhost, unshaped") and "--comm-ratio paper" in unshaped
+
+
+def test_the_sweep_report_leads_with_the_range_of_ratios(sweep):
+    md, _ = report.build(sweep)
+    top = md.split("## Runs")[0]
+    assert "**Regime**: 4 runs, full sync's link/compute from" in top and "(the paper's: 1.34)" in top
+    assert "## Regime" in md
+
+
+def test_the_reproduction_figure_draws_points_model_curves_and_the_papers_points(sweep):
+    pts = regime_plots.points(sweep)
+    assert sorted(pts["pipeline"]) == [0, 0, 0, 1] and (pts["variant"] == "spar@12.8%").all()
+    # a link-bound run is faster per update than a compute-bound one (the figure's whole point)
+    at = pts.set_index("run")["speedup"]
+    assert at["comm_ratio6-pipeline0"] > at["comm_ratiopaper-pipeline0"] > at["comm_ratio0.1-pipeline0"]
+    [(name, fig, caption)] = regime_plots.figures(sweep)
+    assert name == "speedup_vs_comm_ratio" and "cost model" in caption and "33 s vs 16 s" in caption
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "spar@12.8%, depth 0 (cost model)" in labels and "spar@12.8%, depth 1 (cost model)" in labels
+    stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+    assert [round(float(s.get_xdata()[0]), 2) for s in stars] == [1.34, 1.34]
+    assert sorted(round(float(s.get_ydata()[0]), 2) for s in stars) == [2.06, 2.25]    # 33/16, 18/8
+
+
+def test_one_ratio_draws_no_reproduction_figure():
+    one = results.read([SWEEP / "runs" / "comm_ratiopaper-pipeline0"])
+    assert regime_plots.figures(one) == []
+
+
+def _row(**kw):
+    base = {"variant": "spar@12.8%", "method": "spar", "baseline": "full-bf16", "speedup_headline": 1.9,
+            "speedup_headline_lo": 1.5, "speedup_headline_hi": 2.4, "speedup_headline_basis": "cpu",
+            "speedup_seed_mean": 1.4, "speedup_ci_lo": 1.1, "speedup_ci_hi": 1.8, "speedup_seeds": 3,
+            "heldout_mean": 0.4, "heldout_name": "P(gold)", "heldout_diff_mean": -0.042, "heldout_diff_ci95": 0.018,
+            "heldout_diff_n": 3, "heldout_verdict": "worse", "gain_kept": 0.68, "gain_kept_lo": 0.55,
+            "gain_kept_hi": 0.81, "gain_kept_verdict": "keeps less"}
+    for pct in (50, 75, 90):
+        base.update({f"ttq{pct}_target": 0.3, f"ttq{pct}_reached": 3, f"ttq{pct}_censored": 0, f"ttq{pct}_ratio": 1.1,
+                     f"ttq{pct}_ratio_lo": 0.8, f"ttq{pct}_ratio_hi": 1.5, f"ttq{pct}_ratio_n": 3,
+                     f"ttq{pct}_seconds_basis": "cpu", f"ttq{pct}_verdict": "indistinguishable"})
+    return {**base, **kw}
+
+
+def test_the_verdict_says_when_the_halves_point_different_ways():
+    block = "\n".join(verdict.method_block(_row(), "full-bf16", ""))
+    assert ("`spar@12.8%` is 1.90x faster per update, keeps 68 % of `full-bf16`'s gain in P(gold) (worse) and is no "
+            "faster to 75 % of `full-bf16`'s quality at this resolution.") in block
+    assert "The halves point different ways" in block
+    assert "keeps 68 % [55, 81 %] (less than all of it)" in block
+    assert "1.90x [1.50, 2.40] per update on CPU time (the machine was contended)" in block
+
+
+def test_a_method_that_wins_time_to_quality_is_said_to():
+    row = _row(heldout_diff_mean=0.0, heldout_verdict="indistinguishable", gain_kept=1.0, gain_kept_lo=0.8,
+               gain_kept_hi=1.2, gain_kept_verdict="keeps all of it", ttq75_ratio=0.55, ttq75_ratio_lo=0.4,
+               ttq75_ratio_hi=0.7, ttq75_verdict="faster")
+    block = "\n".join(verdict.method_block(row, "full-bf16", ""))
+    assert "is faster to 75 % of `full-bf16`'s quality" in block and "different ways" not in block
+    row.update(ttq75_ratio=None, ttq75_reached=0, ttq75_censored=3, ttq75_verdict="slower (censored)")
+    assert "is slower to 75 % of `full-bf16`'s quality" in "\n".join(verdict.method_block(row, "full-bf16", ""))
