@@ -437,9 +437,16 @@ def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out
 
     from harness.run import commands as runcli
     folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    cfgs = _grid_configs(lambda: runcli.load_grid(grid, values), folder)
+    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+
+
+def _grid_configs(grid, folder):
+    """The validated configs of a sweep's grid (`grid()` reads it) under `folder`, and the preflight of
+    an emulated one; a bad value or a missing privilege is one line and exit 2, before anything runs."""
+    from harness.run import commands as runcli
     try:
-        doc = runcli.load_grid(grid, values)
-        cfgs = runcli.sweep_configs(doc, out=folder)
+        cfgs = runcli.sweep_configs(grid(), out=folder)
         if any(c.emulation for c in cfgs):
             from harness.run import launch
             launch.check_privileges(next(c for c in cfgs if c.emulation))
@@ -448,7 +455,7 @@ def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out
     except RuntimeError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
-    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+    return cfgs
 
 
 spec_command("sweep", sweep, [
@@ -475,16 +482,9 @@ def reproduce(name: str = typer.Argument(..., help="the figure: hilo-speed (pres
     folder = Path(out or f"results/reproduce-{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     try:
         doc = repro.load(name)
-        grid = runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"])
-        cfgs = runcli.sweep_configs(grid, out=folder)
-        if any(c.emulation for c in cfgs):
-            from harness.run import launch
-            launch.check_privileges(next(c for c in cfgs if c.emulation))
     except ValueError as err:
         raise _usage_error(err) from None
-    except RuntimeError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
+    cfgs = _grid_configs(lambda: runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
     if not quiet and not json_out:
         typer.echo(f"harness reproduce {name}: {doc['description']}; {len(cfgs)} runs -> {folder}", err=True)
     raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
