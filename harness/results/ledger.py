@@ -102,7 +102,57 @@ def read_prediction(run: results.Run) -> dict:
         raise results.ResultsError(f"{path}: not a JSON document ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("variants", {}), dict):
         raise results.ResultsError(f"{path}: expected an object with a 'variants' object")
+    problem = _prediction_problem(doc)
+    if problem:
+        raise results.ResultsError(f"{path}: {problem}")
     return doc
+
+
+def _number(v, optional: bool = False) -> bool:
+    return (v is None and optional) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+VARIANT_NUMBERS = ("predicted_s", "measured_s", "error")
+REGIME_NUMBERS = ("compute_s", "paper_ratio", "paper_share")                      # always there
+REGIME_OPTIONAL = ("ratio", "share", "link_s", "target_ratio", "rate_bit_s", "paper_rate_bit_s")
+
+
+def _prediction_problem(doc: dict) -> str | None:
+    """What in a prediction.json the report cannot read (the field named), or None: each variant's
+    numbers and words, the regime block's numbers, curve and paper points, the data-parallel bytes."""
+    for variant, v in doc.get("variants", {}).items():
+        if not isinstance(v, dict) or not all(_number(v.get(k)) for k in VARIANT_NUMBERS) \
+                or not all(isinstance(v.get(k), str) for k in ("bottleneck", "evidence")):
+            return f"variants.{variant}: expected numbers {', '.join(VARIANT_NUMBERS)} and words bottleneck, evidence"
+    dp = doc.get("dataparallel", {})
+    if not isinstance(dp, dict) or not all(isinstance(v, dict) and all(_number(x) for x in v.values())
+                                           for v in dp.values()):
+        return "dataparallel: expected an object of methods, each an object of numbers"
+    if "dataparallel" in doc and not isinstance(doc.get("dataparallel_note"), str):
+        return "dataparallel_note: expected words beside the data-parallel bytes"
+    return _regime_problem(doc.get("regime", {}))
+
+
+def _regime_problem(reg) -> str | None:
+    if not isinstance(reg, dict):
+        return "regime: expected an object"
+    if not reg:
+        return None
+    bad = [k for k in REGIME_NUMBERS if not _number(reg.get(k))] + \
+          [k for k in REGIME_OPTIONAL if not _number(reg.get(k), optional=True)]
+    if bad:
+        return f"regime.{bad[0]}: expected a number"
+    if not isinstance(reg.get("placed", {}), dict):
+        return "regime.placed: expected an object"
+    curve, points = reg.get("curve", []), reg.get("paper_points", [])
+    if not isinstance(curve, list) or not all(
+            isinstance(c, dict) and _number(c.get("ratio")) and isinstance(c.get("speedup"), dict)
+            and all(_number(x) for x in c["speedup"].values()) for c in curve):
+        return "regime.curve: expected a list of {ratio, speedup: {variant: number}}"
+    if not isinstance(points, list) or not all(
+            isinstance(p, dict) and all(_number(p.get(k)) for k in ("pipeline", "full_s", "method_s")) for p in points):
+        return "regime.paper_points: expected a list of {pipeline, full_s, method_s}"
+    return None
 
 
 def model_section(runs: list[results.Run]) -> list[str]:

@@ -76,7 +76,9 @@ def mean_sd(xs: list[float]) -> tuple[float, float | None]:
     mean = sum(xs) / len(xs)
     if len(xs) < 2:
         return mean, None
-    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    # (x - mean) * (x - mean), not ** 2: a float power raises OverflowError where a product goes to inf
+    # (a result file holding 1e308 reads as an infinite spread, not a traceback)
+    return mean, math.sqrt(sum((x - mean) * (x - mean) for x in xs) / (len(xs) - 1))
 
 
 def ci95(values) -> tuple[float | None, float | None]:

@@ -101,3 +101,29 @@ def test_a_method_that_wins_time_to_quality_is_said_to():
     assert "is faster to 75 % of `full-bf16`'s quality" in block and "different ways" not in block
     row.update(ttq75_ratio=None, ttq75_reached=0, ttq75_censored=3, ttq75_verdict="slower (censored)")
     assert "is slower to 75 % of `full-bf16`'s quality" in "\n".join(verdict.method_block(row, "full-bf16", ""))
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("regime", "x", "regime: expected an object"),
+    ("regime", {"a": {"b": 1}}, "regime.compute_s: expected a number"),
+    ("regime.ratio", "fast", "regime.ratio: expected a number"),
+    ("regime.curve", [{"ratio": 1, "speedup": {"spar": "x"}}], "regime.curve"),
+    ("regime.paper_points", [[1]], "regime.paper_points"),
+    ("variants", {"spar": {"predicted_s": "x"}}, "variants.spar"),
+])
+def test_a_malformed_prediction_is_one_line_naming_the_field(tmp_path, field, value, named):
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(SWEEP / "runs" / "comm_ratio6-pipeline0", run)
+    doc = json.loads((run / "prediction.json").read_text())
+    head, _, key = field.partition(".")
+    if key:
+        doc[head][key] = value
+    else:
+        doc[head] = value
+    (run / "prediction.json").write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError) as err:
+        report.build(results.read(run))
+    assert named in str(err.value) and "prediction.json" in str(err.value) and "\n" not in str(err.value)
