@@ -140,9 +140,9 @@ def ttq(r, base_name: str) -> tuple[str, str]:
     line = ("time to a quality target common to every method (a fraction of "
             f"`{base_name}`'s seed-mean gain; method / baseline training seconds, paired seeds): "
             + "; ".join(w for w, _ in cells.values()))
-    words, verdict = cells.get(HEADLINE_FRACTION, next(iter(cells.values())))
     pct = HEADLINE_FRACTION if HEADLINE_FRACTION in cells else next(iter(cells))
-    return line, _ttq_clause(verdict, pct, base_name, words)
+    reached, censored = (int(_num(r.get(f"ttq{pct}_{k}")) or 0) for k in ("reached", "censored"))
+    return line, _ttq_clause(cells[pct][1], pct, base_name, f"{reached} of {reached + censored} seeds reached it")
 
 
 def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> str:
@@ -157,7 +157,7 @@ def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> st
         return f"is slower to {target}"
     if verdict.startswith("indistinguishable"):
         return f"is no faster to {target} at this resolution"
-    return f"is not shown faster to {target} ({words.split(': ', 1)[-1]})"
+    return f"is not shown faster to {target} ({words})"
 
 
 def _disagree(speed_clause: str, quality_clause: str, ttq_clause: str) -> str:
