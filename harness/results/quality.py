@@ -7,8 +7,7 @@ From the `evals` table (harness/results/tables.py: one row per cell x evaluated 
   gold is its only right answer (`trainers.tasks.unique_gold`: digits, knights_knaves) and the run
   recorded `gold_prob`; pass@1 (eval_samples samples per problem) otherwise (countdown: many
   expressions hit the target, so P(the canonical one) is not the quality). The finest figure
-  decides because a coarse one can hide a loss: measured on main, pass@4 -0.010 ± 0.027
-  (indistinguishable) where P(gold) said -0.042 ± 0.018 (worse);
+  decides because a coarse one can hide a loss (pass@4 saturates where P(gold) still moves);
 - **quality** of a variant = its final held-out figure, mean over seeds with a 95 % confidence
   interval (Student's t, seeds as the samples);
 - **paired difference** (issue 21): the seeds are paired by design (the same initial adapter, the same
@@ -32,8 +31,8 @@ From the `evals` table (harness/results/tables.py: one row per cell x evaluated 
   later un-reaches it), at a version and a training time interpolated linearly between the last
   evaluation short of it and the next (so the figure is finer than `--eval-every`); a seed that
   does not is censored: counted, never averaged away (AlgoPerf scores it as an infinite time). A
-  per-seed target from each baseline seed's own curve (this module before issue 33) let the
-  baseline reach its target by construction. The `ttq<pct>_*` columns compare times as a paired
+  per-seed target from each baseline seed's own curve would let the baseline reach its target by
+  construction. The `ttq<pct>_*` columns compare times as a paired
   ratio method / baseline (`ttq_ratio`); training time is `cpu_s` (each update charged at its CPU
   seconds, compare.cpu_charged) where the machine was contended, else `wall_s` (the sum of seconds
   per update; evaluation time is in neither), and the wall ratio stands beside it. A method 2x
