@@ -3,10 +3,12 @@
 A trace is a piecewise-constant link over time that loops at its end: rate (bit/s) and, where the
 file gives them, one-way delay and random loss. Formats read and written:
 
-* **Mahimahi** delivery opportunities (``*.mahi``, ``*.up``, ``*.down``; mm-link): one integer
-  millisecond timestamp per line, each a chance to deliver one 1500-byte packet at that ms; the
-  file loops with period = the last timestamp. Read into ``MAHIMAHI_BIN_S`` steps (rate = packets
-  in the bin x 12000 bit / bin length); written back by spreading each step's bytes over its ms.
+* **Mahimahi** delivery opportunities (mm-link): one integer millisecond timestamp per line, each a
+  chance to deliver one 1500-byte packet at that ms; the file loops with period = the last
+  timestamp, which is itself an opportunity. Recognised by content (every non-empty line a
+  non-negative integer), whatever the file is called (``*.mahi``, ``*.up``, ``*.down`` by habit).
+  Read into ``MAHIMAHI_BIN_S`` steps (rate = packets in the bin x 12000 bit / bin length); written
+  the way Mahimahi's own ``mm-rate-to-events`` writes them (``to_mahimahi``).
 * **CSV** (``*.csv``): ``time_s,rate_mbit_s[,delay_ms[,loss_pct]]`` with an optional header line.
   The same reader takes the Pensieve/FCC "cooked" form (``time_s throughput_mbit_s``, whitespace
   separated, no header). Each row holds until the next; the last one for the median step length,
@@ -24,6 +26,8 @@ outage lengths), ``diurnal`` (a sine of one period).
 """
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 import random
 import re
@@ -33,11 +37,16 @@ from pathlib import Path
 
 MTU_BYTES = 1500                    # a Mahimahi delivery opportunity carries one MTU-sized packet
 MAHIMAHI_BIN_S = 0.1                # Mahimahi timestamps binned to 100 ms steps when read
+MTU_BITS = MTU_BYTES * 8
+UNROLL_MAX_MS = 600_000             # to_mahimahi writes up to 10 min of loops to close on whole packets
+UNROLL_MAX_LINES = 1_000_000        # ... and up to a million more lines doing so
+_WHOLE = 1e-9                       # a count of packets this close to an integer is whole (float sums)
 OUTAGE_RATE_BIT_S = 8e3             # what a rate of 0 plays as (HTB needs a rate; >= units' 1 kbit/s floor)
 TRACE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles" / "traces"
 KINDS = ("constant", "normal", "square", "outages", "diurnal")
 MAHIMAHI_SUFFIXES = (".mahi", ".up", ".down", ".trace")
 _SPLIT = re.compile(r"[,\s]+")
+_STAMP = re.compile(r"[0-9]+")       # ASCII digits only: str.isdigit() takes '²', which int() refuses
 
 
 class TraceError(ValueError):
@@ -73,17 +82,27 @@ class Trace:
         return self.bits(start_s, end_s) / (end_s - start_s)
 
     def bits(self, start_s: float, end_s: float) -> float:
-        """Bits the trace offers over [start_s, end_s)."""
-        loops, rest = divmod(start_s, self.period_s)
-        t, end, total = rest, end_s - loops * self.period_s, 0.0
-        while t < end - 1e-12:
-            i = self.index_at(t)
-            wrap = math.floor(t / self.period_s) * self.period_s
-            nxt = wrap + (self.times_s[i + 1] if i + 1 < len(self.times_s) else self.period_s)
-            stop = min(end, nxt)
-            total += self.rate_bit_s[i] * (stop - t)
-            t = stop
-        return total
+        """Bits the trace offers over [start_s, end_s): the difference of the cumulative bits at
+        both ends (whole loops x the loop's bits + the part of one loop), so a window of many
+        loops costs no more than one, and a time a float's width off a loop's edge cannot send
+        the sum backwards (the step-by-step walk it replaces could loop forever there)."""
+        return self._bits_to(end_s) - self._bits_to(start_s) if end_s > start_s else 0.0
+
+    @functools.cached_property
+    def _cum_bits(self) -> tuple[float, ...]:
+        """Bits from the loop's start to each step's start, and the loop's total last."""
+        out = [0.0]
+        for i, rate in enumerate(self.rate_bit_s):
+            nxt = self.times_s[i + 1] if i + 1 < len(self.times_s) else self.period_s
+            out.append(out[-1] + rate * (nxt - self.times_s[i]))
+        return tuple(out)
+
+    def _bits_to(self, t_s: float) -> float:
+        loops = math.floor(t_s / self.period_s)
+        y = min(self.period_s, max(0.0, t_s - loops * self.period_s))
+        i = max(0, bisect.bisect_right(self.times_s, y) - 1)
+        cum = self._cum_bits
+        return loops * cum[-1] + cum[i] + self.rate_bit_s[i] * (y - self.times_s[i])
 
     def steps(self, interval_s: float, until_s: float) -> list[dict]:
         """The schedule over [0, until_s): one step per interval (see the module docstring)."""
@@ -132,37 +151,57 @@ def resolve(name_or_path: str | Path, directory: Path = TRACE_DIR) -> Path:
 
 
 def load(name_or_path: str | Path) -> Trace:
-    """Mahimahi (by suffix, or a file of bare integers) or CSV; TraceError names the bad line."""
+    """Mahimahi or CSV, told apart by content (``is_mahimahi``), not by the file's name: a file of
+    bare integers is Mahimahi whatever its suffix, anything else is read as CSV. A Mahimahi suffix
+    on text that is neither gets the Mahimahi reader's error (naming the first line that is not a
+    timestamp). TraceError names the file and the bad line."""
     path = resolve(name_or_path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise TraceError(f"trace: {str(path)!r} cannot be read ({err})") from None
-    if path.suffix in MAHIMAHI_SUFFIXES:
+    if is_mahimahi(text):
         return parse_mahimahi(text, path.name)
+    if path.suffix in MAHIMAHI_SUFFIXES:
+        try:
+            return parse_csv(text, path.name)       # a CSV under a Mahimahi name is what it holds
+        except TraceError:
+            return parse_mahimahi(text, path.name)  # raises, naming the first line that is not a timestamp
     return parse_csv(text, path.name)
 
 
+def is_mahimahi(text: str) -> bool:
+    """Every non-empty line one non-negative integer (and at least one line): Mahimahi's format. A
+    CSV has two fields a row (comma or whitespace separated) and may have a header or decimals,
+    so it never matches. Whether the timestamps go forward is ``parse_mahimahi``'s to say (one
+    line naming where they go back), not a reason to read the file as something else."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return bool(lines) and all(_STAMP.fullmatch(ln) for ln in lines)
+
+
 def parse_mahimahi(text: str, name: str) -> Trace:
-    stamps = []
+    stamps: list[int] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        if not line.strip().isdigit():
+        if not _STAMP.fullmatch(line.strip()):
             raise TraceError(f"{name}:{n}: {line.strip()[:40]!r} is not a millisecond timestamp")
-        stamps.append(int(line))
+        ms = int(line)
+        if stamps and ms < stamps[-1]:
+            raise TraceError(f"{name}:{n}: timestamp {ms} is before the previous one ({stamps[-1]}): "
+                             "Mahimahi timestamps never go back")
+        stamps.append(ms)
     if not stamps or stamps[-1] <= 0:
         raise TraceError(f"{name}: no delivery opportunity after 0 ms (a Mahimahi trace loops at its last timestamp)")
-    if any(b < a for a, b in zip(stamps, stamps[1:])):
-        raise TraceError(f"{name}: timestamps go backwards")
     period = stamps[-1] / 1000
-    nbins = max(1, math.ceil(period / MAHIMAHI_BIN_S - 1e-9))
+    bin_ms = round(MAHIMAHI_BIN_S * 1000)
+    nbins = max(1, math.ceil(stamps[-1] / bin_ms))
     counts = [0] * nbins
-    for ms in stamps:
-        counts[min(nbins - 1, int(ms / 1000 / MAHIMAHI_BIN_S))] += 1
+    for ms in stamps:                        # integer bins: 300 / 1000 / 0.1 is 2.999..., not 3
+        counts[min(nbins - 1, ms // bin_ms)] += 1
     times = tuple(round(k * MAHIMAHI_BIN_S, 6) for k in range(nbins))
     widths = [min(period, t + MAHIMAHI_BIN_S) - t for t in times]
-    rates = tuple(c * MTU_BYTES * 8 / w for c, w in zip(counts, widths))
+    rates = tuple(c * MTU_BITS / w for c, w in zip(counts, widths))
     return Trace(name, times, rates, period)
 
 
@@ -219,19 +258,84 @@ def to_csv(trace: Trace) -> str:
 
 
 def to_mahimahi(trace: Trace) -> str:
-    """Delivery opportunities: a byte budget fills at the trace's rate each ms; one line per 1500
-    bytes it holds. Delay and loss have no place in the format and are dropped. The last line is
-    the period (Mahimahi loops there), added when no delivery falls on it."""
+    """Delivery opportunities as Mahimahi's own ``mm-rate-to-events`` makes them from the trace's
+    rates, on a period that closes on whole packets. Delay and loss have no place in the format
+    and are dropped.
+
+    What Mahimahi does (ravinet/mahimahi, ``scripts/mm-rate-to-events``, KJW 2017; and
+    ``src/frontend/link_queue.cc``, mm-link's reader): mm-rate-to-events reads one number a
+    millisecond (the kilobits that ms can carry), keeps a reserve of bits starting at 0, and for
+    ms k (counted from 0) adds that ms's bits, then prints ``k`` once for every 12000 bits the
+    reserve holds, taking them out; the reserve carries on, nothing else is written (the output
+    stops at the last packet). mm-link reads every line as one 1500-byte opportunity, timestamps
+    never decreasing, the last one > 0, and loops by adding the last timestamp to its clock when
+    the list runs out: so the last line is both an opportunity and the period.
+
+    Here: ms k's bits are what the trace offers over [k, k+1) ms (a step boundary inside a ms
+    counts both steps) and the events are exactly mm-rate-to-events's for those bits (reserve
+    from 0, stamp ``k``; a reserve a billionth of a packet short of one, a float sum's error,
+    counts as one), with two things mm-rate-to-events never needed, since it does not loop:
+
+    * the period. A file holds a whole number of opportunities per loop, and the trace's loop
+      rarely carries a whole number of packets (50 kbit/s x 1 s = 4.17: a line added on the
+      period makes 5 a loop, 60 kbit/s; the remainder dropped makes 4, 48 kbit/s). So the file
+      unrolls the loop: it holds the fewest copies of the trace's loop (m) whose bits are a
+      whole number of packets (6 loops, 25 packets, exactly 50 kbit/s), while that stays within
+      ``UNROLL_MAX_MS`` of loop and ``UNROLL_MAX_LINES`` more lines; the file's period is then
+      m x the trace's (the same link: the rates repeat). When no such m fits (a long trace,
+      rates that are not round numbers), m = 1 and the loop keeps mm-rate-to-events's count,
+      the loop's bits rounded down: under one packet a loop short, which a loop of minutes
+      never shows.
+    * the last line is the period. The file's last packet (mm-rate-to-events's last line k,
+      the ms that completed it: Q - 1 on a link busy to the end) is written at the file's period
+      Q (ms) instead: mm-link loops at its last line, and that line is this packet's opportunity,
+      not one more. It moves later by Q - k ms: 1 ms on a link carrying to its end, across the
+      quiet tail on a loop that ends in an outage. (mm-rate-to-events's own output, fed to
+      mm-link, loops at its last packet instead, k ms, not at the end of the rates it read.) A trace that carries no
+      whole packet in any loop is written as the one line Q (the format needs a line).
+
+    Read back (``parse_mahimahi``), every 100 ms bin holds the trace's packets over that bin to
+    within one: the packets before a time are the floor of the bits before it (in 12000s), so a
+    bin's count is a difference of two floors; moving the last packet onto the period keeps that
+    when the file's bits are whole (nothing accrues after the last packet). Where m = 1 leaves a
+    remainder (under one packet, never delivered), the bins between the last packet and the
+    period may be short by that much more: up to 1 + remainder there."""
     period_ms = max(1, round(trace.period_s * 1000))
-    lines, budget = [], 0.0
-    for ms in range(1, period_ms + 1):
-        budget += trace.rate_bit_s[trace.index_at((ms - 1) / 1000)] / 8 / 1000
-        while budget >= MTU_BYTES:
-            lines.append(ms)
-            budget -= MTU_BYTES
-    if not lines or lines[-1] != period_ms:
-        lines.append(period_ms)
+    bits = _ms_bits(trace, period_ms)
+    loop_packets = sum(bits) / MTU_BITS
+    loops = 1
+    for m in range(1, max(1, UNROLL_MAX_MS // period_ms) + 1):
+        if m > 1 and (m - 1) * loop_packets > UNROLL_MAX_LINES:
+            break
+        if abs(m * loop_packets - round(m * loop_packets)) <= _WHOLE:
+            loops = m
+            break
+    lines, reserve = [], 0.0
+    for loop in range(loops):
+        base = loop * period_ms
+        for k, b in enumerate(bits):
+            reserve += b
+            while reserve >= MTU_BITS * (1 - _WHOLE):
+                lines.append(base + k)
+                reserve -= MTU_BITS
+    if lines:
+        lines[-1] = loops * period_ms
+    else:
+        lines.append(loops * period_ms)
     return "\n".join(map(str, lines)) + "\n"
+
+
+def _ms_bits(trace: Trace, period_ms: int) -> list[float]:
+    """Bits the trace offers in each ms [k, k+1) of one loop of ``period_ms`` ms (steps in order)."""
+    out = [0.0] * period_ms
+    edges = [round(t * 1000, 6) for t in trace.times_s] + [round(trace.period_s * 1000, 6)]
+    for i, rate in enumerate(trace.rate_bit_s):
+        lo, hi = edges[i], min(edges[i + 1], period_ms)
+        k = int(lo)
+        while k < hi and rate:
+            out[k] += rate * (min(k + 1, hi) - max(k, lo)) / 1000
+            k += 1
+    return out
 
 
 def save(trace: Trace, path: str | Path) -> Path:
