@@ -232,9 +232,10 @@ def _link_label(node: str, direction: str) -> str:
     return f"learner (unshaped) {direction}: {'sends to' if direction == 'up' else 'receives from'} the workers"
 
 
-def draw_link_throughput(links: pd.DataFrame) -> Plot:
+def draw_link_throughput(links: pd.DataFrame, followed: dict | None = None) -> Plot:
     """Throughput of every link over time (one seed), one panel per method on one time axis, with the
-    worker links' capacity."""
+    worker links' capacity; ``followed`` (trace_plots.followed: the links followed a trace or a
+    schedule) words a capacity that changed, which no one line draws, instead of "not shaped"."""
     variants = list(dict.fromkeys(links["variant"])) if len(links) else []
     seed = int(links["seed"].min()) if len(links) else None
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.2 + 1.5 * max(1, len(variants))),
@@ -263,8 +264,10 @@ def draw_link_throughput(links: pd.DataFrame) -> Plot:
         return Plot("link_throughput", fig,
                     f"Bits per second each link carried: {NO_LINK_SAMPLES} in these runs (no cell's links.csv has "
                     "a row: a run without emulation samples no link counters), so nothing is drawn. No error bars.")
-    cap = (f"dotted black: the worker links' capacity ({', '.join(_rate(r) for r in rates)}; the learner's own link "
-           "is unshaped)" if len(rates) else "no capacity line: the links were not shaped")
+    static = (f"dotted black: the worker links' capacity ({', '.join(_rate(r) for r in rates)}; the learner's own "
+              "link is unshaped)" if len(rates) else None)
+    cap = (trace_plots.capacity_caption(followed, static) if followed else
+           static or "no capacity line: the links were not shaped")
     return Plot("link_throughput", fig,
                 f"Bits per second each link carried (IP packets, headers and retransmissions included) between "
                 f"consecutive counter samples, seed {seed}, one panel per method on a shared time axis; {cap}. "
@@ -334,7 +337,7 @@ def render(t: results.RunTables) -> list[Plot]:
     with plt.rc_context(STYLE):
         plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
         plots += [draw_quality_vs_bytes(comp), draw_phase_breakdown(t.updates), draw_timeline(t.phases),
-                  draw_link_throughput(t.links)]
+                  draw_link_throughput(t.links, trace_plots.followed(t.runs))]
         if varies_bandwidth(comp):
             plots.append(draw_seconds_vs_bandwidth(comp))
         plots += [Plot(*p) for p in equal_bytes.figures(t.updates, t.evals, comp)]   # quality at equal bytes

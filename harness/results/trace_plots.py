@@ -4,7 +4,8 @@ w1's links achieved (the link counters, links.csv) and the seconds per update at
 update finished, on the cell's own clock (every cell replays the trace from its start).
 
 Returns (name, figure, caption) tuples; plots.py wraps them (this module imports no other results
-module but tables and style, so plots.py may import it).
+module but tables and style, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
+link_throughput figure's capacity for such a run: its links had no one capacity to draw, and were shaped.
 """
 from __future__ import annotations
 
@@ -88,3 +89,64 @@ def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
     caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
                "counters), and each method's seconds per update at the time the update finished (first seed).")
     return [("trace", fig, caption)]
+
+
+# ---- the link_throughput figure's capacity, for links that followed a trace or schedule ---------------
+
+def traced_links(profile_doc: dict | None) -> str | None:
+    """Which worker links a run's profile (config.json's profile_doc) played a trace on, in words:
+    "the worker links" (a trace in ``defaults``, or in a schedule change for every worker), "w2's
+    links" (per-worker overrides or changes); None without a trace on a worker link."""
+    doc = profile_doc if isinstance(profile_doc, dict) else {}
+
+    def has_trace(link) -> bool:
+        return isinstance(link, dict) and any(
+            link.get("trace") or (isinstance(link.get(d), dict) and link[d].get("trace")) for d in ("up", "down"))
+
+    if has_trace(doc.get("defaults")):
+        return "the worker links"
+    schedule_doc, workers = doc.get("schedule"), doc.get("workers")
+    changes = [c for c in (schedule_doc if isinstance(schedule_doc, list) else []) if has_trace(c)]
+    if any(c.get("target") in (None, "workers", "all") for c in changes):
+        return "the worker links"
+    named = {str(n) for n, link in (workers if isinstance(workers, dict) else {}).items() if has_trace(link)}
+    named |= {str(c.get("target")) for c in changes}
+    names = sorted(named, key=lambda n: (len(n), n))
+    return " and ".join(f"{n}'s" for n in names) + " links" if names else None
+
+
+def followed(runs: list[results.Run]) -> dict | None:
+    """How these runs' worker links changed during a cell, for the link_throughput caption: None when
+    they held one rate (or none); else {"kind": "trace" | "schedule", "who": which links, "figure":
+    whether this report draws the ``trace`` figure (one run with w1's steps logged), "runs": how many}.
+    A trace in a run's profile_doc, or any cell's schedule.csv (the shaper logs one only for links
+    that change: a trace or a profile's schedule), counts."""
+    who, kinds = [], []
+    for run in runs:
+        traced = traced_links((run.config or {}).get("profile_doc"))
+        logged = any((Path(run.dir) / "cells").glob("*/schedule.csv"))
+        if traced:
+            who.append(traced)
+            kinds.append("trace")
+        elif logged:
+            kinds.append("schedule")
+    if not kinds:
+        return None
+    figure = len(runs) == 1 and not schedule(runs[0]).empty
+    return {"kind": "trace" if "trace" in kinds else "schedule",
+            "who": who[0] if len(set(who)) == 1 else "the worker links", "figure": figure, "runs": len(runs)}
+
+
+def capacity_caption(how: dict, static: str | None) -> str:
+    """The capacity clause of the link_throughput caption for links that followed a trace or a
+    schedule (``followed``); ``static`` words the dotted lines at the profile's rate, if any."""
+    if how["kind"] == "trace":
+        body = f"{how['who']} followed a trace, their capacity changing step by step"
+    else:
+        body = "the links' capacity changed on the profile's schedule during each cell"
+    where = (f"the `trace` figure draws {NODE}'s capacity as the shaper applied it" if how["figure"] else
+             "each run's own report draws it in its `trace` figure" if how["runs"] > 1 else
+             f"no cell logged {NODE}'s steps (schedule.csv), so no figure draws them")
+    if static:
+        return f"{static}, which held only where no trace or schedule changed it: {body}; {where}"
+    return f"no capacity line: {body}, so no one rate stands for it; {where}"

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 from harness.results import tables, trace_plots
+from harness.results.trace_plots import traced_links
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-spar-20mbit"
 HEAD = "at_s,due_t_s,applied_t_s,lag_s,skipped,node,direction,rate_bit_s,delay_s,loss_frac\n"
@@ -33,3 +34,52 @@ def test_a_run_with_schedules_gets_the_trace_figure_and_one_without_none(tmp_pat
     axes = figs[0][1].axes
     assert len(axes) == 2 and axes[1].get_ylabel() == "seconds per update"
     assert trace_plots.figures(tables.read(FIXTURE)) == []
+
+
+def _profile(run, doc):
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["profile_doc"] = doc
+    (run / "config.json").write_text(json.dumps(cfg))
+    return run
+
+
+def _link_caption(run):
+    import matplotlib.pyplot as plt
+
+    from harness.results import plots
+    rendered = plots.render(tables.read(run))
+    plt.close("all")
+    return {p.name: p for p in rendered}["link_throughput"].caption
+
+
+def test_a_traced_run_says_its_links_followed_the_trace_and_points_to_the_trace_figure(tmp_path):
+    """The links followed cellular-lte.csv (no static rate in the profile): the caption said "no
+    capacity line: the links were not shaped" before."""
+    run = _profile(_with_schedules(tmp_path), {"defaults": {"delay": "20ms", "trace": "cellular-lte.csv"},
+                                               "learner": {"rate": "1gbit"}})
+    cap = _link_caption(run)
+    assert "not shaped" not in cap and "unshaped)" not in cap
+    assert "no capacity line: the worker links followed a trace" in cap
+    assert "the `trace` figure draws w1's capacity as the shaper applied it" in cap
+    assert [name for name, _, _ in trace_plots.figures(tables.read(run))] == ["trace"]
+
+
+def test_a_trace_on_one_worker_names_that_worker_and_keeps_the_static_line_for_the_rest(tmp_path):
+    doc = {"defaults": {"rate": "20mbit"}, "workers": {"w2": {"down": {"trace": {"file": "leo-satellite.csv"}}}}}
+    assert traced_links(doc) == "w2's links"
+    cap = _link_caption(_profile(_with_schedules(tmp_path), doc))
+    assert "dotted black: the worker links' capacity (20 Mbit/s" in cap
+    assert "which held only where no trace or schedule changed it: w2's links followed a trace" in cap
+
+
+def test_a_run_whose_cells_logged_a_schedule_says_its_capacity_changed(tmp_path):
+    cap = _link_caption(_with_schedules(tmp_path))        # the fixture's profile: 20mbit, no trace
+    assert "changed on the profile's schedule" in cap and "the `trace` figure" in cap
+
+
+def test_static_and_unshaped_runs_keep_their_captions(tmp_path):
+    assert trace_plots.followed(tables.read(FIXTURE).runs) is None
+    assert "dotted black: the worker links' capacity (20 Mbit/s" in _link_caption(FIXTURE)
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    assert "no capacity line: the links were not shaped" in _link_caption(_profile(run, {"defaults": {"delay": "5ms"}}))
