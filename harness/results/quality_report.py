@@ -100,13 +100,17 @@ def signal_text(comp: pd.DataFrame) -> str:
 def quality_notes(comp: pd.DataFrame) -> list[str]:
     """One line per variant whose per-update speedup does not survive as a time-to-quality speedup."""
     out = []
+    base = {r.get("baseline"): r for _, r in comp.iterrows() if r.get("method") == r.get("baseline")}
     for _, r in comp.iterrows():
         per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
         if r.get("method") == r.get("baseline") or _none(per_update) or _none(r.get("heldout_target", float("nan"))):
             continue
-        if r.get("ttq_reached", 0) < r.get("heldout_seeds", 0):
+        b = base.get(r.get("baseline"))
+        base_reached = b.get("ttq_reached", 0) if b is not None else r.get("heldout_seeds", 0)
+        if r.get("ttq_reached", 0) < min(base_reached, r.get("heldout_seeds", 0)):   # fewer than the baseline did
             out.append(f"- **{r['variant']}**: {_x(per_update)} per update, but only "
-                       f"{_count(r['ttq_reached'])} of {_count(r['heldout_seeds'])} seeds reached the target.")
+                       f"{_count(r['ttq_reached'])} of {_count(r['heldout_seeds'])} seeds reached the target "
+                       f"(the baseline: {_count(base_reached)}).")
         elif not _none(ttq) and ttq < per_update:
             out.append(f"- **{r['variant']}**: {_x(per_update)} per update, {_x(ttq)} to quality "
                        f"(it needs {r['ttq_updates_mean']:.1f} updates to the target).")

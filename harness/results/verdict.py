@@ -137,12 +137,15 @@ def ttq(r, base_name: str) -> tuple[str, str]:
     cells = {pct: _ttq_cell(r, pct) for pct in FRACTIONS if f"ttq{pct}_target" in r}
     if not cells:
         return "", ""
-    line = ("time to a quality target common to every method (a fraction of "
-            f"`{base_name}`'s seed-mean gain; method / baseline training seconds, paired seeds): "
-            + "; ".join(w for w, _ in cells.values()))
+    line = ("time to quality (one target for every method: a fraction of "
+            f"`{base_name}`'s seed-mean gain; method / baseline training seconds over paired seeds):\n"
+            + "\n".join(f"    - {w}" for w, _ in cells.values()))
     pct = HEADLINE_FRACTION if HEADLINE_FRACTION in cells else next(iter(cells))
     reached, censored = (int(_num(r.get(f"ttq{pct}_{k}")) or 0) for k in ("reached", "censored"))
-    return line, _ttq_clause(cells[pct][1], pct, base_name, f"{reached} of {reached + censored} seeds reached it")
+    ratio = _num(r.get(f"ttq{pct}_ratio"))
+    words = (f"{ratio:.2f}x the time" if ratio is not None and cells[pct][1] and cells[pct][1].startswith("indist")
+             else f"{reached} of {reached + censored} seeds reached it")
+    return line, _ttq_clause(cells[pct][1], pct, base_name, words)
 
 
 def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> str:
@@ -156,7 +159,7 @@ def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> st
     if verdict.startswith("slower"):
         return f"is slower to {target}"
     if verdict.startswith("indistinguishable"):
-        return f"is no faster to {target} at this resolution"
+        return f"is not shown faster to {target} ({words}; the interval includes 1)"
     return f"is not shown faster to {target} ({words})"
 
 
@@ -164,9 +167,9 @@ def _disagree(speed_clause: str, quality_clause: str, ttq_clause: str) -> str:
     """A sentence when the halves point different ways (faster per update, but worse or not faster to quality)."""
     faster = "faster per update" in speed_clause and "no faster" not in speed_clause
     behind = ("(worse)" in quality_clause or "is worse" in quality_clause
-              or ("not faster" in ttq_clause or "slower" in ttq_clause or "no faster" in ttq_clause))
-    return (" The halves point different ways: faster per update is not the same as faster to the same quality."
-            if faster and behind else "")
+              or any(w in ttq_clause for w in ("not shown faster", "slower")))
+    return (" Speed and quality point different ways: faster per update, but not shown as fast to the same "
+            "quality (or it keeps less of it)." if faster and behind else "")
 
 
 def method_block(r, base_name: str, where: str) -> list[str]:
