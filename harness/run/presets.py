@@ -31,15 +31,20 @@ def names(directory: Path = PRESET_DIR) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml"))
 
 
+def read_yaml(path: Path, where: str, error: type[ValueError]) -> Any:
+    """`path` parsed as YAML, or `error` with one line naming `where` and the file (presets, reproductions)."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise error(f"{where}: {path} is not readable YAML ({' '.join(str(err).split())})") from None
+
+
 def load(name: str, directory: Path = PRESET_DIR) -> dict[str, Any]:
     """The preset document `name` (a name in presets/ or a YAML path), validated."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else directory / f"{name}.yaml"
     if not path.is_file():
         raise PresetError(f"--preset: unknown preset {spec.quote(name)}; valid presets: {', '.join(names(directory))}")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise PresetError(f"--preset {name}: {path} is not readable YAML ({' '.join(str(err).split())})") from None
+    doc = read_yaml(path, f"--preset {name}", PresetError)
     if not isinstance(doc, dict) or not isinstance(doc.get("values"), dict):
         raise PresetError(f"--preset {name}: {path} needs a mapping with a `values` mapping")
     unknown = sorted(set(doc) - KEYS)

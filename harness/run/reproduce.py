@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.run.config import ConfigError
-from harness.run.presets import PRESET_DIR
+from harness.run.presets import PRESET_DIR, read_yaml
 
 REPRODUCE_DIR = PRESET_DIR / "reproduce"
 KEYS = {"description", "scaling", "grid"}
@@ -28,10 +26,7 @@ def load(name: str, directory: Path = REPRODUCE_DIR) -> dict[str, Any]:
     path = directory / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"harness reproduce: unknown figure {name!r}; valid: {', '.join(names(directory))}")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"harness reproduce {name}: {path} is not readable YAML ({' '.join(str(err).split())})") from None
+    doc = read_yaml(path, f"harness reproduce {name}", ConfigError)
     if not isinstance(doc, dict) or not isinstance(doc.get("grid"), dict) or set(doc) - KEYS:
         raise ConfigError(f"harness reproduce {name}: {path} needs exactly the keys {', '.join(sorted(KEYS))} "
                           "(grid: a mapping)")
