@@ -190,7 +190,9 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
     comp = compare.comparison(tables.updates, cells, tables.evals)
     head, rows = table_rows(comp)
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
-    names = sorted(set(comp["baseline"]) - {spec.NO_BASELINE}) if "baseline" in comp else [BASELINE]
+    # a config.json whose baseline is not a name (null, a number) names none: no row is its baseline
+    names = sorted({b for b in comp["baseline"] if isinstance(b, str)} - {spec.NO_BASELINE}) \
+        if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
     md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs), "## Runs", ""]
     for r in tables.runs:

@@ -173,3 +173,16 @@ def test_a_combined_report_names_its_folder_and_a_later_glob_over_it_still_reads
     assert again.exit_code == 0, again.output
     alone = CliRunner().invoke(app, ["report", str(made)])
     assert alone.exit_code == 2 and "only combined reports, no run folder" in alone.stderr
+
+
+def test_a_config_whose_baseline_is_not_a_name_still_reports(tmp_path):
+    """config.json with `baseline: null` (a malformed or hand-edited run) beside a run that has one: the
+    title names the baseline that is a name; no TypeError from sorting a name with a NaN (found by the fuzz test)."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "sweep-bw", sweep)
+    cfg_path = sorted(sweep.glob("runs/*/config.json"))[0]
+    cfg = json.loads(cfg_path.read_text())
+    cfg["baseline"] = None
+    cfg_path.write_text(json.dumps(cfg))
+    md, _ = report.build(results.read(sweep))
+    assert md.startswith("# Comparison against `full`: 2 runs")
