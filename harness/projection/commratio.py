@@ -26,6 +26,7 @@ from typing import Callable
 
 from harness.net import profiles
 from harness.projection import costmodel as cm
+from harness.projection.inputs import host_cc   # torch-free at import: only its adapter sizing loads torch
 
 PAPER_ADAPTER_BYTES = 147.7e6     # Qwen2.5-1.5B, rank-64 LoRA on all seven projections, bf16 (ALGORITHMS.md)
 PAPER_RATE_BIT_S = 62.5e6         # the paper's per-worker link
@@ -139,8 +140,6 @@ def factor_bounds(profile: profiles.Profile, workers: int) -> tuple[float, float
 def network_at(profile: profiles.Profile, workers: int, cc: str | None = None) -> Callable[[float], cm.Network]:
     """f -> the cost model's network of `profile` with every rate scaled by f (a trace at its mean rate);
     `cc`: the congestion control (default: this host's)."""
-    from harness.projection.inputs import host_cc   # torch-free: only its adapter sizing imports torch, lazily
-
     cc = cc or host_cc()
     return lambda f: cm.Network.from_profile(profiles.scaled(profile, f), workers, cc=cc)
 
