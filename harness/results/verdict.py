@@ -9,32 +9,21 @@ Per method (and link), against the run's baseline:
 - **time to quality**: at each fraction of the baseline's seed-mean gain (one target common to every
   method), the paired ratio of training seconds (method / baseline) or how many seeds were censored;
 - **regime**: how much of full sync's update the link carried (regime_report.py), against the paper's.
-Then one sentence per method in words, which says so when the halves point different ways
-("1.92x faster per update, keeps 68 % of full-bf16's gain in P(gold), not faster to 75 % of its
-quality"). Numbers come from compare.py / quality.py; this module only words them.
+Then one sentence per method in words, and a line when speed and quality point different ways
+("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is not shown
+faster to 75 % of full-bf16's quality"). Numbers come from compare.py / quality.py; this module only words them.
 """
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
 from harness.results import compare, regime_report, tables as results
-from harness.results.wording import CI_MIN_SEEDS, link
+from harness.results.wording import CI_MIN_SEEDS, interval as _ci, link, num as _num
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
              "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
 HEADLINE_FRACTION = 75       # the time-to-quality fraction the one-sentence summary names (of 50 / 75 / 90)
 FRACTIONS = (50, 75, 90)
-
-
-def _num(v) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
-
-
-def _ci(lo, hi) -> str:
-    lo, hi = _num(lo), _num(hi)
-    return f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
 
 
 def speed(r) -> tuple[str, str]:
