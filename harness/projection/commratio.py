@@ -27,6 +27,7 @@ from typing import Callable
 from harness.net import profiles
 from harness.projection import costmodel as cm
 from harness.projection.inputs import host_cc   # torch-free at import: only its adapter sizing loads torch
+from trainers import events
 
 PAPER_ADAPTER_BYTES = 147.7e6     # Qwen2.5-1.5B, rank-64 LoRA on all seven projections, bf16 (ALGORITHMS.md)
 PAPER_RATE_BIT_S = 62.5e6         # the paper's per-worker link
@@ -78,11 +79,6 @@ class Measured:
     up_bytes: float          # one worker's rollout frame
 
 
-def _median(values) -> float | None:
-    xs = sorted(float(v) for v in values if v == v)
-    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2)
-
-
 def measure(updates, skip_first: int = 1) -> Measured | None:
     """Measured of one variant's rows of an `updates` table (harness/results/tables.py), medians over
     the updates after the first `skip_first` (warm-up); None without the CPU columns."""
@@ -91,9 +87,9 @@ def measure(updates, skip_first: int = 1) -> Measured | None:
     if df.empty or any(c not in df for c in need):
         return None
     parts = [c for c in ("train_cpu_s", "encode_cpu_s", "decode_replay_cpu_s", "worker_rollout_cpu_s") if c in df]
-    compute = _median(df[parts].fillna(0.0).sum(axis=1))
-    down = _median(df["payload_bytes_down"])
-    up = _median(df["payload_bytes_up"] / df["workers"])
+    compute = events.median(df[parts].fillna(0.0).sum(axis=1))
+    down = events.median(df["payload_bytes_down"])
+    up = events.median(df["payload_bytes_up"] / df["workers"])
     if not compute or compute <= 0 or down is None:
         return None
     return Measured(compute, down + cm.FRAME_HEADER_BYTES, (up or 0.0) + cm.FRAME_HEADER_BYTES)

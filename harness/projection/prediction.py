@@ -141,19 +141,19 @@ def build(run_dir: str | Path) -> dict:
             "bottleneck": bottleneck, "evidence": evidence,
             **_at_cpu(q, p, workers, cores, measured_cpu.get(variant))}
     if emulated and out["regime"].get("ratio") is not None:
-        out["regime"]["curve"] = regime_curve(u, cfg, workers, net.cc, adapter, fitted.compute, options)
+        out["regime"]["curve"] = regime_curve(u, cfg, out["regime"], workers, net.cc, adapter, fitted.compute, options)
     return out
 
 
-def regime_curve(u, cfg: dict, workers: int, cc: str, adapter: cm.Adapter, compute: cm.Compute,
+def regime_curve(u, cfg: dict, regime: dict, workers: int, cc: str, adapter: cm.Adapter, compute: cm.Compute,
                  options: dict) -> list[dict]:
     """The cost model's speedup of each of the run's variants over its baseline against full sync's comm
     ratio, at the run's pipelining depth and compute, its links scaled as `--comm-ratio` would scale them
-    (what the reproduction figure draws through its measured points: harness/results/regime_plots.py)."""
-    full = u[u["method"] == commratio.FULL_SYNC] if (u["method"] == commratio.FULL_SYNC).any() else u
-    m = commratio.measure(full)
+    (what the reproduction figure draws through its measured points: harness/results/regime_plots.py).
+    `regime`: commratio.achieved's block (full sync's compute and frames as this run measured them)."""
+    m = commratio.Measured(regime["compute_s"], regime["down_bytes"], regime["up_bytes"])
     baseline = str(cfg.get("baseline") or commratio.FULL_SYNC)
-    if m is None or baseline == spec.NO_BASELINE:
+    if baseline == spec.NO_BASELINE:
         return []
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     variants = u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)

@@ -221,12 +221,7 @@ def _speedup_ci(base: dict, row: dict) -> tuple:
     """(geometric mean, 95 % CI low, high, seeds) of the per-seed speedups base/row, paired on seed
     (interleaved cells of one seed run next to each other): a t interval on the log ratios."""
     logs = [math.log(base[s] / row[s]) for s in row if s in base and row[s] > 0 and base[s] > 0]
-    if not logs:
-        return None, None, None, 0
-    mean, half = quality.ci95(logs)
-    if half is None:
-        return math.exp(mean), None, None, len(logs)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(logs)
+    return (*quality.geo_ci(logs), len(logs))
 
 
 def _with_speedup_ci(df: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from harness.results import tables as results
+from harness.results.compare import FRAME_HEADER_BYTES   # trainers/protocol/wire.py HEADER_BYTES
 
 PREDICTION_FILE = "prediction.json"
-FRAME_HEADER_BYTES = 44      # trainers/protocol/wire.py HEADER_BYTES (a frame header per message)
 LEDGER = ("payload", "frames", "socket", "retrans", "link")
 # The link counters' sampling interval (s): harness/run/launch.py samples every worker link this often
 # (LinkSampler(interval_s=0.5)); an update's link bytes are interpolated between samples, so updates

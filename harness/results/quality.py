@@ -50,6 +50,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
+from trainers import events
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -89,6 +91,17 @@ def ci95(values) -> tuple[float | None, float | None]:
     if sd is None:
         return mean, None
     return mean, _t(T95, len(xs) - 1) * sd / math.sqrt(len(xs))
+
+
+def geo_ci(logs: list[float]) -> tuple[float | None, float | None, float | None]:
+    """(geometric mean, 95 % CI low, high) of ratios given as their logs: a t interval on the logs
+    (paired per-seed speedups and time ratios); (None, None, None) for none, no interval for one."""
+    if not logs:
+        return None, None, None
+    mean, half = ci95(logs)
+    if half is None:
+        return math.exp(mean), None, None
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def resolution(sd: float, n: int) -> float | None:
@@ -303,11 +316,7 @@ def ttq_ratio(mine: dict, base: dict) -> dict:
     losses = [s for s in seeds if base[s] is not None and (mine[s] is None or (base[s] == 0 < mine[s]))]
     out = {"ratio": None, "lo": None, "hi": None, "n": len(logs), "only_method": len(wins),
            "only_baseline": len(losses)}
-    if logs:
-        mean, half = ci95(logs)
-        out["ratio"] = math.exp(mean)
-        if half is not None:
-            out["lo"], out["hi"] = math.exp(mean - half), math.exp(mean + half)
+    out["ratio"], out["lo"], out["hi"] = geo_ci(logs)
     out["verdict"] = ttq_verdict(out, [math.exp(x) for x in logs])
     return out
 
@@ -407,7 +416,7 @@ def _group_rows(coords: dict, group: pd.DataFrame, decision: tuple, figures: dic
     secs = "cpu_s" if clock == "cpu" else "wall_s"
     base_ttq = _times(base, col, target, lower, "wall_s")
     base_times = {f: _times(base, col, t, lower, secs) for f, t in targets.items()}
-    end = _median([float(g.sort_values("version")[secs].iloc[-1]) for _, g in base.groupby("seed")])
+    end = events.median([float(g.sort_values("version")[secs].iloc[-1]) for _, g in base.groupby("seed")])
     base_at = _at_time(base, col, secs, end)[0]
     rows = []
     for variant, g in group.groupby("variant", sort=False):
@@ -494,13 +503,6 @@ def _ttq_columns(pct: int, target: float | None, mine: dict, base: dict, clock: 
                 p + "only_method": r["only_method"], p + "only_baseline": r["only_baseline"],
                 p + "verdict": None if is_baseline else r["verdict"]})
     return out
-
-
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
 
 def _at_time(g: pd.DataFrame, col: str, clock: str, when: float | None) -> tuple[dict, int]:
