@@ -385,15 +385,16 @@ def _switches(values: dict, negations: dict) -> dict:
 
 
 def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,
-                 target: typer.Typer = app) -> None:
+                 target: typer.Typer = app, where: str | None = None) -> None:
     """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
     `body(values, **extra)` gets the spec values keyed by parameter name."""
     from trainers import spec
 
-    names = [p.name for p in spec.PARAMS]
+    chosen = spec.params(where)   # where="link": only the network's flags (harness wrap)
+    names = [p.name for p in chosen]
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
-              for p in spec.PARAMS for ann, opt in [_spec_option(p, as_list)]]
-    negations = _negations(spec.PARAMS)
+              for p in chosen for ann, opt in [_spec_option(p, as_list)]]
+    negations = _negations(chosen)
 
     def command(**kwargs):
         values = _switches({k: kwargs.pop(k) for k in names}, {n.name: kwargs.pop(n.name) for n in negations})
@@ -463,6 +464,31 @@ spec_command("sweep", sweep, [
     _extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
     *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
     "except --method/--budget/--seeds, which every run holds; resumable.", as_list=True)
+
+
+def wrap(values: dict, command: list[str], nodes: int | None, run_id: str | None, out: str, label: str | None,
+         on_fail: str, calibrate_s: float, timeout: float | None, master_port: int, quiet: bool):
+    from harness.run import wrap as wrapping
+    raise typer.Exit(wrapping.main(values, command, nodes, run_id, out, label, on_fail, calibrate_s, timeout,
+                                   master_port, quiet))
+
+
+spec_command("wrap", wrap, [
+    inspect.Parameter("command", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
+                      default=typer.Argument(..., help="the job's command, after --, run once per node")),
+    _extra("nodes", None, ("--nodes",), "nodes (one process each: ranks 0..N-1 in nodes w1..wN)", int | None),
+    _extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + nodes)"),
+    _extra("out", "results", ("--out",), "parent folder of the run folder", str),
+    _extra("label", None, ("--label",), "the run's name in comparisons (harness report; default: the command)"),
+    _extra("on_fail", "stop", ("--on-fail",), "a process that exits non-zero: stop the others, or wait for them", str),
+    _extra("calibrate_s", 1.0, ("--calibrate-s",), "seconds of goodput measured each way per link first "
+           "(0: RTT and loss only)", float),
+    _extra("timeout", None, ("--timeout",), "stop the job after this many seconds", float | None),
+    _extra("master_port", 29500, ("--master-port",), "MASTER_PORT", int),
+    _extra("quiet", False, ("--quiet", "-q"), "print only the result folder", bool)],
+    "Run your own distributed job (torch.distributed env://, or anything that reads RANK/WORLD_SIZE/MASTER_ADDR), "
+    "unchanged, once per node over the emulated WAN; measure its links, sockets and steps (docs/WRAP.md).",
+    where="link")
 
 
 @app.command()
