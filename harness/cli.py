@@ -559,8 +559,11 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
                                           "(default: the one folder given; several: a new report-<time> beside them)")):
     """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders
     alone; a combined report of several folders goes to a new folder, never into an input."""
+    from harness.results import wrapped
     from harness.run import commands as runcli
     try:
+        if runs := wrapped.find(paths):   # `harness wrap` folders: their own report and comparison
+            raise typer.Exit(wrapped.report_cmd(runs, quiet, out))
         raise typer.Exit(runcli.report_cmd(paths, quiet, out))
     except ValueError as err:
         raise _usage_error(err) from None

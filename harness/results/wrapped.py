@@ -25,6 +25,7 @@ with fewer than two repeats in either group).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import json
@@ -135,16 +136,29 @@ def link_series(rows: list[dict]) -> dict[tuple[str, str], list[tuple[float, flo
     return {k: sorted(v) for k, v in out.items()}
 
 
-def socket_series(rows: list[dict], field: str) -> dict[str, list[tuple[float, float]]]:
+def off_host(row: dict) -> bool:
+    """A connection whose peer is another node (loopback connections never reach a link)."""
+    remote = str(row.get("remote", ""))
+    return not remote.startswith(("127.", "::1", "::ffff:127.", "[::1]"))
+
+
+def socket_series(rows: list[dict], field: str, start: float | None = None) -> dict[str, list[tuple[float, float]]]:
     """Per node: the sum over its connections of a cumulative counter at each sample time; a
-    connection that has closed keeps its last value (its totals)."""
-    last: dict[tuple[str, str, str], float] = {}
+    connection that has closed keeps its last value (its totals). `start`: when the job started
+    (every connection of the node's fresh namespace counts from 0 there)."""
+    at: dict[float, list[dict]] = {}
+    for r in rows:
+        with contextlib.suppress(KeyError, ValueError, TypeError):
+            at.setdefault(float(r["wall_s"]), []).append(r)
+    last: dict[str, dict[tuple[str, str], float]] = {}
     by_node: dict[str, list[tuple[float, float]]] = {}
-    for t in sorted({float(r["wall_s"]) for r in rows}):
-        for r in (r for r in rows if float(r["wall_s"]) == t):
-            last[(r["node"], r["local"], r["remote"])] = float(r[field] or 0)
-        for node in {k[0] for k in last}:
-            by_node.setdefault(node, []).append((t, sum(v for k, v in last.items() if k[0] == node)))
+    for t in sorted(at):
+        for r in at[t]:
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                last.setdefault(r["node"], {})[(r["local"], r["remote"])] = float(r[field] or 0)
+        for node, conns in last.items():
+            by_node.setdefault(node, [] if start is None or start >= t else [(start, 0.0)]).append(
+                (t, sum(conns.values())))
     return by_node
 
 
@@ -162,10 +176,10 @@ def summarize(run: Path) -> dict:
     nodes = list(meta.get("nodes") or [])
     marks = {n: steps(run / "nodes" / n / "events.jsonl") for n in nodes}
     links = link_series(read_csv(run / "links.csv"))
-    sock_rows = read_csv(run / "sockets.csv")
-    sent = socket_series(sock_rows, "bytes_sent") if sock_rows else {}
-    retrans = socket_series(sock_rows, "bytes_retrans") if sock_rows else {}
     wall = (meta.get("job_started_wall"), meta.get("job_ended_wall"))
+    sock_rows = [r for r in read_csv(run / "sockets.csv") if off_host(r)]
+    sent = socket_series(sock_rows, "bytes_sent", wall[0])
+    retrans = socket_series(sock_rows, "bytes_retrans", wall[0])
     out: dict = {"kind": KIND, "run_id": meta.get("run_id"), "label": meta.get("label"), "nodes": len(nodes),
                  "status": meta.get("status"), "complete": meta.get("status") == "complete",
                  "exits": meta.get("exits", {}), "failed_node": meta.get("failed_node"),
@@ -338,7 +352,11 @@ def compare_md(summaries: list[dict]) -> str:
 def report_cmd(runs: list[Path], quiet: bool, out: str | None) -> int:
     """`harness report` over wrapped runs: each run's report rebuilt; several: a comparison in `out`
     (default a new report-<time> folder beside the first)."""
-    summaries = [write(r) for r in runs]
+    try:
+        summaries = [write(r) for r in runs]
+    except WrappedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if len(runs) == 1 and out is None:
         if not quiet:
             print((runs[0] / "report.md").read_text())
