@@ -190,7 +190,7 @@ def test_a_sigkilled_harness_leaves_no_job_and_clean_leaves_nothing(tmp_path):
     assert pids_of(marker) == []
     rid = json.loads((run / "meta.json").read_text())["netns_run_id"]
     assert clean.leftovers(rid), "a SIGKILLed harness cannot tear down: its namespaces must still be there"
-    done = harness("clean")                          # no --run-id: its owner is dead, so it is removed
+    done = harness("clean", "--run-id", rid)         # this run only: other runs on the box are not ours
     assert done.returncode == 0, done.stderr
     assert left_behind(run, marker) == []
     assert harness("report", str(run)).returncode == 0   # what was measured is readable
