@@ -75,7 +75,8 @@ def find(paths: Iterable[str | Path]) -> list[Path]:
         if not p.is_dir():
             return []
         found = [p] if is_wrapped(p) else sorted(m.parent for m in p.rglob("meta.json") if is_wrapped(m.parent))
-        if not found:
+        others = [] if is_wrapped(p) else [c.parent for c in p.rglob("config.json") if (c.parent / "cells").is_dir()]
+        if not found or others:   # none here, or built-in runs beside them: `harness run`'s report
             return []
         runs += [r for r in found if r not in runs]
     return runs

@@ -345,7 +345,11 @@ def execute(cfg: WrapConfig, announce=lambda text: None) -> tuple[Path, int]:
             atomic_write_json(run_dir / "meta.json", doc)
             if topo is not None:
                 announce(f"measuring {cfg.nodes} links ({cfg.calibrate_s:g} s goodput each way)")
-                measure_links(cfg, topo, backend)
+                try:
+                    measure_links(cfg, topo, backend)
+                except (RuntimeError, ValueError) as err:   # a probe that cannot finish: the job still runs
+                    doc["errors"].append(f"calibration: {err}")
+                    print(f"harness wrap: calibration incomplete: {err}", file=sys.stderr)
                 shaper.restart_schedule(topo.run_id, run_dir / "schedule.csv")   # traces from the job's start
             samplers = [] if topo is None else [LinkSampler(topo, run_dir / "links.csv", interval_s=SAMPLE_S),
                                                 SocketSampler(topo, run_dir / "sockets.csv", SAMPLE_S, cfg.node_names)]
@@ -365,6 +369,10 @@ def execute(cfg: WrapConfig, announce=lambda text: None) -> tuple[Path, int]:
     except OSError as err:
         status = "failed"
         doc["errors"].append(f"{err.filename or 'a write'}: {err.strerror or err}")
+        raise
+    except Exception as err:   # the network could not be built, a sampler failed to start: recorded, raised
+        status = "failed"
+        doc["errors"].append(f"{type(err).__name__}: {err}")
         raise
     finally:
         if job is not None:
@@ -394,6 +402,9 @@ def main(values: dict, command: list[str], nodes: int | None, run_id: str | None
     except PreflightFailed as err:
         print(str(err), file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as err:   # torn down already; meta.json says "failed" and why
+        print(f"harness wrap: {type(err).__name__}: {err} (run folder {cfg.run_dir})", file=sys.stderr)
+        return 1
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
         from harness.signals import exit_code
 
