@@ -63,6 +63,9 @@ def main() -> None:
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
         print(f"ddp hook={ARGS.hook} world={world} params={params} fp32_bytes={4 * params} final_loss={loss.item():.5f}")
+    # every rank reaches teardown before any closes its connections: gloo aborts a rank whose peer
+    # hangs up while its own threads still read ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -57,6 +57,9 @@ def main() -> None:
             n += 1
     if rank == 0:
         print(f"diloco world={world} rounds={ARGS.rounds} inner={ARGS.inner} final_loss={loss.item():.5f}")
+    # every rank reaches teardown before any closes its connections: gloo aborts a rank whose peer
+    # hangs up while its own threads still read ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 

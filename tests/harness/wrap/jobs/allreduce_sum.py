@@ -19,4 +19,7 @@ doc = {"env": {k: os.environ.get(k) for k in keys}, "sum": x.item(), "big": big[
        "rank": dist.get_rank(), "world": dist.get_world_size(), "local_address": probe.getsockname()[0]}
 with open(os.path.join(os.environ["WAN_RUN_DIR"], f"result-{os.environ['RANK']}.json"), "w") as fh:
     json.dump(doc, fh)
+# every rank reaches teardown before any closes its connections: gloo aborts a rank whose peer
+# hangs up while its own threads still read ("terminate called without an active exception")
+dist.barrier()
 dist.destroy_process_group()
