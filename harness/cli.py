@@ -556,14 +556,18 @@ def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) fo
 def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing"),
            out: str | None = typer.Option(None, "--out", help="folder for report.md, report.html and figures/ "
-                                          "(default: the one folder given; several: a new report-<time> beside them)")):
+                                          "(default: the one folder given; several: a new report-<time> beside them)"),
+           label: str | None = typer.Option(None, "--label", help="wrapped runs (harness wrap): their labels in the "
+                                            "comparison, a comma list, one per folder (default: each run's own)")):
     """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders
     alone; a combined report of several folders goes to a new folder, never into an input."""
     from harness.results import wrapped
     from harness.run import commands as runcli
     try:
         if runs := wrapped.find(paths):   # `harness wrap` folders: their own report and comparison
-            raise typer.Exit(wrapped.report_cmd(runs, quiet, out))
+            raise typer.Exit(wrapped.report_cmd(runs, quiet, out, wrapped.labels(label, paths, runs)))
+        if label is not None:
+            raise ValueError("--label: names wrapped runs (harness wrap) in a comparison; these folders hold none")
         raise typer.Exit(runcli.report_cmd(paths, quiet, out))
     except ValueError as err:
         raise _usage_error(err) from None

@@ -259,11 +259,12 @@ def _link_words(meta: dict) -> str:
 
 def headline(s: dict) -> str:
     st = s.get("steps")
+    wire = s.get("wire_up_bytes")
     if st:
         return (f"**{pm(st['s_per_step'], st['s_per_step_ci'])} s/step** over {st['counted']} steps "
-                f"({st['node']}'s marks), {_mb(s.get('wire_up_bytes'))} per node per step on the wire up")
-    return (f"**{fmt(s.get('wall_s'), 's')} s wall**, no step marks: totals over the run; "
-            f"{_mb(s.get('wire_up_bytes'))} per node on the wire up")
+                f"({st['node']}'s marks)" + ("" if wire is None else f", {_mb(wire)} per node per step on the wire up"))
+    return (f"**{fmt(s.get('wall_s'), 's')} s wall**, no step marks: totals over the run"
+            + ("" if wire is None else f"; {_mb(wire)} per node on the wire up"))
 
 
 def report_md(run: Path, s: dict) -> str:
@@ -350,14 +351,31 @@ def compare_md(summaries: list[dict]) -> str:
     return "\n".join(md)
 
 
-def report_cmd(runs: list[Path], quiet: bool, out: str | None) -> int:
+def labels(given: str | None, paths: list[str], runs: list[Path]) -> dict[Path, str]:
+    """`harness report --label a,b`: one label per folder given (every run under a folder takes its
+    folder's); ValueError (one line) when the counts differ. None: each run's own label."""
+    if given is None:
+        return {}
+    names = [x.strip() for x in given.split(",")]
+    if len(names) != len(paths) or not all(names):
+        raise ValueError(f"--label: {given!r} names {len(names)} folders; give one label per folder ({len(paths)})")
+    out = {}
+    for name, p in zip(names, paths):
+        for run in find([p]):
+            out[run] = name
+    return {r: out[r] for r in runs if r in out}
+
+
+def report_cmd(runs: list[Path], quiet: bool, out: str | None, relabel: dict[Path, str] | None = None) -> int:
     """`harness report` over wrapped runs: each run's report rebuilt; several: a comparison in `out`
-    (default a new report-<time> folder beside the first)."""
-    try:
-        summaries = [write(r) for r in runs]
+    (default a new report-<time> folder beside the first), `relabel` naming runs in it."""
+    try:   # one folder: rebuilt in place; several: read only (a comparison never writes into an input)
+        summaries = [write(runs[0])] if len(runs) == 1 and out is None else [summarize(r) for r in runs]
     except WrappedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for run, s in zip(runs, summaries):
+        s["label"] = (relabel or {}).get(run, s.get("label"))
     if len(runs) == 1 and out is None:
         if not quiet:
             print((runs[0] / "report.md").read_text())

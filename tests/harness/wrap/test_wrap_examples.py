@@ -46,3 +46,10 @@ def test_ddp_powersgd_and_diloco_examples_and_their_comparison(tmp_path):
     table = (tmp_path / "compared" / "report.md").read_text()
     assert "Baseline: 'ddp-powersgd'" in table
     assert "| ddp-powersgd | 1 |" in table and "| diloco | 1 |" in table and "1.00x" in table
+
+    done = harness("report", str(ddp), str(diloco), "--label", "a,b", "--out", str(tmp_path / "relabelled"))
+    assert done.returncode == 0, done.stderr
+    assert "Baseline: 'a'" in (tmp_path / "relabelled" / "report.md").read_text()
+    done = harness("report", str(ddp), str(diloco), "--label", "a", "--out", str(tmp_path / "bad"))
+    assert done.returncode == 2 and "--label: 'a' names 1 folders" in done.stderr
+    assert not (tmp_path / "bad").exists()
