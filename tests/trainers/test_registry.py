@@ -19,7 +19,7 @@ class Base:
 def fake_entry_points(monkeypatch):
     """Entry points of the `task` group as given, instead of the installed distributions'."""
     def install(**values):
-        eps = {n: metadata.EntryPoint(name=n, value=v, group=plugins.GROUPS["task"]) for n, v in values.items()}
+        eps = {n: (metadata.EntryPoint(name=n, value=v, group=plugins.GROUPS["task"]),) for n, v in values.items()}
         monkeypatch.setattr(plugins, "_entry_points", lambda group: eps if group == plugins.GROUPS["task"] else {})
     return install
 
@@ -72,10 +72,10 @@ def test_a_plugin_must_subclass_its_contract(fake_entry_points):
 
 
 def test_a_plugin_class_takes_its_entry_point_name(fake_entry_points):
-    fake_entry_points(delta="tests.trainers.test_registry:Base")
+    fake_entry_points(epsilon="tests.trainers.test_registry:Base")
     try:
-        cls = make_registry().get_class("delta")
-        assert cls is Base and cls.name == "delta"
+        cls = make_registry().get_class("epsilon")
+        assert cls is Base and cls.name == "epsilon"
     finally:
         Base.__dict__.get("name") and delattr(Base, "name")
 
