@@ -117,3 +117,21 @@ def test_a_payload_that_decodes_to_nan_is_refused_with_a_reason(site):
     done = python(site, code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "nanout: the payload decodes to non-finite values (NaN or inf) in a; refused"
+
+
+def test_a_run_whose_compressor_decodes_nan_stops_at_once_with_the_reason(site, tmp_path):
+    """The learner decodes its own update before stepping: NaN is refused there, never sent, and the run
+    ends "failed" with the reason (it used to crash the worker's sampling and wait out --worker-timeout)."""
+    done = harness(site, "run", "--method", "nanout", "--baseline", "none", "--no-emulation", "--model", "micro",
+                   "--updates", "2", "--workers", "1", "--seeds", "1", "--objective", "grpo", "--max-new-tokens", "4",
+                   "--comm-ratio", "off", "--worker-timeout", "600", "--out", str(tmp_path), "--run-id", "nan",
+                   "--quiet")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    meta = json.loads((tmp_path / "nan" / "meta.json").read_text())
+    assert meta["status"] == "failed" and len(meta["errors"]) == 1, meta
+    assert meta["errors"][0].startswith("nanout-s1: interrupted: update 1 refused: nanout: the payload decodes to "
+                                        "non-finite values (NaN or inf) in ")
+    cell = tmp_path / "nan" / "cells" / "nanout-s1"
+    assert "Traceback" not in (cell / "learner.log").read_text() + (cell / "w1.log").read_text()
+    told = (cell / "w1.log").read_text().splitlines()[-1]   # the worker was told why, not left waiting
+    assert told.startswith("[w1] stopped by the learner: learner stopped: update 1 refused: nanout: "), told
