@@ -137,6 +137,8 @@ def guarded_check(name: str, budget: str | None) -> dict[str, str | None]:
 
 def main(names: list[str], budget: str | None = None, echo=print, timeout_s: float = CHECK_TIMEOUT_S) -> int:
     """Print one line per check; 0 when every check passes, 1 when one fails, 2 on an unknown name."""
+    for listed in kinds().values():
+        listed()   # every registry loaded: its in-tree names reserve themselves before plugins are judged
     refused = plugins.problems()
     refused_names = {n for n, _ in refused}
     found = []

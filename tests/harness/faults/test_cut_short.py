@@ -84,7 +84,7 @@ def test_a_data_parallel_run_whose_worker_is_killed_reports_what_completed(tmp_p
 @pytest.mark.faults
 def test_a_data_parallel_run_whose_aggregator_is_killed_reports_what_completed(tmp_path):
     proc, stderr, run_dir = run_and_inject(tmp_path, "dpa", [*DP, "--updates", "3000", "--seeds", "1"], "ddp-s1",
-                                           ["trainers.dataparallel.aggregator"], signal.SIGKILL)
+                                           ["trainers.dataparallel.aggregator", "--listen"], signal.SIGKILL)
     assert proc.returncode == 1
     meta = assert_reported(run_dir, stderr)
     assert meta["status"] == "failed"
