@@ -87,7 +87,18 @@ def test_the_controller_names_close_matches_too():
         spec.check_method("sapr")
 
 
-def test_an_in_tree_name_wins_over_a_plugin_of_the_same_name(fake_entry_points):
+def test_an_in_tree_name_is_reserved_a_plugin_taking_it_ignored_with_a_warning(fake_entry_points, capsys):
     fake_entry_points(alpha="no_such_module_anywhere:Alpha")
     reg = make_registry()
     assert reg.plugin_names() == [] and reg.get("alpha").size == 1
+    assert ("warning: plugin 'alpha' of no_such_module_anywhere:Alpha is ignored: 'alpha' is an in-tree name "
+            "(the in-tree one is used)") in capsys.readouterr().err
+    assert ("alpha", "plugin 'alpha' of no_such_module_anywhere:Alpha is ignored: 'alpha' is an in-tree name "
+                     "(the in-tree one is used)") in plugins.problems()
+
+
+@pytest.mark.parametrize("name", ["x@1%", "Upper", "a,b", "-lead", "trail-", "two--dashes", "sp ace", ""])
+def test_a_plugin_name_outside_the_in_tree_grammar_is_ignored(fake_entry_points, name):
+    fake_entry_points(**{name: "no_such_module_anywhere:X", "fine-name_2": "no_such_module_anywhere:Y"})
+    assert make_registry().plugin_names() == ["fine-name_2"]
+    assert [n for n, _ in plugins.problems()] == [name]
