@@ -198,10 +198,12 @@ def _check_model_name(model: str) -> None:
 def check(names: list[str] = typer.Argument(None, help="compressors, tasks, objectives or data-parallel methods, "
                                             "in-tree or plugins (default: every compressor and task)"),
           budget: str = typer.Option(None, help="budget of budgeted compressors (default 10%: room beyond the "
-                                     "micro adapter's table)")):
+                                     "micro adapter's table)"),
+          timeout: float = typer.Option(600.0, min=1.0, help="seconds each plugin's checks may take (its own "
+                                        "process, killed after)")):
     """Run the project's contract suite on registered implementations (docs/PLUGINS.md); exit 1 on a failure."""
     from trainers import check as contracts   # torch: only this command and bench-compress pay for it
-    raise typer.Exit(contracts.main(list(names or []), budget, echo=typer.echo))
+    raise typer.Exit(contracts.main(list(names or []), budget, echo=typer.echo, timeout_s=timeout))
 
 
 @app.command("bench-compress")

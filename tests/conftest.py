@@ -4,6 +4,7 @@ Torch runs single-threaded in tests: the machine has 2 cores shared with the ser
 tests start, and bit-exactness checks must not depend on thread scheduling.
 """
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,10 +22,31 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+# Binaries that tests call to read the kernel's state back independently of the harness (or to render,
+# or to run containers), and the Debian package that brings each: a test marked `needs("ethtool")` is
+# skipped, naming the binary and its package, where one is missing (the README's test line installs
+# the first four; .ci/run the last two, for its second pass).
+PACKAGES = {"ethtool": "ethtool", "nft": "nftables", "tc": "iproute2", "ip": "iproute2",
+            "chromium": "chromium", "docker": "docker.io"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(*binaries): calls these binaries; skipped, naming them, where one "
+                                       "is missing")
+
+
+def missing_binaries(names) -> list[str]:
+    return [n for n in names if shutil.which(n) is None]
+
+
 def pytest_collection_modifyitems(config, items):
-    if _is_root():
-        return
-    skip = pytest.mark.skip(reason="needs root for network namespaces")
+    root = _is_root()
     for item in items:
-        if "root" in item.keywords:
-            item.add_marker(skip)
+        if "root" in item.keywords and not root:
+            item.add_marker(pytest.mark.skip(reason="needs root for network namespaces"))
+            continue
+        wanted = [n for mark in item.iter_markers("needs") for n in mark.args]
+        if missing := missing_binaries(wanted):
+            packages = " ".join(sorted({PACKAGES.get(n, n) for n in missing}))
+            item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}: not installed "
+                                                    f"(apt-get install -y {packages})"))

@@ -14,13 +14,21 @@ One entry-point group per extension point:
 Torch-free on purpose: the controller validates `--method NAME` from the entry points' NAMES
 (importlib.metadata reads the installed distributions' metadata, no plugin code runs); only the
 services and `harness check` load a plugin's class (`load`).
+
+A plugin's name must follow the in-tree grammar (`NAME`: it is a flag value, a column value and part
+of a cell's label `NAME@1.6%`) and must not be an in-tree name (the owners of those declare them with
+`reserve`): either kind of plugin is ignored everywhere, with one stderr warning per process naming
+its distribution (`harness check` fails it). One name offered by two distributions is an error
+naming both wherever that name is used.
 """
 from __future__ import annotations
 
 import difflib
 import functools
+import re
+import sys
 from importlib import metadata
-from typing import Iterable
+from typing import Callable, Iterable
 
 GROUPS = {
     "compressor": "wan_harness.compressors",
@@ -44,28 +52,122 @@ class PluginError(ValueError):
     """A plugin that cannot be loaded or does not fit its extension point (one-line message)."""
 
 
+# The in-tree names' grammar: lower-case words of letters and digits joined by '-' or '_' (full-bf16,
+# knights_knaves, lordo-global-fullrank-reapplied). '@' separates a cell's budget, ',' a flag's list.
+NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+OWN_DISTRIBUTION = "wan-harness"   # its own entry points are in-tree names, never a plugin's
+_reserved: list[Callable[[str], bool]] = []   # the run spec's vocabulary (patterns too: rank-R)
+_reserved_names: set[str] = set()              # the registries' decorated names
+_warned: set[str] = set()
+
+
+def reserve(is_in_tree: Callable[[str], bool] | str) -> None:
+    """Declare in-tree names, by a test on a name (the run spec's vocabulary) or one name (a registry's
+    decorator): a plugin that takes one is ignored with a warning."""
+    if isinstance(is_in_tree, str):
+        _reserved_names.add(is_in_tree)
+    else:
+        _reserved.append(is_in_tree)
+
+
+def is_reserved(name: str) -> bool:
+    return name in _reserved_names or any(test(name) for test in _reserved)
+
+
+def distribution(ep: metadata.EntryPoint) -> str:
+    """'name version' of the distribution that declares `ep` (its object reference where unknown)."""
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name} {dist.version}" if dist is not None else ep.value
+
+
+def _own(ep: metadata.EntryPoint) -> bool:
+    dist = getattr(ep, "dist", None)
+    return dist is not None and dist.name == OWN_DISTRIBUTION
+
+
 @functools.lru_cache(maxsize=None)
-def _entry_points(group: str) -> dict[str, metadata.EntryPoint]:
+def _entry_points(group: str) -> dict[str, tuple[metadata.EntryPoint, ...]]:
     # Cached per process: the installed set does not change under a running harness, and a scan of
-    # every distribution's metadata costs a few ms per call.
-    return {ep.name: ep for ep in metadata.entry_points(group=group)}
+    # every distribution's metadata costs a few ms per call. Name -> every distinct distribution's
+    # entry point of that name (more than one is a clash, see `clash`).
+    found: dict[str, dict[str, metadata.EntryPoint]] = {}
+    for ep in metadata.entry_points(group=group):
+        found.setdefault(ep.name, {}).setdefault(distribution(ep).split()[0], ep)
+    return {name: tuple(by_dist.values()) for name, by_dist in found.items()}
+
+
+def _groups(kind: str) -> tuple[str, ...]:
+    # a budgeted compressor is a compressor too
+    return (GROUPS[kind], GROUPS["budgeted_compressor"]) if kind == "compressor" else (GROUPS[kind],)
+
+
+def _offers(kind: str) -> dict[str, tuple[metadata.EntryPoint, ...]]:
+    """Name -> the entry points of every distribution offering it, over the kind's groups (one
+    distribution listing a name in two groups offers it once)."""
+    out: dict[str, dict[str, metadata.EntryPoint]] = {}
+    for group in _groups(kind):
+        for name, eps in _entry_points(group).items():
+            for ep in eps:
+                out.setdefault(name, {}).setdefault(distribution(ep).split()[0], ep)
+    return {name: tuple(by_dist.values()) for name, by_dist in out.items()}
+
+
+def refusal(name: str, eps: tuple[metadata.EntryPoint, ...]) -> str | None:
+    """Why plugin `name` is ignored (one line naming its distribution), or None."""
+    if any(_own(ep) for ep in eps):
+        return None
+    dists = " and ".join(distribution(ep) for ep in eps)
+    if not NAME.match(name):
+        return (f"plugin {name!r} of {dists} is ignored: a name is lower-case letters and digits joined by "
+                "'-' or '_', like the in-tree names")
+    if is_reserved(name):
+        return f"plugin {name!r} of {dists} is ignored: {name!r} is an in-tree name (the in-tree one is used)"
+    return None
+
+
+def clash(name: str, eps: tuple[metadata.EntryPoint, ...]) -> str | None:
+    """One line naming both distributions when more than one offers `name`, else None."""
+    if len(eps) < 2:
+        return None
+    return (f"plugin name {name!r} is offered by {len(eps)} distributions: "
+            f"{' and '.join(f'{distribution(ep)} ({ep.value})' for ep in eps)}; uninstall all but one")
+
+
+def _warn(message: str) -> None:
+    if message not in _warned:   # once per process: every surface asks for the names
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def _usable(kind: str) -> dict[str, tuple[metadata.EntryPoint, ...]]:
+    out = {}
+    for name, eps in _offers(kind).items():
+        if (why := refusal(name, eps)) is not None:
+            _warn(why)
+        else:
+            out[name] = eps
+    return out
 
 
 def names(kind: str) -> tuple[str, ...]:
-    """Plugin names of one extension point (`GROUPS` key), sorted; no plugin code is imported."""
-    found = _entry_points(GROUPS[kind])
-    if kind == "compressor":   # a budgeted compressor is a compressor too
-        found = {**found, **_entry_points(GROUPS["budgeted_compressor"])}
-    return tuple(sorted(found))
+    """Plugin names of one extension point (`GROUPS` key), sorted, the ignored ones left out (a
+    clashing name stays: using it is the error); no plugin code is imported."""
+    return tuple(sorted(_usable(kind)))
+
+
+def check_unique(kind: str, name: str) -> None:
+    """PluginError naming both distributions when two offer `name`."""
+    if (why := clash(name, _offers(kind).get(name, ()))) is not None:
+        raise PluginError(why)
 
 
 def load(kind: str, name: str):
     """The object an entry point names (importing its package); PluginError in one line if it fails."""
-    eps = {**_entry_points(GROUPS[kind]),
-           **(_entry_points(GROUPS["budgeted_compressor"]) if kind == "compressor" else {})}
-    ep = eps.get(name)
-    if ep is None:
+    eps = _usable(kind).get(name)
+    if eps is None:
         raise PluginError(f"no {kind} plugin named {name!r}")
+    check_unique(kind, name)
+    ep, = eps
     try:
         return ep.load()
     except Exception as err:   # a broken plugin is its author's bug: name it, do not crash the service
@@ -73,13 +175,21 @@ def load(kind: str, name: str):
 
 
 def source(kind: str, name: str) -> str | None:
-    """'distribution version' of a plugin (for results and reports), None for an in-tree name."""
-    for group in (GROUPS[kind], GROUPS["budgeted_compressor"] if kind == "compressor" else None):
-        ep = _entry_points(group).get(name) if group else None
-        if ep is not None:
-            dist = getattr(ep, "dist", None)
-            return f"{dist.name} {dist.version}" if dist is not None else ep.value
-    return None
+    """'distribution version' of a plugin (for results and reports; both, joined by ' and ', for a
+    clash), None for an in-tree name or an ignored plugin."""
+    eps = _usable(kind).get(name)
+    return " and ".join(distribution(ep) for ep in eps) if eps else None
+
+
+def problems() -> list[tuple[str, str]]:
+    """(name, one line) for every installed plugin that is ignored or clashes, every extension point."""
+    out = {}
+    for kind in GROUPS:
+        for name, eps in _offers(kind).items():
+            why = refusal(name, eps) or clash(name, eps)
+            if why is not None:
+                out[why] = name
+    return sorted((name, why) for why, name in out.items())
 
 
 def refresh() -> None:

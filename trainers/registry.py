@@ -37,6 +37,7 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} {name!r} registered twice")
             cls.name = name
             self._entries[name] = cls
+            plugins.reserve(name)   # a plugin of this name is ignored, with a warning naming it
             return cls
         return wrap
 
@@ -46,8 +47,12 @@ class Registry(Generic[T]):
         return sorted(self._entries)
 
     def plugin_names(self) -> list[str]:
-        """Names offered by installed plugins (not loaded; an in-tree name wins over a plugin's)."""
-        return sorted(set(plugins.names(self.plugin)) - set(self._entries)) if self.plugin else []
+        """Names offered by installed plugins (not loaded; an in-tree name is reserved: a plugin that
+        takes one is left out, with a warning)."""
+        if not self.plugin:
+            return []
+        self._load_all()   # the in-tree names reserve themselves as they register
+        return sorted(set(plugins.names(self.plugin)) - set(self._entries))
 
     def available(self) -> list[str]:
         """Every valid name: in-tree and plugins."""

@@ -92,6 +92,16 @@ class SpecError(ValueError):
     """A usage error; the message is one line that names the flag and the value."""
 
 
+def is_in_tree_name(name: str) -> bool:
+    """A name of this package's vocabulary (methods, patterns included, compressors, objectives): a
+    plugin that takes one is ignored (trainers/plugins.py)."""
+    return (name in COMPRESSOR_OPTIONS or name in FULL_METHODS or name in DELTA_METHODS or name in OBJECTIVES
+            or name == NO_BASELINE or bool(RANK_METHOD.match(name) or DP_METHOD.match(name)))
+
+
+plugins.reserve(is_in_tree_name)
+
+
 def compressor_names() -> list[str]:
     """Every compressor: in-tree (COMPRESSOR_OPTIONS) and installed plugins (not imported)."""
     return sorted({*COMPRESSOR_OPTIONS, *plugins.names("compressor")})
@@ -489,6 +499,10 @@ def is_data_parallel(name: str) -> bool:
 def check_method(name: str) -> str:
     if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in compressor_names()
             or is_data_parallel(name)):
+        try:   # one name offered by two plugin distributions
+            plugins.check_unique("dataparallel" if is_data_parallel(name) else "compressor", name)
+        except plugins.PluginError as err:
+            raise SpecError(f"--method: {err}") from None
         return name
     valid = [*FULL_METHODS, *DELTA_METHODS, "rank-R", *compressor_names(), *DP_METHODS,
              *plugins.names("dataparallel")]

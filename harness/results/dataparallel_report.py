@@ -29,6 +29,9 @@ REFERENCES = {
 }
 
 
+# The columns the section reads from the updates table beyond the coordinates.
+MEASURED = ("claimed_bytes_up", "claimed_bytes_down", "payload_bytes_up", "wire_bytes_up", "payload_bytes_down",
+            "wire_bytes_down", "seconds_per_update", "heldout_ppl")
 K_STEP = ("diloco", "lordo-")  # methods that sync every --lordo-k steps (the rest sync every step)
 
 
@@ -49,6 +52,9 @@ def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     df = updates[updates["method"].map(spec.is_data_parallel) & updates.get("claimed_bytes_up", pd.Series(dtype=float)).notna()]
     if df.empty:
         return df
+    # A cell cut short (its aggregator or a worker killed) never wrote its held-out row, and may lack the
+    # down-link columns: what it did write is still reported, the missing figures as blanks.
+    df = df.reindex(columns=[*df.columns, *(c for c in MEASURED if c not in df.columns)])
     keys = [k for k in KEYS if k in df] + ["method", "seed"]
     tail = tail_steps(df, keys)
     every = df.groupby(keys, dropna=False).agg(tail=("update_index", lambda s: int(tail[s.index].sum())),

@@ -38,6 +38,10 @@ class ForkServerError(RuntimeError):
     """The fork server did not start, or refused or failed a request."""
 
 
+class Unreachable(ForkServerError):
+    """The request did not reach a server that could answer it (it died, stopped, or hung)."""
+
+
 def set_subreaper(on: bool) -> None:
     """Adopt our orphaned descendants (the services the fork server's intermediates leave behind)."""
     if _libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
@@ -86,6 +90,8 @@ class ForkServer:
 
     def __init__(self, proc: subprocess.Popen, control: socket.socket, modules: list[str]):
         self.proc, self.control, self.modules = proc, control, modules
+        self.launch: tuple = ()          # (env, log, label): what `restart` starts again
+        self.notes: list[str] = []       # one line per restart (meta.json "errors": survived, said)
 
     @classmethod
     @contextlib.contextmanager
@@ -112,12 +118,32 @@ class ForkServer:
         finally:
             theirs.close()
         server = cls(proc, ours, modules)
+        server.launch = (env, log, label)
         try:
             server._await_ready(log)
         except BaseException:
             server.close()
             raise
         return server
+
+    def trouble(self) -> str | None:
+        """Why the server cannot answer now (it exited, or it is stopped: SIGSTOP), or None."""
+        code = self.proc.poll()
+        if code is not None:
+            return f"exited ({describe(code)})"
+        return "stopped (SIGSTOP)" if process_state(self.proc.pid) in ("T", "t") else None
+
+    def restart(self, why: str) -> None:
+        """Replace a server that died or stopped (its services are ours and run on): kill it, start a
+        new one with the same modules; ForkServerError if that one does not start either."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGKILL)
+        self.close(grace_s=1.0)
+        env, log, label = self.launch
+        fresh = type(self).start(self.modules, env, log, label)
+        self.proc, self.control, self.launch = fresh.proc, fresh.control, fresh.launch
+        self.notes.append(f"the fork server {why}: a new one was started")
+        print(f"harness run: the fork server {why}; started a new one", file=sys.stderr)
 
     def _await_ready(self, log: Path) -> None:
         end = time.monotonic() + READY_TIMEOUT_S
@@ -135,7 +161,19 @@ class ForkServer:
     def spawn(self, argv: list[str], *, cwd: Path | str, env: dict, stdout, netns: str | None = None,
               **_popen) -> ForkedProcess:
         """Fork `argv` ([python, "-m", module, ...]) with `env` in `cwd`, stdout and stderr to the open
-        file `stdout`, inside network namespace `netns` (a name in /run/netns) when given."""
+        file `stdout`, inside network namespace `netns` (a name in /run/netns) when given. A server
+        that died or stopped (or stops answering) is restarted once, and the request sent again."""
+        if (why := self.trouble()) is not None:
+            self.restart(why)
+        try:
+            return self._spawn(argv, cwd=cwd, env=env, stdout=stdout, netns=netns)
+        except Unreachable as err:
+            with contextlib.suppress(subprocess.TimeoutExpired):   # a killed server's exit status follows its socket's close
+                self.proc.wait(timeout=1.0)
+            self.restart(self.trouble() or str(err))
+        return self._spawn(argv, cwd=cwd, env=env, stdout=stdout, netns=netns)
+
+    def _spawn(self, argv: list[str], *, cwd: Path | str, env: dict, stdout, netns: str | None) -> ForkedProcess:
         fds = [stdout.fileno()]
         if netns is not None:
             fds.append(os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC))
@@ -143,12 +181,18 @@ class ForkServer:
             request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
             self.control.settimeout(REPLY_TIMEOUT_S)
             socket.send_fds(self.control, [request], fds)
-            reply = json.loads(self.control.recv(4096) or b'{"error": "the fork server closed"}')
-        except (OSError, ValueError) as e:
+            reply = json.loads(self._reply() or b'{"error": "the fork server closed"}')
+        except socket.timeout:
+            raise Unreachable(f"did not answer within {REPLY_TIMEOUT_S:g} s") from None
+        except OSError as e:
+            raise Unreachable(f"could not be reached ({type(e).__name__}: {e})") from None
+        except ValueError as e:
             raise ForkServerError(f"fork server: {type(e).__name__}: {e}") from None
         finally:
             for fd in fds[1:]:
                 os.close(fd)
+        if "pid" not in reply and self.trouble() is not None:   # it closed its end: it died
+            raise Unreachable("closed its socket")
         if "pid" not in reply:
             raise ForkServerError(f"fork server refused {' '.join(argv[:3])}: {reply.get('error')}")
         proc = ForkedProcess(reply["pid"], list(argv))
@@ -156,6 +200,20 @@ class ForkServer:
             proc.returncode = 255
             raise ForkServerError(f"the forked service {proc.pid} was not handed to us (are we a subreaper?)")
         return proc
+
+    def _reply(self) -> bytes:
+        """The server's answer; socket.timeout after REPLY_TIMEOUT_S, Unreachable as soon as the server
+        is seen dead or stopped (checked each second: no minute's wait for a server that cannot answer)."""
+        end = time.monotonic() + REPLY_TIMEOUT_S
+        self.control.settimeout(1.0)
+        while True:
+            try:
+                return self.control.recv(4096)
+            except socket.timeout:
+                if (why := self.trouble()) is not None:
+                    raise Unreachable(why) from None
+                if time.monotonic() > end:
+                    raise
 
     def close(self, grace_s: float = 5.0) -> None:
         """Close the socket (the server exits at its end), wait for it, SIGKILL it if it lingers."""
@@ -167,6 +225,19 @@ class ForkServer:
             self.proc.wait()
         with contextlib.suppress(ForkServerError):
             set_subreaper(False)
+
+
+def describe(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() \
+        else f"exit code {code}"
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of `pid` (/proc/<pid>/stat field 3: R, S, T for stopped...), None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def parent_of(pid: int) -> int | None:

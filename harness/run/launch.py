@@ -11,7 +11,9 @@ the learner and the workers as processes inside their
 namespaces, sample the link counters while they run, wait for them; then aggregate tables,
 report and figures. Teardown (processes, shaping, namespaces) runs in `finally`, so Ctrl-C,
 SIGTERM or a crash leave no namespace, qdisc, rule or process behind, and the partial results
-are aggregated and marked incomplete.
+are aggregated and marked incomplete. A cell cut short (its learner or aggregator, or a worker, killed
+or stopped) does not stop the run: its reason goes into meta.json "errors", the other cells run, and
+the run ends "failed"; a dead fork server is replaced before the next cell (harness/run/forkserver.py).
 
 With `emulation=False` the same processes run on 127.0.0.1, unshaped, and the run is recorded
 as such (meta.json: "emulation": false, "backend": "none").
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import importlib.metadata
+import errno
 import json
 import os
 import platform
@@ -40,7 +43,7 @@ from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
 from harness.net import shaper
-from harness.run.forkserver import ForkServer
+from harness.run.forkserver import ForkServer, ForkServerError
 from harness.net import doctor
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
@@ -118,7 +121,7 @@ def meta(cfg: RunConfig, backend: str) -> dict:
             # who runs it (pid + /proc start time: a recycled pid is not the owner); `harness clean`
             # reads the same record from /run/wan-harness/<netns run id>.json (harness/net/topology.py)
             "owner": owner_record(),
-            "errors": []}  # one line per failure that did not stop the run (e.g. a link counter)
+            "errors": []}  # one line per failure: a link counter, a cell cut short (the rest still run), a restart
 
 
 # ---- processes -------------------------------------------------------------------------------
@@ -372,6 +375,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         progress(cell, cell_dir)
     finally:
         code = procs.procs["learner"].poll() if "learner" in procs.procs else None
+        ended = "still running when the harness stopped it" if code is None else describe_exit(code)
         if code not in (None, 0):  # it ended on its own (the harness has not signalled it yet)
             watch.write("learner_exit", returncode=code, how=describe_exit(code))
         times["stopping_t"] = time.monotonic()
@@ -380,7 +384,27 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         with contextlib.suppress(OSError):  # a record of costs, never a reason to fail the cell
             atomic_write_json(cell_dir / "launch.json", dict(times, stopped_t=time.monotonic()))
     summary_path = cell_dir / "summary.json"
-    return json.loads(summary_path.read_text()) if summary_path.exists() else {"complete": False, "status": "no summary"}
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"complete": False, "status": "no summary"}
+    return summary if summary.get("complete") else {**summary, "learner_ended": ended}
+
+
+def disk_full(folder: Path) -> bool:
+    """Whether `folder`'s filesystem has (almost) no byte left for an unprivileged writer: less than
+    one events row's worth, 64 KiB (the space reserve, freed at the end, is not counted as free)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
+
+
+def cell_error(cell: Cell, summary: dict) -> str:
+    """One meta.json "errors" line for a cell that did not complete: the learner's (or aggregator's)
+    own reason, or how its process ended where it wrote none (killed: its summary says "running")."""
+    status = str(summary.get("status", "no summary"))
+    if status in ("running", "no summary"):
+        return f"{cell.name}: the learner ended ({summary.get('learner_ended', 'unknown')}) before its summary"
+    return f"{cell.name}: {status}"
 
 
 # ---- the network -----------------------------------------------------------------------------
@@ -480,11 +504,21 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
             doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
             atomic_write_json(run_dir / "meta.json", doc)
             for cell in cells(cfg):
-                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)
+                try:
+                    summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)
+                except ForkServerError as err:   # not even a restarted server could start it: the rest still run
+                    summary = {"complete": False, "status": f"not started: {err}"}
                 if summary.get("complete"):
                     doc["cells_complete"].append(cell.name)
+                else:   # a cell cut short: the run goes on with the rest, and ends "failed" saying why
+                    doc["errors"].append(cell_error(cell, summary))
+                    if disk_full(run_dir):   # the services could not even say so: the disk is the reason
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir))
+                if server is not None:
+                    doc["errors"].extend(server.notes)
+                    server.notes.clear()
                 atomic_write_json(run_dir / "meta.json", doc)
-        status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "incomplete"
+        status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "failed"
     except CellFailed:  # --on-drop fail: the run stops at the first lost worker
         status = "failed"
         raise

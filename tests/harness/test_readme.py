@@ -1,6 +1,7 @@
 """The README's two commands are what CI runs (issue 11 item 1): `.ci/run` carries the README's first
 command, apt line included, as written (cut before its 4-minute main job), installs nothing before
-it, and ends with the README's test command."""
+it, then runs the README's test command as written before it installs anything else (so CI fails where
+the README would), and last installs the extras (chromium, Docker) and runs only the tests that need them."""
 import re
 from pathlib import Path
 
@@ -35,4 +36,16 @@ def test_ci_runs_the_readme_first_command_before_installing_anything():
     after = lines[lines.index(setup) + 1:]
     assert ".venv/bin/harness doctor" in after
     assert any(line.startswith(".venv/bin/harness run ") and "--model micro" in line for line in after)
-    assert after[-1] == tests
+
+
+def test_ci_runs_the_readme_test_command_before_the_extras_then_only_the_tests_that_need_them():
+    main, tests = readme_commands()
+    lines = [line for line in ci_lines() if line.strip() and not line.lstrip().startswith("#")]
+    assert tests in lines, f".ci/run must carry the README's test command as written: {tests}"
+    between = lines[lines.index(main[: -len(MAIN_JOB)]) + 1: lines.index(tests)]
+    assert not [line for line in between if re.search(r"\b(apt-get|apt|pip|install)\b", line)], between
+    extras = lines[lines.index(tests) + 1:]
+    second = [line for line in extras if "pytest" in line]
+    assert len(second) == 1 and second[0] == extras[-1], extras
+    targets = second[0].split("pytest", 1)[1].split()
+    assert targets and all(t.startswith("tests/docker") or "report_html" in t for t in targets), targets

@@ -19,7 +19,7 @@ class Base:
 def fake_entry_points(monkeypatch):
     """Entry points of the `task` group as given, instead of the installed distributions'."""
     def install(**values):
-        eps = {n: metadata.EntryPoint(name=n, value=v, group=plugins.GROUPS["task"]) for n, v in values.items()}
+        eps = {n: (metadata.EntryPoint(name=n, value=v, group=plugins.GROUPS["task"]),) for n, v in values.items()}
         monkeypatch.setattr(plugins, "_entry_points", lambda group: eps if group == plugins.GROUPS["task"] else {})
     return install
 
@@ -72,10 +72,10 @@ def test_a_plugin_must_subclass_its_contract(fake_entry_points):
 
 
 def test_a_plugin_class_takes_its_entry_point_name(fake_entry_points):
-    fake_entry_points(delta="tests.trainers.test_registry:Base")
+    fake_entry_points(epsilon="tests.trainers.test_registry:Base")
     try:
-        cls = make_registry().get_class("delta")
-        assert cls is Base and cls.name == "delta"
+        cls = make_registry().get_class("epsilon")
+        assert cls is Base and cls.name == "epsilon"
     finally:
         Base.__dict__.get("name") and delattr(Base, "name")
 
@@ -87,7 +87,18 @@ def test_the_controller_names_close_matches_too():
         spec.check_method("sapr")
 
 
-def test_an_in_tree_name_wins_over_a_plugin_of_the_same_name(fake_entry_points):
+def test_an_in_tree_name_is_reserved_a_plugin_taking_it_ignored_with_a_warning(fake_entry_points, capsys):
     fake_entry_points(alpha="no_such_module_anywhere:Alpha")
     reg = make_registry()
     assert reg.plugin_names() == [] and reg.get("alpha").size == 1
+    assert ("warning: plugin 'alpha' of no_such_module_anywhere:Alpha is ignored: 'alpha' is an in-tree name "
+            "(the in-tree one is used)") in capsys.readouterr().err
+    assert ("alpha", "plugin 'alpha' of no_such_module_anywhere:Alpha is ignored: 'alpha' is an in-tree name "
+                     "(the in-tree one is used)") in plugins.problems()
+
+
+@pytest.mark.parametrize("name", ["x@1%", "Upper", "a,b", "-lead", "trail-", "two--dashes", "sp ace", ""])
+def test_a_plugin_name_outside_the_in_tree_grammar_is_ignored(fake_entry_points, name):
+    fake_entry_points(**{name: "no_such_module_anywhere:X", "fine-name_2": "no_such_module_anywhere:Y"})
+    assert make_registry().plugin_names() == ["fine-name_2"]
+    assert [n for n, _ in plugins.problems()] == [name]

@@ -482,11 +482,17 @@ class Compressor(ABC):
         self._reuse = reuse
         try:
             with torch.no_grad():
-                return self._reconstruct(unpacked)
+                grads = self._reconstruct(unpacked)
         except PayloadError:
             raise
         except Exception as exc:
             raise PayloadError(f"{self.name}: payload contents inconsistent ({type(exc).__name__}: {exc})") from None
+        # A receiver never steps on NaN or inf (a replica would sample from a broken policy): refused here,
+        # for every compressor, plugins included, at one pass over the decoded adapter.
+        bad = next((n for n, t in grads.items() if not bool(torch.isfinite(t).all())), None)
+        if bad is not None:
+            raise PayloadError(f"{self.name}: the payload decodes to non-finite values (NaN or inf) in {bad}; refused")
+        return grads
 
     def output_zeros(self, tensors: list[tuple[str, tuple[int, ...]]], zero: bool = True) -> dict[str, torch.Tensor]:
         """Zeros (zero=False: any values, the caller overwrites them all) for a decode's output, as

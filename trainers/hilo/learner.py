@@ -45,6 +45,7 @@ from trainers.events import (EventLog, PhaseTimer, atomic_write_bytes, atomic_wr
                              superseded_dropped, write_summary)
 from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
                                       Membership, Peer, ReplayLog)
+from trainers.compress import PayloadError
 from trainers.model.models import lora_gradients
 from trainers.model.rollout import Rollouts, concat
 from trainers.hilo import stack
@@ -193,7 +194,11 @@ class Learner:
             with timer.phase("encode"):
                 msg = self.compressor.encode(grads)
             with timer.phase("decode_replay"):
-                self.replica.step(self.compressor.decode(msg, reuse=True))  # stepped from at once: one kept buffer
+                try:
+                    decoded = self.compressor.decode(msg, reuse=True)
+                except PayloadError as err:   # never stepped on nor sent: the run stops, saying why
+                    raise RuntimeError(f"update {self.replica.version + 1} refused: {err}") from None
+                self.replica.step(decoded)  # stepped from at once: one kept buffer
         else:
             with timer.phase("decode_replay"):
                 self.replica.step(grads)

@@ -13,8 +13,10 @@ import pytest
 from tests.harness.faults.test_faults import harness, pids_of, wait_for_update
 
 pytestmark = [pytest.mark.root]
-SMALL = ["--workers", "1", "--method", "spar", "--budget", "1.6%", "--baseline", "none", "--model", "micro",
+SMALL = ["--workers", "1", "--baseline", "none", "--model", "micro",
          "--seeds", "1", "--objective", "grpo", "--max-new-tokens", "4", "--no-emulation"]
+FAMILIES = {"hilo": (["--method", "spar", "--budget", "1.6%"], "spar-1.6pct-s1"),
+            "data-parallel": (["--method", "ddp", "--workers", "2"], "ddp-s1")}
 
 
 def fill(folder: Path) -> int:
@@ -41,10 +43,13 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def test_a_run_that_fills_its_disk_is_marked_failed_and_leaves_no_temp_file(small_disk):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_run_that_fills_its_disk_is_marked_failed_and_leaves_no_temp_file(small_disk, family):
+    flags, cell_name = FAMILIES[family]
     run_dir = small_disk / "full"
-    cell = run_dir / "cells" / "spar-1.6pct-s1"
-    proc = harness("run", *SMALL, "--updates", "100000", "--run-id", "full", "--out", str(small_disk), "--quiet")
+    cell = run_dir / "cells" / cell_name
+    proc = harness("run", *SMALL, *flags, "--updates", "100000", "--run-id", "full", "--out", str(small_disk),
+                   "--quiet")
     try:
         wait_for_update(cell, 1, proc)
         assert fill(small_disk) > 0

@@ -131,7 +131,8 @@ def test_learner_sigkill_is_reported_not_hidden(tmp_path):
     code, stderr, run_dir, cell = run_with_fault(tmp_path, "learnerkill", ["--updates", "30"], kill_learner)
     assert code == 1, stderr[-3000:]
     meta = json.loads((run_dir / "meta.json").read_text())
-    assert meta["complete"] is False and meta["status"] == "incomplete"
+    assert meta["complete"] is False and meta["status"] == "failed"
+    assert meta["errors"] == ["spar-1.6pct-s1: the learner ended (killed by SIGKILL) before its summary"], meta
     assert "INCOMPLETE" in (run_dir / "report.md").read_text()
     finish("learner SIGKILL", run_dir, cell, survived=False)
 

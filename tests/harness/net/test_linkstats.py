@@ -93,6 +93,7 @@ def _last_rows(path):
 
 
 @pytest.mark.root
+@pytest.mark.needs("ip", "nft")
 @pytest.mark.parametrize("shaped", [{"loss": "10%"}], indirect=True)
 def test_loss_drops_equal_the_kernel_rule_counters(shaped, tmp_path):
     with linkstats.LinkSampler(shaped, tmp_path / "links.csv", interval_s=0.2) as sampler:
