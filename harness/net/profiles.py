@@ -50,9 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import yaml
-
-from harness import units
+from harness import readers, units
 from harness.net import traces
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
@@ -286,7 +284,7 @@ def _raw_for(profile: Profile, node: str) -> dict[str, Any]:
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
     for key, value in over.items():
-        if key in ("up", "down") and isinstance(out.get(key), dict):
+        if key in ("up", "down") and isinstance(out.get(key), dict) and isinstance(value, Mapping):
             out[key] = {**out[key], **value}
         else:
             out[key] = value
@@ -338,8 +336,18 @@ def _trace(raw: Mapping[str, Any], where: str) -> TraceRef:
         loaded = ref.load()
     except (units.UnitError, traces.TraceError) as err:
         raise ProfileError(f"{where}.trace: {err}") from None
-    if not 0.01 <= interval <= 3600:
-        raise ProfileError(f"{where}.trace.interval: {units.quote(spec.get('interval'))} must be within 10ms and 1h")
+    if not traces.MIN_INTERVAL_S <= interval <= traces.MAX_INTERVAL_S:
+        raise ProfileError(f"{where}.trace.interval: {units.quote(spec.get('interval'))} must be within "
+                           f"{units.format_time(traces.MIN_INTERVAL_S)} and {units.format_time(traces.MAX_INTERVAL_S)}")
+    try:   # the plan lists every step of a loop: their count stays bounded whatever the file says
+        traces.check_interval(interval, loaded.period_s, spec["file"])
+    except traces.TraceError as err:
+        raise ProfileError(f"{where}.trace.interval: {err}") from None
+    peak = max(loaded.rate_bit_s)
+    if peak > units.RATE_MAX_BIT_S:
+        raise ProfileError(f"{where}.trace.scale: {scale!r} takes trace {spec['file']!r} to "
+                           f"{units.format_rate(peak)}, above {units.format_rate(units.RATE_MAX_BIT_S)} (the fastest "
+                           "link the shaper sets)")
     clash = {"rate"} | ({"delay"} if loaded.delay_s is not None else set()) | ({"loss"} if loaded.loss_frac is not None else set())
     for key in sorted(clash & set(raw)):
         raise ProfileError(f"{where}.{key}: {units.quote(raw[key])} contradicts trace {spec['file']!r}, which sets the {key}")
@@ -452,19 +460,10 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
         path = directory / f"{name_or_path}.yaml"
         if not path.is_file():
             raise ProfileError(f"profile: {str(name_or_path)!r} is unknown (valid: {', '.join(list_profiles(directory))})")
-    try:
-        if path.stat().st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"profile: {str(path)!r} is larger than {MAX_PROFILE_BYTES} bytes")
-        doc = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ProfileError(f"profile: {str(path)!r} cannot be read ({err.strerror})") from None
-    except (RecursionError, MemoryError):  # PyYAML composes nested collections recursively
-        raise ProfileError(f"profile: {str(path)!r} is nested too deeply to be a profile") from None
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"profile: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ProfileError(f"profile: {str(path)!r} is not valid YAML ({first})") from None
+    try:   # bounded: a regular file, its size, its depth; a repeated key is an error, not the last one
+        doc = readers.load_yaml(path, "profile", MAX_PROFILE_BYTES)
+    except readers.FileError as err:
+        raise ProfileError(str(err)) from None
     return from_doc(doc, path.stem)
 
 
