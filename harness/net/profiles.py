@@ -33,6 +33,9 @@ percentages), ``limit`` (queue limit in packets; default sized to the bandwidth-
 Ranges (checked at load, :mod:`harness.units`): rate 1 kbit/s - 100 Gbit/s, delay and jitter
 0 - 10 s, loss 0 - <100 %, limit 1 - 2^31-1 packets.
 
+A profile file is read by :mod:`harness.readers` (a regular file of at most ``MAX_PROFILE_BYTES``,
+YAML nested at most 32 levels, no key given twice in one mapping: the last one used to win in silence).
+
 API: ``load(name_or_path) -> Profile``; ``Profile.link(node) -> LinkSpec`` (``"learner"``,
 ``"w1"``...); ``list_profiles()``. Any malformed value raises :class:`ProfileError` whose one
 line names the field and the value.
@@ -370,10 +373,15 @@ def _ge(raw: Any, where: str) -> GilbertElliott:
     return GilbertElliott(vals["p"], vals["r"], vals.get("bad_loss", 1.0), vals.get("good_loss", 0.0))
 
 
+def _key(key: Any) -> str:
+    """A key as a message names it: bare when it is a plain name, quoted otherwise (one line whatever it holds)."""
+    return key if isinstance(key, str) and key.isidentifier() else units.quote(key)
+
+
 def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
     for key in raw:
         if key not in allowed:
-            raise ProfileError(f"{where}.{key}: unknown key (valid: {', '.join(sorted(allowed))})")
+            raise ProfileError(f"{where}.{_key(key)}: unknown key (valid: {', '.join(sorted(allowed))})")
 
 
 def _check_link_raw(raw: Any, where: str) -> None:
@@ -442,7 +450,7 @@ def from_doc(doc: Any, name: str) -> Profile:
         raise ProfileError(f"{name}.workers: {workers!r} must be a mapping of wN -> link")
     for wname, wraw in workers.items():
         if not _WORKER.match(str(wname)):
-            raise ProfileError(f"{name}.workers.{wname}: unknown worker name (expected w1, w2, ...)")
+            raise ProfileError(f"{name}.workers.{_key(wname)}: unknown worker name (expected w1, w2, ...)")
         _check_link_raw(_merge(default, wraw) if isinstance(wraw, Mapping) else wraw, f"{name}.workers.{wname}")
     return Profile(name=name, description=doc.get("description", ""), source=doc.get("source", ""),
                    default=default, learner=learner, workers=dict(workers),

@@ -205,14 +205,15 @@ def load(name_or_path: str | Path) -> Trace:
         text = readers.read_text(path, "trace", MAX_TRACE_BYTES)
     except readers.FileError as err:
         raise TraceError(str(err)) from None
+    name = path.name if path.name.isprintable() else repr(path.name)   # messages stay one line
     if is_mahimahi(text):
-        return parse_mahimahi(text, path.name)
+        return parse_mahimahi(text, name)
     if path.suffix in MAHIMAHI_SUFFIXES:
         try:
-            return parse_csv(text, path.name)       # a CSV under a Mahimahi name is what it holds
+            return parse_csv(text, name)            # a CSV under a Mahimahi name is what it holds
         except TraceError:
-            return parse_mahimahi(text, path.name)  # raises, naming the first line that is not a timestamp
-    return parse_csv(text, path.name)
+            return parse_mahimahi(text, name)       # raises, naming the first line that is not a timestamp
+    return parse_csv(text, name)
 
 
 def _lines(text: str):

@@ -86,6 +86,7 @@ CASES = [
     ("--method rank-99999", lambda f: RUN + ["--method", "rank-99999"], "4096"),
     ("--budget 1.6%,1.60%", lambda f: RUN + ["--method", "spar", "--budget", "1.6%,1.60%"], "repeats a value"),
     ("--log bogus", lambda f: RUN + ["--log", "bogus"], "--log"),
+    ("--budget-bytes 64", lambda f: RUN + ["--method", "spar", "--budget-bytes", "64"], "fixed overhead"),
     ("deeply nested preset", lambda f: RUN + ["--preset", f["deep"]], "nested too deeply"),
 ]
 

@@ -9,7 +9,7 @@ import datetime
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from harness import readers, units
 from harness.net import profiles, traces
@@ -155,6 +155,7 @@ def test_profiles_of_any_bytes_and_any_documents(tmp_path, examples):
                                                                                     yaml_docs, max_size=2),
                                                          "schedule": st.lists(yaml_docs, max_size=2)})
                      .map(lambda d: _yaml_text(d).encode())))
+    @example(b"defaults:\n? '\n\n'")                # a key holding newlines: still one line
     def prop(data):
         path = tmp_path / "fz.yaml"
         path.write_bytes(data)
