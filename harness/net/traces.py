@@ -170,7 +170,7 @@ def check_interval(interval_s: float, until_s: float, name: str, what: str = "in
                          f"{units.format_time(MIN_INTERVAL_S)} and {units.format_time(MAX_INTERVAL_S)}")
     n = max(1, math.ceil(until_s / interval_s - 1e-9))
     if n > MAX_STEPS:
-        raise TraceError(f"{name}: a loop of {until_s:g} s at a {what} of {units.format_time(interval_s)} is {n} "
+        raise TraceError(f"{name}: a loop of {until_s:g} s played every {units.format_time(interval_s)} ({what}) is {n} "
                          f"steps, more than {MAX_STEPS} (use a longer {what})")
     return n
 
