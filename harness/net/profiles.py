@@ -403,6 +403,7 @@ def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:
 
 
 SCHEDULE_MAX_S = 7 * 86400.0  # the latest schedule step, seconds after the start
+SCHEDULE_MAX_STEPS = 1000     # changes in one schedule (the shipped profiles have at most a few)
 MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred bytes; traces are files of their own
 
 
@@ -410,7 +411,10 @@ def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ProfileError(f"{name}.schedule: {raw!r} must be a list")
+        raise ProfileError(f"{name}.schedule: {units.quote(raw)} must be a list")
+    if len(raw) > SCHEDULE_MAX_STEPS:   # each change resolves every link it targets: cost grows with their product
+        raise ProfileError(f"{name}.schedule: {len(raw)} changes, more than {SCHEDULE_MAX_STEPS} (a link that "
+                           "changes that often is a trace: the `trace` key)")
     out = []
     for i, item in enumerate(raw):
         where = f"{name}.schedule[{i}]"

@@ -121,3 +121,12 @@ def test_a_one_value_grid_axis_is_that_value(tmp_path):
 def test_a_budget_is_one_spelling():
     cfg = config.build(method="spar", budget="1.60%,12.80%", model="micro", emulation=False)
     assert [v.label for v in cfg.variants][:2] == ["spar@1.6%", "spar@12.8%"]
+
+
+def test_a_schedule_of_a_thousand_changes_is_the_most():
+    from harness.net import profiles
+
+    changes = [{"at": f"{i}s", "rate": "1mbit"} for i in range(1001)]
+    with pytest.raises(profiles.ProfileError, match=r"^p\.schedule: 1001 changes, more than 1000"):
+        profiles.from_doc({"schedule": changes}, "p")
+    assert len(profiles.from_doc({"schedule": changes[:3]}, "p").schedule) == 3
