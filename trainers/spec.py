@@ -239,8 +239,10 @@ def parse_budget(text: Any) -> float:
 
 
 def _budget(raw: Any) -> str:
+    """A budget's text in one spelling (`1.60%`, `+1.6%` and `1.6 %` are `1.6%`): one budget, one cell name."""
     parse_budget(raw)
-    return str(raw).strip()
+    text = repr(float(str(raw).strip()[:-1]))          # within [0.001, 100]: repr never uses an exponent
+    return (text[:-2] if text.endswith(".0") else text) + "%"
 
 
 # ---- the parameters --------------------------------------------------------------------------
@@ -431,7 +433,10 @@ def parse_value(name: str, raw: Any) -> Any:
     """Parse one parameter; `budget` values keep their text ('1.6%') after validation."""
     p = get(name)
     if p.name == "budget":
-        return tuple(_budget(b) for b in p.parse_many(raw))
+        budgets = tuple(_budget(b) for b in p.parse_many(raw))
+        if len(set(budgets)) != len(budgets):   # 1.6%,1.60%: one budget twice, refused as every repeat is
+            raise SpecError(f"{p.flag}: {quote(raw)} repeats a value ({', '.join(budgets)})")
+        return budgets
     return p.parse_many(raw) if p.many else p.parse(raw)
 
 
@@ -497,6 +502,11 @@ def is_data_parallel(name: str) -> bool:
 
 
 def check_method(name: str) -> str:
+    rank = RANK_METHOD.match(name)
+    if rank:   # rank-R trains at LoRA rank R: the cap of --lora-rank holds for it
+        hi = int(get("lora_rank").hi)
+        if len(rank.group(1)) > len(str(hi)) or int(rank.group(1)) > hi:
+            raise SpecError(f"--method: {quote(name)}: the rank must be within 1 and {hi} (as --lora-rank)")
     if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in compressor_names()
             or is_data_parallel(name)):
         try:   # one name offered by two plugin distributions
@@ -531,6 +541,14 @@ def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MODEL_CONFIG_MAX_BYTES = 1 << 20     # a Hugging Face config.json is a few KB
+# The shape fields a model is built from, each bounded well above the largest published model's
+# (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers, 128 heads; Gemma's 256,000-token vocabulary).
+MODEL_CONFIG_BOUNDS = {"hidden_size": 65536, "intermediate_size": 1 << 20, "num_hidden_layers": 1024,
+                       "num_attention_heads": 4096, "num_key_value_heads": 4096, "head_dim": 16384,
+                       "vocab_size": 1 << 22}
+
+
 def check_model(model: str) -> None:
     """A built-in model name, or a folder holding a Hugging Face config.json; else SpecError naming --model."""
     if model in MODEL_NAMES:
@@ -540,11 +558,20 @@ def check_model(model: str) -> None:
         raise SpecError(f"--model: {model!r} is neither a built-in model ({', '.join(MODEL_NAMES)}) "
                         "nor a folder holding config.json")
     try:
+        if config.stat().st_size > MODEL_CONFIG_MAX_BYTES:
+            raise SpecError(f"--model: {config} is larger than {MODEL_CONFIG_MAX_BYTES} bytes (not a model's config)")
         doc = json.loads(config.read_text())
-    except (OSError, ValueError) as err:
-        raise SpecError(f"--model: {config} is not readable JSON ({err})") from None
+    except (OSError, ValueError, RecursionError) as err:
+        if isinstance(err, SpecError):
+            raise
+        raise SpecError(f"--model: {config} is not readable JSON ({' '.join(str(err).split())[:200]})") from None
     if not isinstance(doc, dict) or not doc.get("model_type"):
         raise SpecError(f"--model: {config} has no model_type (not a Hugging Face config)")
+    for key, hi in MODEL_CONFIG_BOUNDS.items():
+        # the meta-device model is built from these: hidden_size 1e9 hung `project` and every run
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi):
+            raise SpecError(f"--model: {config}: {key} {quote(value)} must be a whole number within 1 and {hi}")
 
 
 def variant_label(method: str, budget: str | None = None) -> str:

@@ -33,6 +33,9 @@ percentages), ``limit`` (queue limit in packets; default sized to the bandwidth-
 Ranges (checked at load, :mod:`harness.units`): rate 1 kbit/s - 100 Gbit/s, delay and jitter
 0 - 10 s, loss 0 - <100 %, limit 1 - 2^31-1 packets.
 
+A profile file is read by :mod:`harness.readers` (a regular file of at most ``MAX_PROFILE_BYTES``,
+YAML nested at most 32 levels, no key given twice in one mapping: the last one used to win in silence).
+
 API: ``load(name_or_path) -> Profile``; ``Profile.link(node) -> LinkSpec`` (``"learner"``,
 ``"w1"``...); ``list_profiles()``. Any malformed value raises :class:`ProfileError` whose one
 line names the field and the value.
@@ -50,9 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import yaml
-
-from harness import units
+from harness import readers, units
 from harness.net import traces
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
@@ -286,7 +287,7 @@ def _raw_for(profile: Profile, node: str) -> dict[str, Any]:
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
     for key, value in over.items():
-        if key in ("up", "down") and isinstance(out.get(key), dict):
+        if key in ("up", "down") and isinstance(out.get(key), dict) and isinstance(value, Mapping):
             out[key] = {**out[key], **value}
         else:
             out[key] = value
@@ -338,8 +339,18 @@ def _trace(raw: Mapping[str, Any], where: str) -> TraceRef:
         loaded = ref.load()
     except (units.UnitError, traces.TraceError) as err:
         raise ProfileError(f"{where}.trace: {err}") from None
-    if not 0.01 <= interval <= 3600:
-        raise ProfileError(f"{where}.trace.interval: {units.quote(spec.get('interval'))} must be within 10ms and 1h")
+    if not traces.MIN_INTERVAL_S <= interval <= traces.MAX_INTERVAL_S:
+        raise ProfileError(f"{where}.trace.interval: {units.quote(spec.get('interval'))} must be within "
+                           f"{units.format_time(traces.MIN_INTERVAL_S)} and {units.format_time(traces.MAX_INTERVAL_S)}")
+    try:   # the plan lists every step of a loop: their count stays bounded whatever the file says
+        traces.check_interval(interval, loaded.period_s, spec["file"])
+    except traces.TraceError as err:
+        raise ProfileError(f"{where}.trace.interval: {err}") from None
+    peak = max(loaded.rate_bit_s)
+    if peak > units.RATE_MAX_BIT_S:
+        raise ProfileError(f"{where}.trace.scale: {scale!r} takes trace {spec['file']!r} to "
+                           f"{units.format_rate(peak)}, above {units.format_rate(units.RATE_MAX_BIT_S)} (the fastest "
+                           "link the shaper sets)")
     clash = {"rate"} | ({"delay"} if loaded.delay_s is not None else set()) | ({"loss"} if loaded.loss_frac is not None else set())
     for key in sorted(clash & set(raw)):
         raise ProfileError(f"{where}.{key}: {units.quote(raw[key])} contradicts trace {spec['file']!r}, which sets the {key}")
@@ -362,10 +373,15 @@ def _ge(raw: Any, where: str) -> GilbertElliott:
     return GilbertElliott(vals["p"], vals["r"], vals.get("bad_loss", 1.0), vals.get("good_loss", 0.0))
 
 
+def _key(key: Any) -> str:
+    """A key as a message names it: bare when it is a plain name, quoted otherwise (one line whatever it holds)."""
+    return key if isinstance(key, str) and key.isidentifier() else units.quote(key)
+
+
 def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
     for key in raw:
         if key not in allowed:
-            raise ProfileError(f"{where}.{key}: unknown key (valid: {', '.join(sorted(allowed))})")
+            raise ProfileError(f"{where}.{_key(key)}: unknown key (valid: {', '.join(sorted(allowed))})")
 
 
 def _check_link_raw(raw: Any, where: str) -> None:
@@ -387,6 +403,7 @@ def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:
 
 
 SCHEDULE_MAX_S = 7 * 86400.0  # the latest schedule step, seconds after the start
+SCHEDULE_MAX_STEPS = 1000     # changes in one schedule (the shipped profiles have at most a few)
 MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred bytes; traces are files of their own
 
 
@@ -394,7 +411,10 @@ def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ProfileError(f"{name}.schedule: {raw!r} must be a list")
+        raise ProfileError(f"{name}.schedule: {units.quote(raw)} must be a list")
+    if len(raw) > SCHEDULE_MAX_STEPS:   # each change resolves every link it targets: cost grows with their product
+        raise ProfileError(f"{name}.schedule: {len(raw)} changes, more than {SCHEDULE_MAX_STEPS} (a link that "
+                           "changes that often is a trace: the `trace` key)")
     out = []
     for i, item in enumerate(raw):
         where = f"{name}.schedule[{i}]"
@@ -434,7 +454,7 @@ def from_doc(doc: Any, name: str) -> Profile:
         raise ProfileError(f"{name}.workers: {workers!r} must be a mapping of wN -> link")
     for wname, wraw in workers.items():
         if not _WORKER.match(str(wname)):
-            raise ProfileError(f"{name}.workers.{wname}: unknown worker name (expected w1, w2, ...)")
+            raise ProfileError(f"{name}.workers.{_key(wname)}: unknown worker name (expected w1, w2, ...)")
         _check_link_raw(_merge(default, wraw) if isinstance(wraw, Mapping) else wraw, f"{name}.workers.{wname}")
     return Profile(name=name, description=doc.get("description", ""), source=doc.get("source", ""),
                    default=default, learner=learner, workers=dict(workers),
@@ -452,19 +472,10 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
         path = directory / f"{name_or_path}.yaml"
         if not path.is_file():
             raise ProfileError(f"profile: {str(name_or_path)!r} is unknown (valid: {', '.join(list_profiles(directory))})")
-    try:
-        if path.stat().st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"profile: {str(path)!r} is larger than {MAX_PROFILE_BYTES} bytes")
-        doc = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ProfileError(f"profile: {str(path)!r} cannot be read ({err.strerror})") from None
-    except (RecursionError, MemoryError):  # PyYAML composes nested collections recursively
-        raise ProfileError(f"profile: {str(path)!r} is nested too deeply to be a profile") from None
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"profile: {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ProfileError(f"profile: {str(path)!r} is not valid YAML ({first})") from None
+    try:   # bounded: a regular file, its size, its depth; a repeated key is an error, not the last one
+        doc = readers.load_yaml(path, "profile", MAX_PROFILE_BYTES)
+    except readers.FileError as err:
+        raise ProfileError(str(err)) from None
     return from_doc(doc, path.stem)
 
 

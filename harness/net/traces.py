@@ -20,6 +20,24 @@ period, and the delay and loss in force at its start. A rate of 0 (an outage) is
 ``OUTAGE_RATE_BIT_S``: an HTB class cannot be stopped, and 8 kbit/s passes one 1500-byte packet
 per 1.5 s, which TCP sees as the outage it is.
 
+Limits (checked when a trace is read, generated or played; one line naming the file, the line
+and the field otherwise), so that reading costs time and memory in proportion to the file and
+never to the numbers in it:
+
+* a file of at most ``MAX_TRACE_BYTES``, ``MAX_TRACE_ROWS`` CSV rows, read line by line;
+* rates within 0 and ``units.RATE_MAX_BIT_S`` (100 Gbit/s), the shaper's range: HTB's rate is a
+  u32 of bytes/s (34.4 Gbit/s), extended by TCA_HTB_RATE64 above it, which pyroute2 0.9 sends;
+  its burst is a u32 count of psched ticks (15.625 per us), so the 2-MTU burst of the plan
+  (``plan.MIN_BURST_BYTES``) fits down to 88 bit/s, and ``units.RATE_MIN_BIT_S`` (1 kbit/s) keeps
+  an 11x margin. A rate under ``OUTAGE_RATE_BIT_S`` plays as that floor, as a 0 does;
+* steps at least ``MIN_STEP_S`` (1 ms, Mahimahi's resolution) apart and a loop of at most
+  ``MAX_SPAN_S`` (7 days, as a profile's schedule); a Mahimahi file's empty bins become one
+  outage step, so its steps are at most twice its lines whatever its timestamps;
+* played at an interval within ``MIN_INTERVAL_S`` and ``MAX_INTERVAL_S`` and at most
+  ``MAX_STEPS`` steps a loop (the plan lists every step of one loop);
+* written as Mahimahi: at most ``MAX_MAHIMAHI_LINES`` lines and a loop of at most
+  ``MAX_MAHIMAHI_SPAN_S`` (the writer walks the loop ms by ms).
+
 Synthetic traces (``generate``), seeded: ``constant``, ``normal`` (i.i.d. around a mean, clipped
 at 0), ``square`` (high/low halves of a period), ``outages`` (the mean, with exponential gaps and
 outage lengths), ``diurnal`` (a sine of one period).
@@ -35,6 +53,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import readers, units
+
 MTU_BYTES = 1500                    # a Mahimahi delivery opportunity carries one MTU-sized packet
 MAHIMAHI_BIN_S = 0.1                # Mahimahi timestamps binned to 100 ms steps when read
 MTU_BITS = MTU_BYTES * 8
@@ -42,10 +62,18 @@ UNROLL_MAX_MS = 600_000             # to_mahimahi writes up to 10 min of loops t
 UNROLL_MAX_LINES = 1_000_000        # ... and up to a million more lines doing so
 _WHOLE = 1e-9                       # a count of packets this close to an integer is whole (float sums)
 OUTAGE_RATE_BIT_S = 8e3             # what a rate of 0 plays as (HTB needs a rate; >= units' 1 kbit/s floor)
+MAX_TRACE_BYTES = 64 << 20         # a file read at all (a 10-minute 100 Mbit/s Mahimahi file is ~35 MB)
+MAX_TRACE_ROWS = 1_000_000          # CSV rows (a day at 0.1 s steps is 864,000)
+MAX_SPAN_S = 7 * 86400.0            # one loop of a trace, as a profile's schedule reaches
+MIN_STEP_S = 1e-3                   # steps of a CSV trace at least 1 ms apart (Mahimahi's resolution)
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.01, 3600.0   # how often a played trace may change the link
+MAX_STEPS = 100_000                 # steps of one loop at the interval played (a plan lists them all)
+MAX_MAHIMAHI_LINES = 10_000_000     # lines written by to_mahimahi (one a 1500-byte packet)
+MAX_MAHIMAHI_SPAN_S = 3600.0        # a Mahimahi file's loop as written (the writer walks it ms by ms)
+MAX_STAT_BINS = 100_000             # stats() widens its bins past this many (a week of 1 s bins is 604,800)
 TRACE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles" / "traces"
 KINDS = ("constant", "normal", "square", "outages", "diurnal")
 MAHIMAHI_SUFFIXES = (".mahi", ".up", ".down", ".trace")
-_SPLIT = re.compile(r"[,\s]+")
 _STAMP = re.compile(r"[0-9]+")       # ASCII digits only: str.isdigit() takes '²', which int() refuses
 
 
@@ -105,7 +133,9 @@ class Trace:
         return loops * cum[-1] + cum[i] + self.rate_bit_s[i] * (y - self.times_s[i])
 
     def steps(self, interval_s: float, until_s: float) -> list[dict]:
-        """The schedule over [0, until_s): one step per interval (see the module docstring)."""
+        """The schedule over [0, until_s): one step per interval (see the module docstring);
+        TraceError past ``MAX_STEPS`` steps or outside the interval's range."""
+        check_interval(interval_s, until_s, self.name)
         out = []
         for k in range(max(1, math.ceil(until_s / interval_s - 1e-9))):
             t = k * interval_s
@@ -125,10 +155,24 @@ class Trace:
     def stats(self, start_s: float = 0.0, end_s: float | None = None, bin_s: float = 1.0) -> dict:
         """Mean and percentiles (p10, p50, p90 of ``bin_s`` means) of the rate over a window (bit/s)."""
         end = self.period_s if end_s is None else end_s
+        bin_s = max(bin_s, (end - start_s) / MAX_STAT_BINS)   # time in proportion to the file, not its span
         bins = [self.mean_rate(t, min(end, t + bin_s)) for t in _frange(start_s, end, bin_s)]
         q = statistics.quantiles(bins, n=10, method="inclusive") if len(bins) > 1 else bins * 9
         return {"mean_bit_s": self.mean_rate(start_s, end), "p10_bit_s": q[0], "p50_bit_s": q[4],
                 "p90_bit_s": q[8], "min_bit_s": min(bins), "max_bit_s": max(bins), "window_s": end - start_s}
+
+
+def check_interval(interval_s: float, until_s: float, name: str, what: str = "interval") -> int:
+    """Steps of ``interval_s`` over ``until_s`` seconds; TraceError naming ``what`` when the interval
+    is outside [MIN_INTERVAL_S, MAX_INTERVAL_S] or the steps would be more than MAX_STEPS."""
+    if not (math.isfinite(interval_s) and MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S):
+        raise TraceError(f"{name}: {what} {units.quote(interval_s)} s must be within "
+                         f"{units.format_time(MIN_INTERVAL_S)} and {units.format_time(MAX_INTERVAL_S)}")
+    n = max(1, math.ceil(until_s / interval_s - 1e-9))
+    if n > MAX_STEPS:
+        raise TraceError(f"{name}: a loop of {until_s:g} s played every {units.format_time(interval_s)} ({what}) is {n} "
+                         f"steps, more than {MAX_STEPS} (use a longer {what})")
+    return n
 
 
 def _frange(start: float, end: float, step: float) -> list[float]:
@@ -151,74 +195,133 @@ def resolve(name_or_path: str | Path, directory: Path = TRACE_DIR) -> Path:
 
 
 def load(name_or_path: str | Path) -> Trace:
-    """Mahimahi or CSV, told apart by content (``is_mahimahi``), not by the file's name: a file of
-    bare integers is Mahimahi whatever its suffix, anything else is read as CSV. A Mahimahi suffix
+    """Mahimahi or CSV, told apart by content, not by the file's name: a file whose first line is a
+    bare integer is Mahimahi whatever its suffix, anything else is read as CSV. A Mahimahi suffix
     on text that is neither gets the Mahimahi reader's error (naming the first line that is not a
-    timestamp). TraceError names the file and the bad line."""
+    timestamp). The file is read within the limits of the module docstring; TraceError names the
+    file and the bad line."""
     path = resolve(name_or_path)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"trace: {str(path)!r} cannot be read ({err})") from None
+        text = readers.read_text(path, "trace", MAX_TRACE_BYTES)
+    except readers.FileError as err:
+        raise TraceError(str(err)) from None
+    name = path.name if path.name.isprintable() else repr(path.name)   # messages stay one line
     if is_mahimahi(text):
-        return parse_mahimahi(text, path.name)
+        return parse_mahimahi(text, name)
     if path.suffix in MAHIMAHI_SUFFIXES:
         try:
-            return parse_csv(text, path.name)       # a CSV under a Mahimahi name is what it holds
+            return parse_csv(text, name)            # a CSV under a Mahimahi name is what it holds
         except TraceError:
-            return parse_mahimahi(text, path.name)  # raises, naming the first line that is not a timestamp
-    return parse_csv(text, path.name)
+            return parse_mahimahi(text, name)       # raises, naming the first line that is not a timestamp
+    return parse_csv(text, name)
+
+
+def _lines(text: str):
+    """(line number, stripped line) of every non-empty line, without a list of them all."""
+    pos, n = 0, 0
+    while pos <= len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        n += 1
+        line = text[pos:end].strip()
+        if line:
+            yield n, line
+        pos = end + 1
 
 
 def is_mahimahi(text: str) -> bool:
-    """Every non-empty line one non-negative integer (and at least one line): Mahimahi's format. A
-    CSV has two fields a row (comma or whitespace separated) and may have a header or decimals,
-    so it never matches. Whether the timestamps go forward is ``parse_mahimahi``'s to say (one
-    line naming where they go back), not a reason to read the file as something else."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return bool(lines) and all(_STAMP.fullmatch(ln) for ln in lines)
+    """The first non-empty line one non-negative integer: Mahimahi's format. A CSV has two fields
+    a row (comma or whitespace separated) and may have a header or decimals, so it never matches.
+    Whether the rest are timestamps going forward is ``parse_mahimahi``'s to say (one line naming
+    the first that is not), not a reason to read the file as something else."""
+    first = next(_lines(text), None)
+    return first is not None and _STAMP.fullmatch(first[1]) is not None
 
 
 def parse_mahimahi(text: str, name: str) -> Trace:
-    stamps: list[int] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        if not _STAMP.fullmatch(line.strip()):
-            raise TraceError(f"{name}:{n}: {line.strip()[:40]!r} is not a millisecond timestamp")
-        ms = int(line)
-        if stamps and ms < stamps[-1]:
-            raise TraceError(f"{name}:{n}: timestamp {ms} is before the previous one ({stamps[-1]}): "
-                             "Mahimahi timestamps never go back")
-        stamps.append(ms)
-    if not stamps or stamps[-1] <= 0:
-        raise TraceError(f"{name}: no delivery opportunity after 0 ms (a Mahimahi trace loops at its last timestamp)")
-    period = stamps[-1] / 1000
+    """Delivery opportunities binned to MAHIMAHI_BIN_S steps; a run of empty bins is one outage step,
+    so the steps are at most twice the lines, whatever the timestamps say."""
     bin_ms = round(MAHIMAHI_BIN_S * 1000)
-    nbins = max(1, math.ceil(stamps[-1] / bin_ms))
-    counts = [0] * nbins
-    for ms in stamps:                        # integer bins: 300 / 1000 / 0.1 is 2.999..., not 3
-        counts[min(nbins - 1, ms // bin_ms)] += 1
-    times = tuple(round(k * MAHIMAHI_BIN_S, 6) for k in range(nbins))
-    widths = [min(period, t + MAHIMAHI_BIN_S) - t for t in times]
-    rates = tuple(c * MTU_BITS / w for c, w in zip(counts, widths))
-    return Trace(name, times, rates, period)
+    counts: dict[int, int] = {}
+    last = -1
+    for n, line in _lines(text):
+        if not _STAMP.fullmatch(line):
+            raise TraceError(f"{name}:{n}: {line[:40]!r} is not a millisecond timestamp")
+        if len(line) > 12:
+            raise TraceError(f"{name}:{n}: timestamp {line[:20]}... ms is past a loop of {MAX_SPAN_S:g} s")
+        ms = int(line)
+        if ms < last:
+            raise TraceError(f"{name}:{n}: timestamp {ms} is before the previous one ({last}): "
+                             "Mahimahi timestamps never go back")
+        if ms > MAX_SPAN_S * 1000:
+            raise TraceError(f"{name}:{n}: timestamp {ms} ms is past a loop of {MAX_SPAN_S:g} s (the longest "
+                             "trace read)")
+        last = ms
+        counts[ms // bin_ms] = counts.get(ms // bin_ms, 0) + 1     # integer bins: 300 / 1000 / 0.1 is 2.999...
+    if last <= 0:
+        raise TraceError(f"{name}: no delivery opportunity after 0 ms (a Mahimahi trace loops at its last timestamp)")
+    period = last / 1000
+    top = last // bin_ms
+    if top * bin_ms == last and top > 0:   # the last stamp on a bin's edge is the period: the bin before it
+        counts[top - 1] = counts.get(top - 1, 0) + counts.pop(top)
+    times: list[float] = []
+    rates: list[float] = []
+    nxt = 0                                # the bin after the previous step's
+    for k in sorted(counts):
+        if k > nxt:                        # the empty bins until this one: one outage step
+            times.append(round(nxt * MAHIMAHI_BIN_S, 6))
+            rates.append(0.0)
+        start = round(k * MAHIMAHI_BIN_S, 6)
+        times.append(start)
+        rates.append(counts[k] * MTU_BITS / (min(period, start + MAHIMAHI_BIN_S) - start))
+        nxt = k + 1
+    _check_rates(rates, name)
+    return Trace(name, tuple(times), tuple(rates), period)
+
+
+def _check_rates(rates, name: str) -> None:
+    for rate in rates:
+        if rate > units.RATE_MAX_BIT_S:
+            raise TraceError(f"{name}: rate {units.format_rate(rate)} is above {units.format_rate(units.RATE_MAX_BIT_S)}, "
+                             "the fastest link the shaper sets")
 
 
 def parse_csv(text: str, name: str) -> Trace:
     rows: list[list[float]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        fields = [f for f in _SPLIT.split(line.strip()) if f]
+    first = True
+    for n, line in _lines(text):
+        fields = line.replace(",", " ").split()
         if not fields or fields[0].startswith("#"):
             continue
         try:
-            values = [float(f) for f in fields]
+            values = [float(f) for f in fields[:5]]
         except ValueError:
-            if not rows and n == 1:
-                continue                     # a header line
-            raise TraceError(f"{name}:{n}: {line.strip()[:60]!r} is not numbers") from None
-        if len(values) < 2 or not all(math.isfinite(v) for v in values) or values[1] < 0:
-            raise TraceError(f"{name}:{n}: expected time_s,rate_mbit_s[,delay_ms[,loss_pct]] with a rate >= 0")
+            if first:
+                first = False                # a header line (the first)
+                continue
+            raise TraceError(f"{name}:{n}: {line[:60]!r} is not numbers") from None
+        if not 2 <= len(fields) <= 4 or not all(math.isfinite(v) for v in values):
+            raise TraceError(f"{name}:{n}: expected time_s,rate_mbit_s[,delay_ms[,loss_pct]], finite numbers")
+        if not 0 <= values[1] <= units.RATE_MAX_BIT_S / 1e6:
+            raise TraceError(f"{name}:{n}: rate_mbit_s {values[1]:g} must be within 0 and "
+                             f"{units.RATE_MAX_BIT_S / 1e6:g} (a rate >= 0, at most the fastest link the shaper sets)")
+        if len(values) > 2 and not 0 <= values[2] <= units.DELAY_MAX_S * 1e3:
+            raise TraceError(f"{name}:{n}: delay_ms {values[2]:g} must be within 0 and {units.DELAY_MAX_S * 1e3:g}")
+        if len(values) > 3 and not 0 <= values[3] < 100:
+            raise TraceError(f"{name}:{n}: loss_pct {values[3]:g} must be within 0 and <100")
+        if rows:
+            gap = values[0] - rows[-1][0]
+            if gap <= 0:
+                raise TraceError(f"{name}:{n}: time_s {values[0]:g} is not after the previous row's; times must increase")
+            if gap < MIN_STEP_S:
+                raise TraceError(f"{name}:{n}: time_s {values[0]:g} is {gap:.3g} s after the previous row, less than "
+                                 f"the {MIN_STEP_S * 1e3:g} ms a step must last")
+            if values[0] - rows[0][0] > MAX_SPAN_S:
+                raise TraceError(f"{name}:{n}: time_s {values[0]:g} is past a loop of {MAX_SPAN_S:g} s from the first "
+                                 "row (the longest trace read)")
+        first = False
+        if len(rows) >= MAX_TRACE_ROWS:
+            raise TraceError(f"{name}:{n}: more than {MAX_TRACE_ROWS} rows")
         rows.append(values)
     return _from_rows(rows, name)
 
@@ -238,6 +341,8 @@ def _from_rows(rows: list[list[float]], name: str) -> Trace:
         raise TraceError(f"{name}: delay_ms must be within 0 and 10000")
     if loss is not None and not all(0 <= p < 1 for p in loss):
         raise TraceError(f"{name}: loss_pct must be within 0 and <100")
+    if times[-1] + step > MAX_SPAN_S:
+        raise TraceError(f"{name}: a loop of {times[-1] + step:g} s is longer than {MAX_SPAN_S:g} s")
     return Trace(name, tuple(round(t, 6) for t in times), tuple(r[1] * 1e6 for r in rows),
                  times[-1] + step, delay, loss)
 
@@ -300,6 +405,13 @@ def to_mahimahi(trace: Trace) -> str:
     when the file's bits are whole (nothing accrues after the last packet). Where m = 1 leaves a
     remainder (under one packet, never delivered), the bins between the last packet and the
     period may be short by that much more: up to 1 + remainder there."""
+    if trace.period_s > MAX_MAHIMAHI_SPAN_S:
+        raise TraceError(f"{trace.name}: a loop of {trace.period_s:g} s is longer than the {MAX_MAHIMAHI_SPAN_S:g} s "
+                         "written as Mahimahi (write it as CSV)")
+    packets = trace.bits(0.0, trace.period_s) / MTU_BITS
+    if packets > MAX_MAHIMAHI_LINES:
+        raise TraceError(f"{trace.name}: one loop carries {packets:.3g} packets, more than the {MAX_MAHIMAHI_LINES} "
+                         "lines written as Mahimahi (one a packet; write it as CSV)")
     period_ms = max(1, round(trace.period_s * 1000))
     bits = _ms_bits(trace, period_ms)
     loop_packets = sum(bits) / MTU_BITS
@@ -339,10 +451,15 @@ def _ms_bits(trace: Trace, period_ms: int) -> list[float]:
 
 
 def save(trace: Trace, path: str | Path) -> Path:
-    """Written in the format its suffix names (Mahimahi suffixes, else CSV)."""
+    """Written in the format its suffix names (Mahimahi suffixes, else CSV); TraceError (one line) when
+    the folder is missing or not writable, before anything is computed."""
     path = Path(path)
-    path.write_text(to_mahimahi(trace) if path.suffix in MAHIMAHI_SUFFIXES else to_csv(trace))
-    return path
+    try:
+        readers.check_output(path, "trace")
+        return readers.write_text(path, to_mahimahi(trace) if path.suffix in MAHIMAHI_SUFFIXES else to_csv(trace),
+                                  "trace")
+    except readers.FileError as err:
+        raise TraceError(str(err)) from None
 
 
 # ---- generating ---------------------------------------------------------------------------------
@@ -353,8 +470,21 @@ def generate(kind: str, *, seconds: float = 120.0, mean_bit_s: float = 30e6, ste
     """A synthetic trace (see the module docstring); the same arguments give the same trace."""
     if kind not in KINDS:
         raise TraceError(f"kind: {kind!r} is unknown (valid: {', '.join(KINDS)})")
-    if seconds <= 0 or step_s <= 0 or mean_bit_s <= 0 or period_s <= 0:
-        raise TraceError("seconds, step, mean and period must be > 0")
+    _within("seconds", seconds, MIN_STEP_S, MAX_SPAN_S, "s")
+    _within("step", step_s, MIN_STEP_S, seconds, "s")
+    if seconds / step_s > MAX_TRACE_ROWS:
+        raise TraceError(f"step: {step_s:g} s over {seconds:g} s is {math.ceil(seconds / step_s)} rows, more than "
+                         f"{MAX_TRACE_ROWS} (use a longer step)")
+    _within("mean", mean_bit_s, units.RATE_MIN_BIT_S, units.RATE_MAX_BIT_S, "bit/s")
+    _within("sd", sd_frac, 0.0, 10.0, "x the mean")
+    _within("low", low_frac, 0.0, 1.0, "x the mean")
+    _within("period", period_s, MIN_STEP_S, MAX_SPAN_S, "s")
+    _within("outage-every", outage_every_s, MIN_STEP_S, MAX_SPAN_S, "s")
+    _within("outage", outage_s, MIN_STEP_S, MAX_SPAN_S, "s")
+    peak = {"square": 2 - low_frac, "diurnal": 2 - low_frac, "normal": 1 + 10 * sd_frac}.get(kind, 1.0)
+    if kind != "normal" and mean_bit_s * peak > units.RATE_MAX_BIT_S:
+        raise TraceError(f"mean: {units.format_rate(mean_bit_s)} peaks at {units.format_rate(mean_bit_s * peak)}, "
+                         f"above {units.format_rate(units.RATE_MAX_BIT_S)}, the fastest link the shaper sets")
     rng = random.Random(seed)
     times = _frange(0.0, seconds, step_s)
     rates = {"constant": lambda: [mean_bit_s] * len(times),
@@ -364,7 +494,13 @@ def generate(kind: str, *, seconds: float = 120.0, mean_bit_s: float = 30e6, ste
              "outages": lambda: _outages(times, mean_bit_s, rng, outage_every_s, outage_s),
              "diurnal": lambda: [mean_bit_s * (1 + (1 - low_frac) * math.sin(2 * math.pi * t / period_s)) for t in times],
              }[kind]()
+    rates = [min(r, units.RATE_MAX_BIT_S) for r in rates]   # a normal draw past the shaper's range: its top
     return Trace(name or f"{kind}-s{seed}", tuple(round(t, 6) for t in times), tuple(rates), seconds)
+
+
+def _within(what: str, value: float, lo: float, hi: float, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and lo <= value <= hi):
+        raise TraceError(f"{what}: {units.quote(value)} must be a number within {lo:g} and {hi:g} {unit}")
 
 
 def _outages(times: list[float], mean: float, rng: random.Random, every_s: float, length_s: float) -> list[float]:

@@ -21,7 +21,7 @@ from harness.projection import costmodel as cm
 from harness.projection.figures import figures, validation_figure
 from harness.projection.inputs import Inputs, build, run_defaults
 from harness.projection.validate import validate, validation_table
-from harness import units
+from harness import readers, units
 
 
 def project(inputs: Inputs) -> list[cm.Prediction]:
@@ -72,6 +72,8 @@ def main(as_json: bool, figures_dir: str | None, **flags) -> int:
     import json
     import sys
 
+    if figures_dir:   # a folder that cannot be written is one line before anything is computed or printed
+        readers.check_output_dir(figures_dir, "--figures")
     inputs = build(**run_defaults(flags))
     rows = project(inputs)
     if as_json:
@@ -84,7 +86,7 @@ def main(as_json: bool, figures_dir: str | None, **flags) -> int:
         for note in inputs.notes:
             console.print(f"note: {note}")
     if figures_dir:
-        paths = figures(inputs, figures_dir)
+        paths = _written(lambda: figures(inputs, figures_dir), figures_dir)
         if not as_json:
             print("\n".join(str(p) for p in paths))
     return 0
@@ -96,6 +98,8 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
 
     from harness.results import tables as results
 
+    if figures_dir:
+        readers.check_output_dir(figures_dir, "--figures")
     targets = [r for r in results.find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
     fitted, checks = validate(fit_run, targets)
     if as_json:
@@ -105,8 +109,16 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
         print(f"compute fitted on {fit_run}: {fitted.compute}\n")
         print(validation_table(checks))
     if figures_dir and checks:
-        paths = validation_figure(checks, figures_dir)
+        paths = _written(lambda: validation_figure(checks, figures_dir), figures_dir)
         if not as_json:
             print("\n".join(str(p) for p in paths))
     return 0
 
+
+def _written(write, folder: str) -> list[Path]:
+    """The figures `write` wrote; FileError (one line) when the folder refuses them after the check."""
+    try:
+        return write()
+    except OSError as err:
+        raise readers.FileError(f"--figures: cannot write into {folder!r} "
+                                f"({err.strerror or type(err).__name__})") from None

@@ -73,6 +73,28 @@ def _stated(name: str, tensors: cm.Tensors, budget: str | None) -> int:
     return compress.get_compressor(name, **options).stated_bytes(list(tensors))
 
 
+def budget_refusal(model: str, rank: int, method: str, options: dict) -> str | None:
+    """Why budgeted compressor `method` with `options` (a --budget-bytes) cannot encode one update of
+    this model's adapter, or None: the compressor itself encodes one random gradient of the adapter's
+    layout, so the refusal is the one the learner would meet at its first update (a payload's fixed
+    overhead is larger than the cap)."""
+    import warnings
+
+    from trainers import compress
+    from trainers.model.models import lora_shapes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        grads = compress.base.zeros_for(lora_shapes(model, rank))
+    for t in grads.values():
+        t.normal_()             # a gradient's values; the refusal is about the cap, not about them
+    try:
+        compress.get_compressor(method, **options).encode(grads)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def parameter_count(model: str) -> int:
     from trainers.model.models import count_parameters
 

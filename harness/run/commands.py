@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import units
-from harness.run import config, launch, regime
+from harness.run import config, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from trainers.events import atomic_write_json
 
@@ -127,17 +127,17 @@ class CellLogger:
 
 
 def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
-    if dry_run:
-        print(dry_run_text(cfg))
-        return EXIT_OK
     if log is not None:
         from harness.results import tracking
 
         try:
             tracking.check(log)
-        except ValueError as err:  # before anything is built or touched: one line, exit 2
+        except ValueError as err:  # before anything is built or touched (a dry run too): one line, exit 2
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
+    if dry_run:
+        print(dry_run_text(cfg))
+        return EXIT_OK
     if cfg.run_id is None:
         import dataclasses
 
@@ -207,12 +207,7 @@ def load_grid(path: str | None, flags: dict[str, Any], doc: dict[str, Any] | Non
 
     doc = dict(doc or {})
     if path:
-        import yaml
-
-        try:
-            doc = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"--grid: {path!r} cannot be read as YAML ({str(err).splitlines()[0]})") from None
+        doc = presets.read_yaml(Path(path), "--grid", ConfigError) or {}
     if path or doc:
         if not isinstance(doc, dict):
             raise ConfigError(f"--grid: {path!r} must be a mapping of parameter -> value or list")
@@ -276,7 +271,8 @@ def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     points = []
     for combo in itertools.product(*(axes[k] for k in keys)):
         coords = "-".join(f"{'w' if k == 'workers' else k}{v}".replace("%", "pct") for k, v in zip(keys, combo))
-        points.append((coords or "default", {**grid, **dict(zip(keys, combo))}))
+        points.append((coords or "default", {**{k: presets.one_value(k, v) for k, v in grid.items()},
+                                             **dict(zip(keys, combo))}))
     return points
 
 

@@ -5,7 +5,8 @@ this module parses the values it is given against that table, resolves the profi
 link flags over it, and expands methods x budgets into variants. Any bad value raises
 :class:`ConfigError` whose one line names the flag and the value, before anything touches the
 kernel or starts a process. Torch is never imported here (the spec is torch-free), so
-`harness run --dry-run` and `harness profiles` start in a fraction of a second.
+`harness run --dry-run` and `harness profiles` start in a fraction of a second; the one exception is
+--budget-bytes, checked by encoding one update of the adapter (`_check_budget_bytes`).
 """
 from __future__ import annotations
 
@@ -167,12 +168,31 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     if run_id is not None and not _RUN_ID.match(run_id):
         raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
     variants = [Variant(m, b) for m, b in spec.check_run(values)]  # the rules between values, methods, baseline
+    _check_budget_bytes(values, variants)
     link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"],
             "trace": _trace_path(values["trace"])}
     prof, overrides = _resolve_profile(values["profile"], link)
     return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
                      out_dir=out_dir, profile=prof, comm_ratio_target=comm_ratio_target(values, shaping))
+
+
+def _check_budget_bytes(values: dict[str, Any], variants: list[Variant]) -> None:
+    """--budget-bytes against what the run's budgeted methods can ship: each encodes one update of the
+    model's adapter at that cap here (harness/projection/inputs.py), so a cap below a payload's fixed
+    overhead is refused before anything starts, a dry run too, as the learner would refuse it at its first
+    update. Only with --budget-bytes: the check builds the adapter's layout (torch, on the meta device)."""
+    if values["budget_bytes"] is None:
+        return
+    from harness.projection import inputs
+
+    budgeted = {v.method: v.budget for v in variants if spec.takes_budget(v.method, values)}
+    for method, budget in budgeted.items():   # the cap wins over every budget: one of them is enough
+        why = inputs.budget_refusal(values["model"], values["lora_rank"], method,
+                                    {**spec.compressor_options(method, values), "budget": budget})
+        if why:
+            raise ConfigError(f"--budget-bytes: {values['budget_bytes']} for {values['model']} at rank "
+                              f"{values['lora_rank']}: {why}")
 
 
 def comm_ratio_target(values: dict[str, Any], shaping: list[str]) -> float | None:

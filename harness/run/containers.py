@@ -97,6 +97,9 @@ def values_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if raw:
             given[p.name] = raw
     for key, value in extra_values(environ.get("WAN_EXTRA", "")).items():
+        if key not in {p.name for p in spec.PARAMS}:   # run_id=x was a TypeError: only run parameters go here
+            raise spec.SpecError(f"WAN_EXTRA: {key[:60]!r} is not a run parameter (harness run --help lists them; "
+                                 "RUN_ID and RESULTS_DIR name the run's folder)")
         if key in given:  # two values for one parameter: neither silently wins
             raise spec.SpecError(f"WAN_EXTRA: {key} is also set by {env_name(spec.get(key))}; give it once")
         given[key] = value

@@ -15,8 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness import readers
 from trainers import spec
 
 PRESET_DIR = Path(__file__).resolve().parents[2] / "presets"
@@ -32,11 +31,13 @@ def names(directory: Path = PRESET_DIR) -> list[str]:
 
 
 def read_yaml(path: Path, where: str, error: type[ValueError]) -> Any:
-    """`path` parsed as YAML, or `error` with one line naming `where` and the file (presets, reproductions)."""
+    """`path` parsed as YAML, or `error` with one line naming `where` and the file (presets, reproductions,
+    sweep grids): read by the bounded reader (harness/readers.py: a regular file within its size and
+    depth, no key given twice)."""
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise error(f"{where}: {path} is not readable YAML ({' '.join(str(err).split())})") from None
+        return readers.load_yaml(path, where)
+    except readers.FileError as err:
+        raise error(str(err)) from None
 
 
 def load(name: str, directory: Path = PRESET_DIR) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def load(name: str, directory: Path = PRESET_DIR) -> dict[str, Any]:
     path = Path(name) if name.endswith((".yaml", ".yml")) else directory / f"{name}.yaml"
     if not path.is_file():
         raise PresetError(f"--preset: unknown preset {spec.quote(name)}; valid presets: {', '.join(names(directory))}")
-    doc = read_yaml(path, f"--preset {name}", PresetError)
+    doc = read_yaml(path, "--preset", PresetError)
     if not isinstance(doc, dict) or not isinstance(doc.get("values"), dict):
         raise PresetError(f"--preset {name}: {path} needs a mapping with a `values` mapping")
     unknown = sorted(set(doc) - KEYS)
@@ -64,9 +65,18 @@ def apply(given: dict[str, Any]) -> dict[str, Any]:
     if not name:
         return given
     values = load(str(name))["values"]
-    return {**given, **{k: _raw(v) for k, v in values.items() if given.get(k) is None}}
+    return {**given, **{k: _raw(one_value(k, v)) for k, v in values.items() if given.get(k) is None}}
 
 
 def _raw(value: Any) -> Any:
     """A YAML list for a comma-list parameter stays a list (the spec parses lists); the rest as is."""
     return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def one_value(name: str, value: Any) -> Any:
+    """A one-element YAML list (`lr: [0.002]`, a grid axis of one point) as its element, for a parameter
+    that takes one value (a comma-list parameter keeps its list)."""
+    many = {p.name for p in spec.PARAMS if p.many}
+    if isinstance(value, (list, tuple)) and len(value) == 1 and name not in many:
+        return value[0]
+    return value

@@ -254,3 +254,20 @@ def test_the_trace_flag_resolves_a_file_and_names_itself_when_bad(tmp_path, monk
     assert cfg.load_profile().link("w1", 2.0).down.rate_bit_s == 5e6
     with pytest.raises(config.ConfigError, match="^--trace: .*no-such.csv"):
         config.build(trace="no-such.csv")
+
+
+def test_a_mahimahi_gap_is_one_outage_step_not_one_a_bin():
+    """Steps in proportion to the lines, whatever the timestamps: two packets a day apart are a few steps."""
+    t = traces.parse_mahimahi("1\n86400000\n", "m")
+    assert len(t.times_s) <= 4 and t.period_s == 86400.0
+    assert t.bits(0, t.period_s) == pytest.approx(2 * 12000)
+    assert t.rate_bit_s[t.index_at(3600)] == 0.0                       # the gap plays as an outage
+
+
+def test_the_steps_a_loop_plays_are_bounded(tmp_path):
+    path = tmp_path / "day.csv"
+    path.write_text("0,10\n43200,20\n")                                 # a 2-row file looping over a day
+    with pytest.raises(profiles.ProfileError, match="steps, more than 100000"):
+        profiles.from_doc({"defaults": {"trace": {"file": str(path), "interval": "100ms"}}}, "p")
+    prof = profiles.from_doc({"defaults": {"trace": {"file": str(path), "interval": "1s"}}}, "p")
+    assert prof.link("w1").up.trace.interval_s == 1.0
