@@ -129,8 +129,8 @@ def build(run_dir: str | Path) -> dict:
     for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
         if variant not in measured:
             continue
-        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac), options)
-        q = cm.predict(method, adapter, net, at_cpu.compute, int(cfg["pipeline"]), cm._budget_text(frac),
+        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm.budget_text(frac), options)
+        q = cm.predict(method, adapter, net, at_cpu.compute, int(cfg["pipeline"]), cm.budget_text(frac),
                        options) if at_cpu else None
         bottleneck, evidence = _bottleneck(q or p, workers, cores, None if load != load else load, wall=p if q else None)
         out["variants"][variant] = {
@@ -157,7 +157,7 @@ def regime_curve(u, cfg: dict, regime: dict, workers: int, cc: str, adapter: cm.
         return []
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     variants = u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)
-    pairs = [(v, mth, cm._budget_text(frac)) for v, mth, frac in variants if mth != baseline]
+    pairs = [(v, mth, cm.budget_text(frac)) for v, mth, frac in variants if mth != baseline]
 
     def speedups(net: cm.Network) -> dict[str, float]:
         base = cm.predict(baseline, adapter, net, compute, int(cfg["pipeline"]), None, options).seconds_per_update

@@ -302,7 +302,7 @@ def test_fit_reproduces_the_fitted_run():
     fitted = cm.fit(updates, net, a, shared_cores=2)
     assert fitted.workers == 2 and fitted.updates_used == 4 and fitted.compute.rollout_s > 0
     measured = cm.measured(updates)
-    predicted = {v: cm.predict(m, a, net, fitted.compute, 0, cm._budget_text(b)).seconds_per_update
+    predicted = {v: cm.predict(m, a, net, fitted.compute, 0, cm.budget_text(b)).seconds_per_update
                  for v, m, b in updates[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)}
     # worker_other_s is one residual for both variants: the median of the two residuals, so each
     # variant is off by half their difference, no more.
