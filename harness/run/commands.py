@@ -4,8 +4,11 @@ them into one line and exit code 2)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import itertools
 import json
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -126,6 +129,22 @@ class CellLogger:
             print(f"warning: --log {self.tracker.kind}: {type(err).__name__}: {err}", file=sys.stderr)
 
 
+def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
+    """`cfg` with its run id: a new one when none is given (time, first variant, workers, 16 random
+    bits); a given one must name a new results folder, since a second run under it would overwrite
+    the first's config.json and cells and mix their event files. `name` is the flag or variable the
+    user set (--run-id, RUN_ID); ConfigError, one line, before anything is built."""
+    if cfg.run_id is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return dataclasses.replace(cfg, run_id=f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}")
+    run_dir = Path(cfg.run_dir)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ConfigError(f"{name}: {cfg.run_id!r} is taken: {run_dir} already holds a run ({advice})")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{name}: {cfg.run_id!r}: {run_dir} exists and is not a folder")
+    return cfg
+
+
 def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
     if dry_run:
         print(dry_run_text(cfg))
@@ -138,16 +157,11 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         except ValueError as err:  # before anything is built or touched: one line, exit 2
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
-    if cfg.run_id is None:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, run_id=launch.new_run_id(cfg))
-    else:
-        try:  # a second run under a taken id would overwrite the first's files and mix its cells
-            launch.check_run_id_free(cfg, "--run-id", "choose another --run-id, or remove the folder first")
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        cfg = claim_run_id(cfg, "--run-id", "choose another --run-id, or remove the folder first")
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     live, logger = Live(cfg, enabled=not quiet and not as_json), CellLogger(log, cfg.run_dir)
 
     def started() -> None:  # launch's preflight passed (root, doctor): say what runs, show its progress
