@@ -1,9 +1,9 @@
 """The `harness` command line: one entry point, one subcommand per user task."""
 from __future__ import annotations
 
-import inspect
-
 import typer
+
+from harness.run.flags import extra, spec_command, usage_error
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark communication-efficient LoRA training over an emulated WAN.")
@@ -45,11 +45,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 # ---- link emulation: profiles, calibrate, clean (harness/net/profiles.py, shaper.py, calibrate.py, clean.py)
 
-def _usage_error(err: Exception) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
-
-
 @app.command()
 def profiles(name: str = typer.Argument(None, help="a profile name or YAML path; omit to list them"),
              plan: bool = typer.Option(False, "--plan", "--dry-run", help="print the shaping plan, apply nothing"),
@@ -64,7 +59,7 @@ def profiles(name: str = typer.Argument(None, help="a profile name or YAML path;
     try:
         typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
@@ -89,7 +84,7 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
         if not 1 <= workers <= 250:
             raise ValueError(f"workers: {workers!r} must be within 1 and 250")
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     raise typer.Exit(linkcli.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
 
 
@@ -114,7 +109,7 @@ def traces_show(file: str = typer.Argument(..., help="a trace file or a shipped 
     try:
         typer.echo(linkcli.traces_show(file, interval, steps))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @traces_app.command("generate")
@@ -135,7 +130,7 @@ def traces_generate(kind: str = typer.Argument(..., help="constant | normal | sq
         typer.echo(linkcli.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
                                            low=low, period=period, outage_every=outage_every, outage=outage))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @traces_app.command("convert")
@@ -146,7 +141,7 @@ def traces_convert(src: str = typer.Argument(..., help="trace to read (Mahimahi 
     try:
         typer.echo(linkcli.traces_convert(src, dst))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
@@ -159,7 +154,7 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
     harness runs whose owner process is dead; --run-id for one run, --all for every run."""
     from harness.net import clean as cleaner
     if run_id is not None and all_runs:
-        raise _usage_error(ValueError("--all and --run-id: give one of them"))
+        raise usage_error(ValueError("--all and --run-id: give one of them"))
     if list_only:
         runs = cleaner.runs(run_id)
         typer.echo("\n".join(f"{name}\t{cleaner.owner_status(rid)[0]}" for rid, names in runs.items()
@@ -177,7 +172,7 @@ def doctor(backend: str = typer.Option(None, help="check for netem | fallback (d
     try:
         validate(backend, flag="--backend")
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     report = doc.check(backend)
     for line in report.ok:
         typer.echo(f"ok: {line}")
@@ -240,7 +235,7 @@ def bench_compress(
         model, rank = model or preset_model, rank or preset_rank
         _check_model_name(model)
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
     table = Table(title="compressors: first-step error, bytes and time (median of %d)" % repeats)
     for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
@@ -311,11 +306,11 @@ def project(
     from harness.projection import commands as projectcli
     if validate:
         if not from_run:
-            raise _usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
+            raise usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
         try:
             raise typer.Exit(projectcli.validate_cmd(from_run, validate, figures_dir, json_out))
         except (ValueError, FileNotFoundError) as err:
-            raise _usage_error(err) from None
+            raise usage_error(err) from None
     try:
         code = projectcli.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
                                delay=delay, loss=loss, profile=profile, learner_bw=learner_bw,
@@ -325,110 +320,31 @@ def project(
                                mtu=mtu, rollout_bytes=rollout_bytes, from_run=from_run, shared_cores=shared_cores,
                                opt=opt or [])
     except (ValueError, FileNotFoundError) as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     raise typer.Exit(code)
 
 
-# ---- run / sweep / report / plot: flags from the run spec (trainers/spec.py); bodies in runcli.py
-
-_PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training"}
-
-
-def _help(text: str) -> str:
-    """Help text as rich shows it: a '[unit: bit/s]' would otherwise be read as a style tag and vanish."""
-    from rich.markup import escape
-    return escape(text)
-
-
-def _shown_default(p, as_list: bool) -> str | bool:
-    """The spec default as the help shows it ('[default: 2]'). Every flag itself defaults to None
-    (= not given), so that a --preset can stand in for it; the spec's default applies in config.build."""
-    if as_list or p.default is None:
-        return False
-    return ",".join(map(str, p.default)) if p.many else str(p.default).lower() if p.type is bool else str(p.default)
-
-
-def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
-    """A run-spec parameter as a typer option. Values are parsed by the spec (one message style
-    for every flag), so every option is text; a boolean is a --x switch, and its --no-x a hidden
-    option of its own (_negations): as a second column of the help it took 25 of 80 columns."""
-    panel = _PANELS[p.group or p.where]
-    shown = _shown_default(p, as_list)
-    default = f" [default: {shown}]" if shown is not False else ""   # typer would put it in parentheses
-    if p.type is bool:
-        off = "" if f"--no-{p.flag[2:]}" in p.help else f" (--no-{p.flag[2:]}: off)"
-        return bool | None, typer.Option(None, p.flag, rich_help_panel=panel,
-                                         help=_help(p.help_text() + off + default))
-    metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
-    grid = " (a comma list is a grid axis)" if as_list and not p.many else ""
-    return str | None, typer.Option(None, p.flag, help=_help(p.help_text() + grid + default), metavar=metavar,
-                                    rich_help_panel=panel)
-
-
-def _negations(params) -> list[inspect.Parameter]:
-    """A hidden --no-x for each boolean --x of the spec (parameter name no_<name>)."""
-    return [inspect.Parameter(f"no_{p.name}", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                              default=typer.Option(False, f"--no-{p.flag[2:]}", hidden=True))
-            for p in params if p.type is bool]
-
-
-def _switches(values: dict, negations: dict) -> dict:
-    """--x and --no-x into one value per boolean (None: neither given); both given is an error."""
-    for key, off in negations.items():
-        name = key[len("no_"):]
-        if off and values[name]:
-            raise _usage_error(ValueError(f"--{name.replace('_', '-')} and --no-{name.replace('_', '-')}: "
-                                          "give one of them"))
-        if off:
-            values[name] = False
-    return values
-
-
-def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,
-                 target: typer.Typer = app) -> None:
-    """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
-    `body(values, **extra)` gets the spec values keyed by parameter name."""
-    from trainers import spec
-
-    names = [p.name for p in spec.PARAMS]
-    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
-              for p in spec.PARAMS for ann, opt in [_spec_option(p, as_list)]]
-    negations = _negations(spec.PARAMS)
-
-    def command(**kwargs):
-        values = _switches({k: kwargs.pop(k) for k in names}, {n.name: kwargs.pop(n.name) for n in negations})
-        return body(values, **kwargs)
-
-    command.__signature__ = inspect.Signature(params + negations + extra)
-    command.__doc__ = doc
-    command.__name__ = name
-    target.command(name)(command)
-
-
-def _extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str | None) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, *flags, help=help))
-
+# ---- run / sweep / reproduce / data / power / report / plot (bodies in harness/run/; flags: harness/run/flags.py)
 
 def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool, log: str | None):
     from harness.run import config, commands as runcli
     try:
         cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log))
 
 
-_OUTPUT = [_extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
-           _extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
-RUN_EXTRA = [_extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
-             _extra("out", "results", ("--out",), "parent folder of the run folder", str),
-             _extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
-             _extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
+_OUTPUT = [extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
+           extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
+RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
+             extra("out", "results", ("--out",), "parent folder of the run folder", str),
+             extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
+             extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
                     "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
              *_OUTPUT]
 RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
-spec_command("run", run, RUN_EXTRA, RUN_DOC)
+spec_command("run", run, RUN_EXTRA, RUN_DOC, app)
 
 
 def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out: bool):
@@ -451,7 +367,7 @@ def _grid_configs(grid, folder):
             from harness.run import launch
             launch.check_privileges(next(c for c in cfgs if c.emulation))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     except RuntimeError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
@@ -459,10 +375,10 @@ def _grid_configs(grid, folder):
 
 
 spec_command("sweep", sweep, [
-    _extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
-    _extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
+    extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
+    extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
     *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
-    "except --method/--budget/--seeds, which every run holds; resumable.", as_list=True)
+    "except --method/--budget/--seeds, which every run holds; resumable.", app, as_list=True)
 
 
 @app.command()
@@ -483,7 +399,7 @@ def reproduce(name: str = typer.Argument(..., help="the figure: hilo-speed (pres
     try:
         doc = repro.load(name)
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     cfgs = _grid_configs(lambda: runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
     if not quiet and not json_out:
         typer.echo(f"harness reproduce {name}: {doc['description']}; {len(cfgs)} runs -> {folder}", err=True)
@@ -509,7 +425,7 @@ def data(preset: str = typer.Option(None, help="a preset's task and streams (har
     try:
         lines = [datacmd.line(r, json_out) for r in datacmd.rows(datacmd.resolve(preset, flags), split, count, seed)]
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     typer.echo("\n".join(lines))
 
 
@@ -522,7 +438,7 @@ def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) fo
     try:
         out = sizing.lines(sizing.rows(paths, sizing.parse_gaps(gap)), json_out)
     except (ValueError, FileNotFoundError) as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     typer.echo("\n".join(out))
 
 
@@ -537,7 +453,7 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
     try:
         raise typer.Exit(runcli.report_cmd(paths, quiet, out))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
@@ -548,7 +464,7 @@ def plot(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
     try:
         raise typer.Exit(runcli.plot_cmd(paths, quiet))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 def main() -> None:
