@@ -55,9 +55,9 @@ def profiles(name: str = typer.Argument(None, help="a profile name or YAML path;
              live: str = typer.Option(None, help="read a live run's shaping back from the kernel (run id)")):
     """List the WAN profiles, show one, print its plan (--plan), or read a live run back (--live)."""
     import yaml
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
+        typer.echo(commands.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
     except ValueError as err:
         raise usage_error(err) from None
 
@@ -76,16 +76,16 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
+        prof = commands.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
             raise ValueError(f"workers: {workers!r} must be within 1 and 250")
     except ValueError as err:
         raise usage_error(err) from None
-    raise typer.Exit(linkcli.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
+    raise typer.Exit(commands.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
 
 
 traces_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -96,8 +96,8 @@ app.add_typer(traces_app, name="traces")
 @traces_app.command("list")
 def traces_list():
     """The shipped traces (netem_profiles/traces/) with their mean and percentiles."""
-    from harness.net import commands as linkcli
-    typer.echo(linkcli.traces_list())
+    from harness.net import commands
+    typer.echo(commands.traces_list())
 
 
 @traces_app.command("show")
@@ -105,9 +105,9 @@ def traces_show(file: str = typer.Argument(..., help="a trace file or a shipped 
                 interval: str = typer.Option("1s", help="step interval of the schedule it plays as"),
                 steps: bool = typer.Option(False, "--steps", help="print every step of one loop")):
     """A trace's period, mean and percentiles (and its steps)."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_show(file, interval, steps))
+        typer.echo(commands.traces_show(file, interval, steps))
     except ValueError as err:
         raise usage_error(err) from None
 
@@ -125,9 +125,9 @@ def traces_generate(kind: str = typer.Argument(..., help="constant | normal | sq
                     outage_every: str = typer.Option("30s", help="outages: mean time between outages"),
                     outage: str = typer.Option("2s", help="outages: mean outage length")):
     """Write a seeded synthetic trace."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
+        typer.echo(commands.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
                                            low=low, period=period, outage_every=outage_every, outage=outage))
     except ValueError as err:
         raise usage_error(err) from None
@@ -137,9 +137,9 @@ def traces_generate(kind: str = typer.Argument(..., help="constant | normal | sq
 def traces_convert(src: str = typer.Argument(..., help="trace to read (Mahimahi or CSV)"),
                    dst: str = typer.Argument(..., help="file to write; its suffix picks the format")):
     """Mahimahi <-> CSV (time_s,rate_mbit_s[,delay_ms,loss_pct])."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_convert(src, dst))
+        typer.echo(commands.traces_convert(src, dst))
     except ValueError as err:
         raise usage_error(err) from None
 
@@ -303,16 +303,16 @@ def project(
         json_out: bool = typer.Option(False, "--json", help="print {\"methods\": [...]} as JSON"),
         figures_dir: str = typer.Option(None, "--figures", help="also write the figures (PDF + PNG) here")):
     """Project seconds per update, bytes and speedup of each method from the cost model (no run)."""
-    from harness.projection import commands as projectcli
+    from harness.projection import commands
     if validate:
         if not from_run:
             raise usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
         try:
-            raise typer.Exit(projectcli.validate_cmd(from_run, validate, figures_dir, json_out))
+            raise typer.Exit(commands.validate_cmd(from_run, validate, figures_dir, json_out))
         except (ValueError, FileNotFoundError) as err:
             raise usage_error(err) from None
     try:
-        code = projectcli.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
+        code = commands.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
                                delay=delay, loss=loss, profile=profile, learner_bw=learner_bw,
                                relay_fanout=relay_fanout, method=method, budget=budget, baseline=baseline,
                                pipeline=pipeline, compute_s=compute_s, rollout_s=rollout_s, train_s=train_s,
@@ -326,15 +326,6 @@ def project(
 
 # ---- run / sweep / reproduce / data / power / report / plot (bodies in harness/run/; flags: harness/run/flags.py)
 
-def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool, log: str | None):
-    from harness.run import config, commands as runcli
-    try:
-        cfg = config.build(**values, run_id=run_id, out_dir=out)
-    except ValueError as err:
-        raise usage_error(err) from None
-    raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log))
-
-
 _OUTPUT = [extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
            extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
 RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
@@ -344,37 +335,24 @@ RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default:
                     "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
              *_OUTPUT]
 RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
-spec_command("run", run, RUN_EXTRA, RUN_DOC, app)
-
-
-def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out: bool):
-    import datetime
-    from pathlib import Path
-
-    from harness.run import commands as runcli
-    folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    cfgs = _grid_configs(lambda: runcli.load_grid(grid, values), folder)
-    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+RUN_BODY = "harness.run.commands:run_command"   # imported when the command runs: `--help` stays fast
+spec_command("run", RUN_BODY, RUN_EXTRA, RUN_DOC, app)
 
 
 def _grid_configs(grid, folder):
-    """The validated configs of a sweep's grid (`grid()` reads it) under `folder`, and the preflight of
-    an emulated one; a bad value or a missing privilege is one line and exit 2, before anything runs."""
-    from harness.run import commands as runcli
+    """`harness reproduce`'s configs (`grid()` reads the grid); a bad value or a missing privilege is one
+    line and exit 2, before anything runs."""
+    from harness.run import commands
     try:
-        cfgs = runcli.sweep_configs(grid(), out=folder)
-        if any(c.emulation for c in cfgs):
-            from harness.run import launch
-            launch.check_privileges(next(c for c in cfgs if c.emulation))
+        return commands.grid_configs(grid(), folder)
     except ValueError as err:
         raise usage_error(err) from None
     except RuntimeError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
-    return cfgs
 
 
-spec_command("sweep", sweep, [
+spec_command("sweep", "harness.run.commands:sweep_command", [
     extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
     extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
     *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
@@ -394,16 +372,16 @@ def reproduce(name: str = typer.Argument(..., help="the figure: hilo-speed (pres
     import datetime
     from pathlib import Path
 
-    from harness.run import commands as runcli, reproduce as repro
+    from harness.run import commands, reproduce as repro
     folder = Path(out or f"results/reproduce-{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     try:
         doc = repro.load(name)
     except ValueError as err:
         raise usage_error(err) from None
-    cfgs = _grid_configs(lambda: runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
+    cfgs = _grid_configs(lambda: commands.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
     if not quiet and not json_out:
         typer.echo(f"harness reproduce {name}: {doc['description']}; {len(cfgs)} runs -> {folder}", err=True)
-    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+    raise typer.Exit(commands.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
 
 
 @app.command()
@@ -449,9 +427,9 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
                                           "(default: the one folder given; several: a new report-<time> beside them)")):
     """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders
     alone; a combined report of several folders goes to a new folder, never into an input."""
-    from harness.run import commands as runcli
+    from harness.run import commands
     try:
-        raise typer.Exit(runcli.report_cmd(paths, quiet, out))
+        raise typer.Exit(commands.report_cmd(paths, quiet, out))
     except ValueError as err:
         raise usage_error(err) from None
 
@@ -460,9 +438,9 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
 def plot(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
          quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing")):
     """Rebuild the figures (PDF with Type-42 fonts + PNG) into <first folder>/figures/."""
-    from harness.run import commands as runcli
+    from harness.run import commands
     try:
-        raise typer.Exit(runcli.plot_cmd(paths, quiet))
+        raise typer.Exit(commands.plot_cmd(paths, quiet))
     except ValueError as err:
         raise usage_error(err) from None
 

@@ -22,7 +22,7 @@ from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
 from harness.results import compare, dataparallel_report as dpreport
-from harness.results import tables as results
+from harness.results.tables import read
 from trainers import spec
 
 FILE = "prediction.json"
@@ -95,7 +95,7 @@ def _measured_cpu(u, skip_first: int = 1) -> dict[str, float]:
 
 
 def build(run_dir: str | Path) -> dict:
-    t = results.read(run_dir)
+    t = read(run_dir)
     run, u = t.runs[0], t.updates
     cfg, meta = run.config, run.meta
     if u.empty or (u["update_index"] > 1).sum() == 0:

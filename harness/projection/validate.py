@@ -41,10 +41,10 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
     """Fit the compute terms on `fit_run` and predict every variant of every run in `runs` (each
     with its own links, workers, depth and adapter): measured vs predicted median seconds per update."""
     from harness.net import profiles
-    from harness.results import tables as results
+    from harness.results.tables import read
 
     def load(run):
-        t = results.read(run)
+        t = read(run)
         cfg, meta = t.runs[0].config, t.runs[0].meta
         prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
         net = cm.Network.from_profile(prof, cfg["workers"], cc=cc or host_cc())

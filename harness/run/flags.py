@@ -2,7 +2,9 @@
 `harness sweep` (and any command built with `spec_command`) take every flag from the one table."""
 from __future__ import annotations
 
+import importlib
 import inspect
+from typing import Callable
 
 import typer
 from rich.markup import escape
@@ -68,10 +70,11 @@ def _switches(values: dict, negations: dict) -> dict:
     return values
 
 
-def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, target: typer.Typer,
-                 as_list: bool = False) -> None:
+def spec_command(name: str, body: str | Callable[..., int | None], extra: list[inspect.Parameter], doc: str,
+                 target: typer.Typer, as_list: bool = False) -> None:
     """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
-    `body(values, **extra)` gets the spec values keyed by parameter name."""
+    `body(values, **extra)` gets the spec values keyed by parameter name and returns the exit code;
+    `body` may be "module:function", imported only when the command runs (the command list stays fast)."""
     names = [p.name for p in spec.PARAMS]
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
               for p in spec.PARAMS for ann, opt in [_spec_option(p, as_list)]]
@@ -79,7 +82,8 @@ def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, targ
 
     def command(**kwargs):
         values = _switches({k: kwargs.pop(k) for k in names}, {n.name: kwargs.pop(n.name) for n in negations})
-        return body(values, **kwargs)
+        run = body if callable(body) else getattr(importlib.import_module(body.partition(":")[0]), body.partition(":")[2])
+        raise typer.Exit(run(values, **kwargs) or 0)
 
     command.__signature__ = inspect.Signature(params + negations + extra)
     command.__doc__ = doc

@@ -46,7 +46,7 @@ def test_a_new_parameter_is_one_line_in_the_spec(monkeypatch, tmp_path):
     knob = spec.Param("knob_count", int, 7, "a parameter added for this test", lo=1, hi=99)
     monkeypatch.setattr(spec, "PARAMS", [*spec.PARAMS, knob])
     app = typer.Typer()
-    cli.spec_command("run", cli.run, cli.RUN_EXTRA, cli.RUN_DOC, target=app)
+    cli.spec_command("run", cli.RUN_BODY, cli.RUN_EXTRA, cli.RUN_DOC, target=app)
     help_text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}).stdout
     assert "--knob-count" in help_text and "a parameter added for this test" in help_text
     res = CliRunner().invoke(app, ["--dry-run", "--no-emulation", "--knob-count", "9", "--out", str(tmp_path)])
