@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from harness.run.flags import extra, spec_command, usage_error
+from trainers import spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark communication-efficient LoRA training over an emulated WAN.")
@@ -183,12 +184,6 @@ def doctor(backend: str = typer.Option(None, help="check for netem | fallback (d
 
 # ---- compression benchmark (trainers/compress/bench.py)
 
-def _check_model_name(model: str) -> None:
-    """`--model` of bench-compress / project: the run spec's check (a name or a config folder)."""
-    from trainers import spec
-    spec.check_model(model)
-
-
 @app.command()
 def check(names: list[str] = typer.Argument(None, help="compressors, tasks, objectives or data-parallel methods, "
                                             "in-tree or plugins (default: every compressor and task)"),
@@ -220,7 +215,6 @@ def bench_compress(
     from rich.console import Console
     from rich.table import Table
 
-    from trainers.spec import parse_budget
     from trainers.compress import bench
 
     try:
@@ -228,12 +222,12 @@ def bench_compress(
         bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
         if bad:
             raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
-        fracs = [parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
+        fracs = [spec.parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
         if shape is not None and shape not in bench.SHAPES:
             raise ValueError(f"--shape: {shape!r} is not one of {sorted(bench.SHAPES)}")
         preset_model, preset_rank = bench.SHAPES[shape or "qwen0.5b"]
         model, rank = model or preset_model, rank or preset_rank
-        _check_model_name(model)
+        spec.check_model(model)
     except ValueError as err:
         raise usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
@@ -262,7 +256,9 @@ def project(
                                   "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
         lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections [default: "
                                       "harness run's, 8; with --from: that run's]"),
-        workers: int = typer.Option(8, help="workers"),
+        workers: int = typer.Option(spec.get("workers").default, help="workers (one default with harness run's: "
+                                    "`harness project` alone projects the run `harness run` alone measures; "
+                                    "up to 1048576)"),
         bw: str = typer.Option(None, help="worker link rate each way, tc units (e.g. 62.5mbit); default: the "
                                "profile's, else unshaped"),
         delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
