@@ -386,16 +386,16 @@ def test_bad_project_flags_fail_with_one_line_and_exit_2(args, needle):
 
 
 def test_validate_fits_one_run_and_tabulates_the_others():
-    from harness.projection import validate as projectcli
+    from harness.projection import validate
 
-    fitted, checks = projectcli.validate(FIXTURES / "sweep-bw" / "runs" / "bw10mbit-w2",
+    fitted, checks = validate.validate(FIXTURES / "sweep-bw" / "runs" / "bw10mbit-w2",
                                          [FIXTURES / "sweep-bw" / "runs" / "bw50mbit-w2"], cc="bbr")
     assert {c.variant for c in checks} == {"full", "spar@1.6%"} and fitted.compute.shared_cores == 2
     full = next(c for c in checks if c.variant == "full")
     assert full.receive_predicted_s == pytest.approx(78_016 * 8 / (50e6 * cm.goodput_ratio()), rel=0.01)
     spar = next(c for c in checks if c.variant == "spar@1.6%")
-    (run, variant, measured, predicted), = projectcli.speedups(checks)
+    (run, variant, measured, predicted), = validate.speedups(checks)
     assert variant == "spar@1.6%" and measured == full.measured_s / spar.measured_s
     assert predicted == full.predicted_s / spar.predicted_s
-    text = projectcli.validation_table(checks)
+    text = validate.validation_table(checks)
     assert "median |error|" in text and "bw50mbit-w2" in text and "speedup vs the runs' baseline (full)" in text
