@@ -136,3 +136,17 @@ def test_a_scratch_compressor_runs_by_name(scratch, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run, = (tmp_path / "r").iterdir()
     assert (run / "updates.parquet").is_file() and "halves" in (run / "report.md").read_text()
+
+
+def test_a_broken_card_plugin_is_one_warning_and_stays_unknown(tmp_path):
+    info = tmp_path / "broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[wan_harness.cards]\nghost = no_such_module_here:CARD\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.run([sys.executable, "-c", "from trainers import spec; spec.check_method('spar'); "
+                           "spec.check_method('ghost')"], capture_output=True, text=True, env=env, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == ("warning: card plugin 'ghost' (no_such_module_here:CARD) failed to load: "
+                        "ModuleNotFoundError: No module named 'no_such_module_here'; ignored")
+    assert proc.returncode == 1 and "unknown method 'ghost'" in lines[-1]

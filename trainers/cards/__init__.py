@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -79,11 +80,13 @@ def _all() -> tuple[Card, ...]:
     for name in plugins.names("card"):
         try:
             card = plugins.load("card", name)
-        except plugins.PluginError as err:
-            raise CardError(str(err)) from None
-        if not isinstance(card, Card) or card.name != name:
-            raise CardError(f"card plugin {name!r} is {card!r}, not a Card named {name!r}")
-        _add(found, card, f"plugin {name}")
+            if not isinstance(card, Card) or card.name != name:
+                raise CardError(f"card plugin {name!r} is {card!r}, not a Card named {name!r}")
+            _add(found, card, f"plugin {name}")
+        except (plugins.PluginError, CardError) as err:
+            # a broken plugin is its author's bug: one line, and its name stays unknown (never a traceback
+            # in every command, since the spec reads the cards when it loads)
+            print(f"warning: {str(err)[:300]}; ignored", file=sys.stderr)
     return tuple(found.values())
 
 
