@@ -1,9 +1,10 @@
 """The `harness` command line: one entry point, one subcommand per user task."""
 from __future__ import annotations
 
-import inspect
-
 import typer
+
+from harness.run.flags import extra, spec_command, usage_error
+from trainers import spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Benchmark communication-efficient LoRA training over an emulated WAN.")
@@ -45,11 +46,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 # ---- link emulation: profiles, calibrate, clean (harness/net/profiles.py, shaper.py, calibrate.py, clean.py)
 
-def _usage_error(err: Exception) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(2)
-
-
 @app.command()
 def profiles(name: str = typer.Argument(None, help="a profile name or YAML path; omit to list them"),
              plan: bool = typer.Option(False, "--plan", "--dry-run", help="print the shaping plan, apply nothing"),
@@ -60,11 +56,11 @@ def profiles(name: str = typer.Argument(None, help="a profile name or YAML path;
              live: str = typer.Option(None, help="read a live run's shaping back from the kernel (run id)")):
     """List the WAN profiles, show one, print its plan (--plan), or read a live run back (--live)."""
     import yaml
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
+        typer.echo(commands.profiles_text(name, plan, workers, backend, live, yaml, tc=tc))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
@@ -81,16 +77,16 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
+        prof = commands.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
             raise ValueError(f"workers: {workers!r} must be within 1 and 250")
     except ValueError as err:
-        raise _usage_error(err) from None
-    raise typer.Exit(linkcli.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
+        raise usage_error(err) from None
+    raise typer.Exit(commands.calibrate_cmd(prof, workers, secs, backend, out, dry_run))
 
 
 traces_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -101,8 +97,8 @@ app.add_typer(traces_app, name="traces")
 @traces_app.command("list")
 def traces_list():
     """The shipped traces (netem_profiles/traces/) with their mean and percentiles."""
-    from harness.net import commands as linkcli
-    typer.echo(linkcli.traces_list())
+    from harness.net import commands
+    typer.echo(commands.traces_list())
 
 
 @traces_app.command("show")
@@ -110,11 +106,11 @@ def traces_show(file: str = typer.Argument(..., help="a trace file or a shipped 
                 interval: str = typer.Option("1s", help="step interval of the schedule it plays as"),
                 steps: bool = typer.Option(False, "--steps", help="print every step of one loop")):
     """A trace's period, mean and percentiles (and its steps)."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_show(file, interval, steps))
+        typer.echo(commands.traces_show(file, interval, steps))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @traces_app.command("generate")
@@ -130,23 +126,23 @@ def traces_generate(kind: str = typer.Argument(..., help="constant | normal | sq
                     outage_every: str = typer.Option("30s", help="outages: mean time between outages"),
                     outage: str = typer.Option("2s", help="outages: mean outage length")):
     """Write a seeded synthetic trace."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
+        typer.echo(commands.traces_generate(kind, out, mean=mean, seconds=seconds, step=step, seed=seed, sd=sd,
                                            low=low, period=period, outage_every=outage_every, outage=outage))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @traces_app.command("convert")
 def traces_convert(src: str = typer.Argument(..., help="trace to read (Mahimahi or CSV)"),
                    dst: str = typer.Argument(..., help="file to write; its suffix picks the format")):
     """Mahimahi <-> CSV (time_s,rate_mbit_s[,delay_ms,loss_pct])."""
-    from harness.net import commands as linkcli
+    from harness.net import commands
     try:
-        typer.echo(linkcli.traces_convert(src, dst))
+        typer.echo(commands.traces_convert(src, dst))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
@@ -159,7 +155,7 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
     harness runs whose owner process is dead; --run-id for one run, --all for every run."""
     from harness.net import clean as cleaner
     if run_id is not None and all_runs:
-        raise _usage_error(ValueError("--all and --run-id: give one of them"))
+        raise usage_error(ValueError("--all and --run-id: give one of them"))
     if list_only:
         runs = cleaner.runs(run_id)
         typer.echo("\n".join(f"{name}\t{cleaner.owner_status(rid)[0]}" for rid, names in runs.items()
@@ -177,7 +173,7 @@ def doctor(backend: str = typer.Option(None, help="check for netem | fallback (d
     try:
         validate(backend, flag="--backend")
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     report = doc.check(backend)
     for line in report.ok:
         typer.echo(f"ok: {line}")
@@ -187,12 +183,6 @@ def doctor(backend: str = typer.Option(None, help="check for netem | fallback (d
 
 
 # ---- compression benchmark (trainers/compress/bench.py)
-
-def _check_model_name(model: str) -> None:
-    """`--model` of bench-compress / project: the run spec's check (a name or a config folder)."""
-    from trainers import spec
-    spec.check_model(model)
-
 
 @app.command()
 def check(names: list[str] = typer.Argument(None, help="compressors, tasks, objectives or data-parallel methods, "
@@ -227,7 +217,6 @@ def bench_compress(
     from rich.console import Console
     from rich.table import Table
 
-    from trainers.spec import parse_budget
     from trainers.compress import bench
 
     try:
@@ -235,14 +224,14 @@ def bench_compress(
         bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
         if bad:
             raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
-        fracs = [parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
+        fracs = [spec.parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
         if shape is not None and shape not in bench.SHAPES:
             raise ValueError(f"--shape: {shape!r} is not one of {sorted(bench.SHAPES)}")
         preset_model, preset_rank = bench.SHAPES[shape or "qwen0.5b"]
         model, rank = model or preset_model, rank or preset_rank
-        _check_model_name(model)
+        spec.check_model(model)
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
     table = Table(title="compressors: first-step error, bytes and time (median of %d)" % repeats)
     for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
@@ -269,7 +258,9 @@ def project(
                                   "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
         lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections [default: "
                                       "harness run's, 8; with --from: that run's]"),
-        workers: int = typer.Option(8, help="workers"),
+        workers: int = typer.Option(spec.get("workers").default, help="workers (one default with harness run's: "
+                                    "`harness project` alone projects the run `harness run` alone measures; "
+                                    "up to 1048576)"),
         bw: str = typer.Option(None, help="worker link rate each way, tc units (e.g. 62.5mbit); default: the "
                                "profile's, else unshaped"),
         delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
@@ -310,16 +301,16 @@ def project(
         json_out: bool = typer.Option(False, "--json", help="print {\"methods\": [...]} as JSON"),
         figures_dir: str = typer.Option(None, "--figures", help="also write the figures (PDF + PNG) here")):
     """Project seconds per update, bytes and speedup of each method from the cost model (no run)."""
-    from harness.projection import commands as projectcli
+    from harness.projection import commands
     if validate:
         if not from_run:
-            raise _usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
+            raise usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
         try:
-            raise typer.Exit(projectcli.validate_cmd(from_run, validate, figures_dir, json_out))
+            raise typer.Exit(commands.validate_cmd(from_run, validate, figures_dir, json_out))
         except (ValueError, FileNotFoundError) as err:
-            raise _usage_error(err) from None
+            raise usage_error(err) from None
     try:
-        code = projectcli.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
+        code = commands.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
                                delay=delay, loss=loss, profile=profile, learner_bw=learner_bw,
                                relay_fanout=relay_fanout, method=method, budget=budget, baseline=baseline,
                                pipeline=pipeline, compute_s=compute_s, rollout_s=rollout_s, train_s=train_s,
@@ -327,170 +318,61 @@ def project(
                                mtu=mtu, rollout_bytes=rollout_bytes, from_run=from_run, shared_cores=shared_cores,
                                opt=opt or [])
     except (ValueError, FileNotFoundError) as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     raise typer.Exit(code)
 
 
-# ---- run / sweep / report / plot: flags from the run spec (trainers/spec.py); bodies in runcli.py
+# ---- run / sweep / reproduce / data / power / report / plot (bodies in harness/run/; flags: harness/run/flags.py)
 
-_PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training"}
-
-
-def _help(text: str) -> str:
-    """Help text as rich shows it: a '[unit: bit/s]' would otherwise be read as a style tag and vanish."""
-    from rich.markup import escape
-    return escape(text)
-
-
-def _shown_default(p, as_list: bool) -> str | bool:
-    """The spec default as the help shows it ('[default: 2]'). Every flag itself defaults to None
-    (= not given), so that a --preset can stand in for it; the spec's default applies in config.build."""
-    if as_list or p.default is None:
-        return False
-    return ",".join(map(str, p.default)) if p.many else str(p.default).lower() if p.type is bool else str(p.default)
-
-
-def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
-    """A run-spec parameter as a typer option. Values are parsed by the spec (one message style
-    for every flag), so every option is text; a boolean is a --x switch, and its --no-x a hidden
-    option of its own (_negations): as a second column of the help it took 25 of 80 columns."""
-    panel = _PANELS[p.group or p.where]
-    shown = _shown_default(p, as_list)
-    default = f" [default: {shown}]" if shown is not False else ""   # typer would put it in parentheses
-    if p.type is bool:
-        off = "" if f"--no-{p.flag[2:]}" in p.help else f" (--no-{p.flag[2:]}: off)"
-        return bool | None, typer.Option(None, p.flag, rich_help_panel=panel,
-                                         help=_help(p.help_text() + off + default))
-    metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
-    grid = " (a comma list is a grid axis)" if as_list and not p.many else ""
-    return str | None, typer.Option(None, p.flag, help=_help(p.help_text() + grid + default), metavar=metavar,
-                                    rich_help_panel=panel)
-
-
-def _negations(params) -> list[inspect.Parameter]:
-    """A hidden --no-x for each boolean --x of the spec (parameter name no_<name>)."""
-    return [inspect.Parameter(f"no_{p.name}", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                              default=typer.Option(False, f"--no-{p.flag[2:]}", hidden=True))
-            for p in params if p.type is bool]
-
-
-def _switches(values: dict, negations: dict) -> dict:
-    """--x and --no-x into one value per boolean (None: neither given); both given is an error."""
-    for key, off in negations.items():
-        name = key[len("no_"):]
-        if off and values[name]:
-            raise _usage_error(ValueError(f"--{name.replace('_', '-')} and --no-{name.replace('_', '-')}: "
-                                          "give one of them"))
-        if off:
-            values[name] = False
-    return values
-
-
-def spec_command(name: str, body, extra: list[inspect.Parameter], doc: str, as_list: bool = False,
-                 target: typer.Typer = app, where: str | None = None) -> None:
-    """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
-    `body(values, **extra)` gets the spec values keyed by parameter name."""
-    from trainers import spec
-
-    chosen = spec.params(where)   # where="link": only the network's flags (harness wrap)
-    names = [p.name for p in chosen]
-    params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
-              for p in chosen for ann, opt in [_spec_option(p, as_list)]]
-    negations = _negations(chosen)
-
-    def command(**kwargs):
-        values = _switches({k: kwargs.pop(k) for k in names}, {n.name: kwargs.pop(n.name) for n in negations})
-        return body(values, **kwargs)
-
-    command.__signature__ = inspect.Signature(params + negations + extra)
-    command.__doc__ = doc
-    command.__name__ = name
-    target.command(name)(command)
-
-
-def _extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str | None) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, *flags, help=help))
-
-
-def run(values: dict, run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool, log: str | None):
-    from harness.run import config, commands as runcli
-    try:
-        cfg = config.build(**values, run_id=run_id, out_dir=out)
-    except ValueError as err:
-        raise _usage_error(err) from None
-    raise typer.Exit(runcli.run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log))
-
-
-_OUTPUT = [_extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
-           _extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
-RUN_EXTRA = [_extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
-             _extra("out", "results", ("--out",), "parent folder of the run folder", str),
-             _extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
-             _extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
+_OUTPUT = [extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
+           extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
+RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
+             extra("out", "results", ("--out",), "parent folder of the run folder", str),
+             extra("dry_run", False, ("--dry-run",), "print the config, plan and processes; run nothing", bool),
+             extra("log", None, ("--log",), "also log each cell's per-update metrics to a local tracker in the run "
                     "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
              *_OUTPUT]
 RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
-spec_command("run", run, RUN_EXTRA, RUN_DOC)
-
-
-def sweep(values: dict, grid: str | None, out: str | None, quiet: bool, json_out: bool):
-    import datetime
-    from pathlib import Path
-
-    from harness.run import commands as runcli
-    folder = Path(out or f"results/sweep-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    cfgs = _grid_configs(lambda: runcli.load_grid(grid, values), folder)
-    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+RUN_BODY = "harness.run.commands:run_command"   # imported when the command runs: `--help` stays fast
+spec_command("run", RUN_BODY, RUN_EXTRA, RUN_DOC, app)
 
 
 def _grid_configs(grid, folder):
-    """The validated configs of a sweep's grid (`grid()` reads it) under `folder`, and the preflight of
-    an emulated one; a bad value or a missing privilege is one line and exit 2, before anything runs."""
-    from harness.run import commands as runcli
+    """`harness reproduce`'s configs (`grid()` reads the grid); a bad value or a missing privilege is one
+    line and exit 2, before anything runs."""
+    from harness.run import commands
     try:
-        cfgs = runcli.sweep_configs(grid(), out=folder)
-        if any(c.emulation for c in cfgs):
-            from harness.run import launch
-            launch.check_privileges(next(c for c in cfgs if c.emulation))
+        return commands.grid_configs(grid(), folder)
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     except RuntimeError as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
-    return cfgs
 
 
-spec_command("sweep", sweep, [
-    _extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
-    _extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
+spec_command("sweep", "harness.run.commands:sweep_command", [
+    extra("grid", None, ("--grid",), "YAML file: run-spec parameters; a list is a grid axis"),
+    extra("out", None, ("--out",), "sweep folder (re-run the same folder to resume)"),
     *_OUTPUT], "A grid of runs: any run-spec parameter given as a list (YAML) or comma list (flag) is an axis, "
-    "except --method/--budget/--seeds, which every run holds; resumable.", as_list=True)
+    "except --method/--budget/--seeds, which every run holds; resumable.", app, as_list=True)
 
 
-def wrap(values: dict, command: list[str], nodes: int | None, run_id: str | None, out: str, label: str | None,
-         on_fail: str, calibrate_s: float, timeout: float | None, master_port: int, quiet: bool):
-    from harness.run import wrap as wrapping
-    raise typer.Exit(wrapping.main(values, command, nodes, run_id, out, label, on_fail, calibrate_s, timeout,
-                                   master_port, quiet))
-
-
-spec_command("wrap", wrap, [
+spec_command("wrap", "harness.run.wrap:main", [
     inspect.Parameter("command", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
                       default=typer.Argument(..., help="the job's command, after --, run once per node")),
-    _extra("nodes", None, ("--nodes",), "nodes (one process each: ranks 0..N-1 in nodes w1..wN)", int | None),
-    _extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + nodes)"),
-    _extra("out", "results", ("--out",), "parent folder of the run folder", str),
-    _extra("label", None, ("--label",), "the run's name in comparisons (harness report; default: the command)"),
-    _extra("on_fail", "stop", ("--on-fail",), "a process that exits non-zero: stop the others, or wait for them", str),
-    _extra("calibrate_s", 1.0, ("--calibrate-s",), "seconds of goodput measured each way per link first "
+    extra("nodes", None, ("--nodes",), "nodes (one process each: ranks 0..N-1 in nodes w1..wN)", int | None),
+    extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + nodes)"),
+    extra("out", "results", ("--out",), "parent folder of the run folder", str),
+    extra("label", None, ("--label",), "the run's name in comparisons (harness report; default: the command)"),
+    extra("on_fail", "stop", ("--on-fail",), "a process that exits non-zero: stop the others, or wait for them", str),
+    extra("calibrate_s", 1.0, ("--calibrate-s",), "seconds of goodput measured each way per link first "
            "(0: RTT and loss only)", float),
-    _extra("timeout", None, ("--timeout",), "stop the job after this many seconds", float | None),
-    _extra("master_port", 29500, ("--master-port",), "MASTER_PORT", int),
-    _extra("quiet", False, ("--quiet", "-q"), "print only the result folder", bool)],
+    extra("timeout_s", None, ("--timeout",), "stop the job after this many seconds", float | None),
+    extra("master_port", 29500, ("--master-port",), "MASTER_PORT", int),
+    extra("quiet", False, ("--quiet", "-q"), "print only the result folder", bool)],
     "Run your own distributed job (torch.distributed env://, or anything that reads RANK/WORLD_SIZE/MASTER_ADDR), "
     "unchanged, once per node over the emulated WAN; measure its links, sockets and steps (docs/WRAP.md).",
-    where="link")
+    app, where="link")
 
 
 @app.command()
@@ -506,16 +388,16 @@ def reproduce(name: str = typer.Argument(..., help="the figure: hilo-speed (pres
     import datetime
     from pathlib import Path
 
-    from harness.run import commands as runcli, reproduce as repro
+    from harness.run import commands, reproduce as repro
     folder = Path(out or f"results/reproduce-{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     try:
         doc = repro.load(name)
     except ValueError as err:
-        raise _usage_error(err) from None
-    cfgs = _grid_configs(lambda: runcli.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
+        raise usage_error(err) from None
+    cfgs = _grid_configs(lambda: commands.load_grid(None, {"seed": seeds, "updates": updates}, doc=doc["grid"]), folder)
     if not quiet and not json_out:
         typer.echo(f"harness reproduce {name}: {doc['description']}; {len(cfgs)} runs -> {folder}", err=True)
-    raise typer.Exit(runcli.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
+    raise typer.Exit(commands.sweep(cfgs, folder, quiet=quiet, as_json=json_out))
 
 
 @app.command()
@@ -537,7 +419,7 @@ def data(preset: str = typer.Option(None, help="a preset's task and streams (har
     try:
         lines = [datacmd.line(r, json_out) for r in datacmd.rows(datacmd.resolve(preset, flags), split, count, seed)]
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     typer.echo("\n".join(lines))
 
 
@@ -550,7 +432,7 @@ def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) fo
     try:
         out = sizing.lines(sizing.rows(paths, sizing.parse_gaps(gap)), json_out)
     except (ValueError, FileNotFoundError) as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
     typer.echo("\n".join(out))
 
 
@@ -564,26 +446,26 @@ def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
     """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders
     alone; a combined report of several folders goes to a new folder, never into an input."""
     from harness.results import wrapped
-    from harness.run import commands as runcli
+    from harness.run import commands
     try:
         if runs := wrapped.find(paths):   # `harness wrap` folders: their own report and comparison
             raise typer.Exit(wrapped.report_cmd(runs, quiet, out, wrapped.labels(label, paths, runs)))
         if label is not None:
             raise ValueError("--label: names wrapped runs (harness wrap) in a comparison; these folders hold none")
-        raise typer.Exit(runcli.report_cmd(paths, quiet, out))
+        raise typer.Exit(commands.report_cmd(paths, quiet, out))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 @app.command()
 def plot(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
          quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing")):
     """Rebuild the figures (PDF with Type-42 fonts + PNG) into <first folder>/figures/."""
-    from harness.run import commands as runcli
+    from harness.run import commands
     try:
-        raise typer.Exit(runcli.plot_cmd(paths, quiet))
+        raise typer.Exit(commands.plot_cmd(paths, quiet))
     except ValueError as err:
-        raise _usage_error(err) from None
+        raise usage_error(err) from None
 
 
 def main() -> None:

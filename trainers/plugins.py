@@ -10,6 +10,8 @@ One entry-point group per extension point:
     wan_harness.tasks                a Task subclass
     wan_harness.objectives           an Objective subclass
     wan_harness.dataparallel         a DataParallelMethod subclass
+    wan_harness.cards                a trainers.cards.Card in a torch-free module: the implementation's name,
+                                     class, options, budget, byte rule and plot style, as in-tree cards are
 
 Torch-free on purpose: the controller validates `--method NAME` from the entry points' NAMES
 (importlib.metadata reads the installed distributions' metadata, no plugin code runs); only the
@@ -36,6 +38,7 @@ GROUPS = {
     "task": "wan_harness.tasks",
     "objective": "wan_harness.objectives",
     "dataparallel": "wan_harness.dataparallel",
+    "card": "wan_harness.cards",
 }
 
 

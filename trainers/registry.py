@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Generic, TypeVar
 
-from trainers import plugins
+from trainers import cards, plugins
 from trainers.plugins import unknown_name
 
 T = TypeVar("T")
@@ -21,11 +21,14 @@ class Registry(Generic[T]):
     """`kind` names what is registered ("task"); `modules` are the in-tree implementations, imported
     on first use so that their decorators run (lazily: they import their package's `register`);
     `plugin` is the trainers/plugins.py GROUPS key whose entry points extend it; `base` is the class
-    a plugin must subclass; `error` is what an unknown name or bad options raise."""
+    a plugin must subclass; `error` is what an unknown name or bad options raise. A `carded` registry
+    takes its names from the cards of `kind` (trainers/cards), in-tree and installed alike, and
+    imports a card's class on first use."""
 
-    def __init__(self, kind: str, plural: str, modules: tuple[str, ...], plugin: str | None = None,
-                 base: type | None = None, error: type[Exception] = ValueError):
+    def __init__(self, kind: str, plural: str, modules: tuple[str, ...] = (), plugin: str | None = None,
+                 base: type | None = None, error: type[Exception] = ValueError, carded: bool = False):
         self.kind, self.plural, self.modules, self.plugin = kind, plural, modules, plugin
+        self.carded = carded   # the implementations are named by their cards (trainers/cards), not decorators
         self.base, self.error = base, error
         self._entries: dict[str, Callable[..., T]] = {}   # in-tree, by their decorators
         self._loaded: dict[str, Callable[..., T]] = {}    # plugins, once loaded
@@ -42,9 +45,9 @@ class Registry(Generic[T]):
         return wrap
 
     def in_tree(self) -> list[str]:
-        """The names registered by this package's own modules."""
+        """The names registered by this package's own modules (decorators or cards)."""
         self._load_all()
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._in_tree_cards()})
 
     def plugin_names(self) -> list[str]:
         """Names offered by installed plugins (not loaded; an in-tree name is reserved: a plugin that
@@ -52,7 +55,11 @@ class Registry(Generic[T]):
         if not self.plugin:
             return []
         self._load_all()   # the in-tree names reserve themselves as they register
-        return sorted(set(plugins.names(self.plugin)) - set(self._entries))
+        carded = {c.name for c in cards.of(self.kind)} if self.carded else set()
+        return sorted({*plugins.names(self.plugin), *carded} - set(self._entries) - set(self._in_tree_cards()))
+
+    def _in_tree_cards(self) -> list[str]:
+        return [c.name for c in cards.in_tree(self.kind)] if self.carded else []
 
     def available(self) -> list[str]:
         """Every valid name: in-tree and plugins."""
@@ -64,15 +71,20 @@ class Registry(Generic[T]):
         found = self._entries.get(name) or self._loaded.get(name)
         if found is not None:
             return found
-        if name not in self.plugin_names():
+        card = cards.find(self.kind, name) if self.carded else None
+        if card is None and name not in self.plugin_names():
             raise self.error(unknown_name(self.kind, self.plural, name, self.available()))
         try:
-            cls = plugins.load(self.plugin, name)
+            cls = card.load() if card is not None else plugins.load(self.plugin, name)
         except plugins.PluginError as err:
             raise self.error(str(err)) from None
+        except Exception as err:   # a card naming a class that does not import: one line, naming it
+            raise self.error(f"{self.kind} {name!r} ({card.impl}) failed to load: {type(err).__name__}: {err}") from None
         if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise self.error(f"{self.kind} plugin {name!r} is {cls!r}, not a subclass of {self.base.__name__}")
-        cls.name = name   # the entry point's name is the interface, as the decorator's is in-tree
+        cls.name = name   # the card's or entry point's name is the interface
+        if card is not None and card.options:
+            cls.options = card.defaults   # the card states the defaults once
         self._loaded[name] = cls
         return cls
 

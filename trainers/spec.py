@@ -16,9 +16,8 @@ surface is derived from this table, so a new parameter is one line here:
 harness command line, and every value becomes its own cell (method x budget x seed).
 
 Compressor options are parameters too, named `<compressor>_<option>` (`--spar-sketch 16`,
-`--powersgd-rank 2`); the options every compressor or every budgeted compressor takes have
-no prefix (`--error-feedback`, `--budget`). Compressor classes read their option defaults from
-`COMPRESSOR_OPTIONS` below, so the defaults exist once.
+`--powersgd-rank 2`), read from each compressor's card (trainers/cards); the options every compressor
+or every budgeted compressor takes have no prefix (`--error-feedback`, `--budget`).
 
 This module imports no torch: `harness profiles`, `harness run --dry-run`, `report`, `plot`
 and `clean` validate a run without paying for it.
@@ -33,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from trainers import plugins
+from trainers import cards, plugins
+from trainers.cards.sizes import FLOAT_DTYPES   # payload value dtypes (trainers/protocol/dtypes.py)
 
 # ---- vocabularies that the controller must know without importing torch -------------------
 # (each has a test against the registry that owns it: tests/trainers/test_spec.py). These are the
@@ -47,7 +47,6 @@ FULL_METHODS = ("full", "full-bf16")                  # trainers/hilo/methods.py
 RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
 DELTA_METHODS = ("delta",)                            # full protocol, the changed elements only (compress/delta.py)
 DELTA_CODECS = ("zstd", "lz4")                        # trainers/compress/delta.py CODECS
-FLOAT_DTYPES = ("fp32", "bf16", "fp16")               # payload value dtypes (trainers/protocol/dtypes.py)
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
 # Data-parallel family (trainers/dataparallel registry); lordo-* may name a QHM variant: lordo-global-none.
@@ -68,18 +67,12 @@ BUDGET_OPTIONS: dict[str, Any] = {"budget": "1.6%", "budget_bytes": None, "refer
 # costs ~1/r of it, so at rank 8 the same directions cost 64/8 x 1.6 % = 12.8 % (1.6 % at rank 8 buys
 # ~0.09 per factor, 10x harsher than the paper). The compressors' own default stays 1.6 % (of any adapter).
 RUN_BUDGET = "12.8%"
-COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {
-    "identity": {"dtype": "fp32"},
-    "int8": {"block_size": 256},
-    "powersgd": {"rank": None, "dtype": "fp16", "warm_start": True, "seed": 0},  # rank None: ranks fit the budget
-    # svd "gram" (exact spectra): the sketch of 8 lost to PowerSGD at equal bytes on real gradients (issue 24)
-    "spar": {"dtype": "fp16", "select": "energy", "svd": "gram", "sketch": 8, "warm_start": True, "seed": 0},
-    "topk": {"dtype": "fp16"},
-}
-# BudgetedCompressor subclasses (in-tree; plugins: the entry-point group wan_harness.budgeted_compressors). A run gives every budgeted method each --budget (equal bytes):
-# `--method spar,powersgd --budget 1.6%` runs spar@1.6% and powersgd@1.6%. Only a set
-# --powersgd-rank opts powersgd out (every factor at that rank, the budget not applied).
-BUDGETED = ("int8", "powersgd", "spar", "topk")
+# Each compressor's options, budget, byte rule and plot style are on its card (trainers/cards); these
+# two views are read from the cards, for the compressor classes and the flags below. A run gives every
+# budgeted method each --budget (equal bytes): `--method spar,powersgd --budget 1.6%` runs spar@1.6% and
+# powersgd@1.6%; only a set --powersgd-rank opts powersgd out (every factor at that rank).
+COMPRESSOR_OPTIONS: dict[str, dict[str, Any]] = {c.name: c.defaults for c in cards.of("compressor")}
+BUDGETED = tuple(c.name for c in cards.of("compressor") if c.budgeted)
 
 
 # The CPU models whose student base (`base_steps`) and distillation teacher (`teacher_steps`) are
@@ -103,12 +96,12 @@ plugins.reserve(is_in_tree_name)
 
 
 def compressor_names() -> list[str]:
-    """Every compressor: in-tree (COMPRESSOR_OPTIONS) and installed plugins (not imported)."""
+    """Every compressor: carded (in-tree and installed) and installed class plugins (not imported)."""
     return sorted({*COMPRESSOR_OPTIONS, *plugins.names("compressor")})
 
 
 def budgeted_names() -> list[str]:
-    """Every budgeted compressor: in-tree (BUDGETED) and plugins declared budgeted."""
+    """Every budgeted compressor: carded ones that say so and class plugins declared budgeted."""
     return sorted({*BUDGETED, *plugins.names("budgeted_compressor")})
 
 
@@ -258,20 +251,10 @@ def _compressor_params() -> list[Param]:
            Param("reference_dtype", str, BUDGET_OPTIONS["reference_dtype"],
                  "budgeted compressors: the dtype of the full adapter that a budget is a fraction of",
                  choices=FLOAT_DTYPES)]
-    kinds = {"dtype": dict(type=str, choices=FLOAT_DTYPES, help="payload value dtype"),
-             "rank": dict(type=int, lo=1, hi=4096, optional=True, help="rank of every factor; unset: per-factor "
-                          "ranks that fit --budget"),
-             "warm_start": dict(type=bool, help="start each power iteration from the previous update's subspace"),
-             "seed": dict(type=int, lo=0, hi=2**31 - 1, help="seed of the random projections"),
-             "sketch": dict(type=int, lo=1, hi=4096, help="directions estimated per factor by the range finder"),
-             "select": dict(type=str, choices=("energy", "energy_per_byte"), help="how triplets are ranked for the budget"),
-             "svd": dict(type=str, choices=("sketch", "gram"), help="sketched or exact (Gram) spectra"),
-             "block_size": dict(type=int, lo=1, hi=1 << 20, help="values per absmax scale", unit="values")}
-    for comp, options in sorted(COMPRESSOR_OPTIONS.items()):
-        for opt, default in options.items():
-            kind = dict(kinds[opt])
-            text = kind.pop("help")
-            out.append(Param(f"{comp}_{opt}", default=default, help=f"{comp}: {text}", **kind))
+    for card in cards.of("compressor"):
+        for opt, o in card.options.items():
+            out.append(Param(f"{card.name}_{opt}", o.type, o.default, f"{card.name}: {o.help}", unit=o.unit, lo=o.lo,
+                             hi=o.hi, choices=o.choices, optional=o.optional))
     return [dataclasses.replace(p, group="compressor") for p in out]
 
 
@@ -536,7 +519,7 @@ def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
     out = {k: values[k] for k in COMMON_OPTIONS}
     if method in budgeted_names():
         out.update({k: values[k] for k in BUDGET_OPTIONS})
-    # A plugin's own options keep their defaults: the flags are this table's, built before any plugin loads.
+    # A carded plugin's options are flags too; a class plugin's own options keep their defaults.
     out.update({opt: values[f"{method}_{opt}"] for opt in COMPRESSOR_OPTIONS.get(method, {})})
     return out
 

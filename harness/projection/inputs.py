@@ -265,9 +265,9 @@ def fitted_compute(run: str, target: cm.Adapter, shared_cores: int | None = None
     """Compute terms fitted on a measured run (its own network and adapter), codec terms scaled to
     the target adapter's size when it differs (linear in adapter parameters, same hardware)."""
     from harness.net import profiles
-    from harness.results import tables as results
+    from harness.results.tables import read
 
-    tables = results.read(run)
+    tables = read(run)
     if tables.updates.empty:
         raise ValueError(f"--from: {run} has no update rows")
     cfg, meta = tables.runs[0].config, tables.runs[0].meta
@@ -292,9 +292,9 @@ def measured_delta(run: str) -> dict[str, float]:
     median fraction of elements changed per update, and the median payload over its raw (index, value)
     pairs (zstd's gain); {} when the run has no delta update. Without them the model takes the worst
     case (every element, no compression: ~3x full-bf16's bytes where the run measured ~0.8x)."""
-    from harness.results import tables as results
+    from harness.results.tables import read
 
-    return delta_options(results.read(run).updates)
+    return delta_options(read(run).updates)
 
 
 def delta_options(ups) -> dict[str, float]:
@@ -325,9 +325,9 @@ def run_defaults(flags: dict) -> dict:
     stands beside (the fp32 `full` at rank 64 made 3.74x of what the run's convention gives as 2.36x)."""
     own = {}
     if flags.get("from_run"):
-        from harness.results import tables as results
+        from harness.results.tables import read
 
-        runs = results.read(flags["from_run"]).runs
+        runs = read(flags["from_run"]).runs
         own = runs[0].config if runs else {}
     for name in ("baseline", "lora_rank", "method", "budget"):
         if flags.get(name) is None:

@@ -22,7 +22,7 @@ from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
 from harness.results import compare, dataparallel_report as dpreport
-from harness.results import tables as results
+from harness.results.tables import read
 from trainers import spec
 
 FILE = "prediction.json"
@@ -95,7 +95,7 @@ def _measured_cpu(u, skip_first: int = 1) -> dict[str, float]:
 
 
 def build(run_dir: str | Path) -> dict:
-    t = results.read(run_dir)
+    t = read(run_dir)
     run, u = t.runs[0], t.updates
     cfg, meta = run.config, run.meta
     if u.empty or (u["update_index"] > 1).sum() == 0:
@@ -129,8 +129,8 @@ def build(run_dir: str | Path) -> dict:
     for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
         if variant not in measured:
             continue
-        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm._budget_text(frac), options)
-        q = cm.predict(method, adapter, net, at_cpu.compute, int(cfg["pipeline"]), cm._budget_text(frac),
+        p = cm.predict(method, adapter, net, fitted.compute, int(cfg["pipeline"]), cm.budget_text(frac), options)
+        q = cm.predict(method, adapter, net, at_cpu.compute, int(cfg["pipeline"]), cm.budget_text(frac),
                        options) if at_cpu else None
         bottleneck, evidence = _bottleneck(q or p, workers, cores, None if load != load else load, wall=p if q else None)
         out["variants"][variant] = {
@@ -157,7 +157,7 @@ def regime_curve(u, cfg: dict, regime: dict, workers: int, cc: str, adapter: cm.
         return []
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     variants = u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)
-    pairs = [(v, mth, cm._budget_text(frac)) for v, mth, frac in variants if mth != baseline]
+    pairs = [(v, mth, cm.budget_text(frac)) for v, mth, frac in variants if mth != baseline]
 
     def speedups(net: cm.Network) -> dict[str, float]:
         base = cm.predict(baseline, adapter, net, compute, int(cfg["pipeline"]), None, options).seconds_per_update

@@ -41,10 +41,10 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
     """Fit the compute terms on `fit_run` and predict every variant of every run in `runs` (each
     with its own links, workers, depth and adapter): measured vs predicted median seconds per update."""
     from harness.net import profiles
-    from harness.results import tables as results
+    from harness.results.tables import read
 
     def load(run):
-        t = results.read(run)
+        t = read(run)
         cfg, meta = t.runs[0].config, t.runs[0].meta
         prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
         net = cm.Network.from_profile(prof, cfg["workers"], cc=cc or host_cc())
@@ -58,7 +58,7 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
         u, cfg, _, net, a = load(run)
         measured = cm.measured(u)
         for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
-            budget = cm._budget_text(frac)   # the tables hold the fraction; predict takes the label
+            budget = cm.budget_text(frac)   # the tables hold the fraction; predict takes the label
             if variant not in measured:          # a cell with no update past the warm-up (unfinished run)
                 continue
             p = cm.predict(method, a, net, fitted.compute, int(cfg["pipeline"]), budget)
@@ -67,8 +67,8 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
             one_way = cm.path(net.learner, net.workers[0]).delay_s
             checks.append(Check(Path(run).name, variant, net.n, link.rate_bit_s, link.delay_s, link.loss_frac,
                                 int(cfg["pipeline"]), measured[variant], p.seconds_per_update,
-                                cm._med(rows["worker_receive_s"]), max(0.0, p.transfer_down_s - one_way),
-                                cm._med(rows["train_s"]) + cm._med(rows["worker_rollout_s"]),
+                                cm.med(rows["worker_receive_s"]), max(0.0, p.transfer_down_s - one_way),
+                                cm.med(rows["train_s"]) + cm.med(rows["worker_rollout_s"]),
                                 p.train_s + p.rollout_s, str(cfg.get("baseline") or "full-bf16")))
     return fitted, checks
 

@@ -8,16 +8,17 @@ from pathlib import Path
 
 import matplotlib
 
+from trainers import cards
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # Okabe & Ito (2008), the colour-blind-safe qualitative palette.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-METHOD_STYLE = {  # method -> (colour, marker); the same in every figure
-    "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "spar": ("#0072B2", "s"),
-    "powersgd": ("#E69F00", "^"), "topk": ("#009E73", "v"), "int8": ("#D55E00", "P"),
-    "identity": ("#CC79A7", "X"), "rank-1": ("#56B4E9", "<"),
+METHOD_STYLE = {  # method -> (colour, marker); the same in every figure. A compressor's is on its card.
+    "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "rank-1": ("#56B4E9", "<"),
     "delta": ("#555555", "*"),  # full sync's lossless rival: a darker grey than full-bf16 (a CRC colour clashed)
+    **{c.name: c.style for c in cards.of("compressor") if c.style},
 }
 DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
     "ddp": ("#000000", "d"), "lowrank-ddp": ("#0072B2", "8"), "diloco": ("#009E73", "H"),

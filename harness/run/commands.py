@@ -4,8 +4,11 @@ them into one line and exit code 2)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import itertools
 import json
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -14,7 +17,9 @@ from typing import Any
 from harness import units
 from harness.run import config, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
-from trainers.events import atomic_write_json
+from harness.signals import exit_code
+from trainers import spec
+from trainers.events import atomic_write_json, tail_events
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # interrupted: 128 + the signal (SIGTERM 143)
 
@@ -54,7 +59,6 @@ class Live:
         self.stop()
 
     def _new_rows(self, cell: launch.Cell, cell_dir: Path) -> list[dict]:
-        from trainers.events import tail_events  # torch-free: the writer's own reader
 
         rows, self.offsets[cell.name] = tail_events(cell_dir / "events-learner.jsonl", self.offsets.get(cell.name, 0))
         return [r for r in rows if r.get("kind") == "update"]
@@ -126,6 +130,22 @@ class CellLogger:
             print(f"warning: --log {self.tracker.kind}: {type(err).__name__}: {err}", file=sys.stderr)
 
 
+def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
+    """`cfg` with its run id: a new one when none is given (time, first variant, workers, 16 random
+    bits); a given one must name a new results folder, since a second run under it would overwrite
+    the first's config.json and cells and mix their event files. `name` is the flag or variable the
+    user set (--run-id, RUN_ID); ConfigError, one line, before anything is built."""
+    if cfg.run_id is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return dataclasses.replace(cfg, run_id=f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}")
+    run_dir = Path(cfg.run_dir)
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ConfigError(f"{name}: {cfg.run_id!r} is taken: {run_dir} already holds a run ({advice})")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{name}: {cfg.run_id!r}: {run_dir} exists and is not a folder")
+    return cfg
+
+
 def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
     if log is not None:
         from harness.results import tracking
@@ -138,16 +158,11 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
     if dry_run:
         print(dry_run_text(cfg))
         return EXIT_OK
-    if cfg.run_id is None:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, run_id=launch.new_run_id(cfg))
-    else:
-        try:  # a second run under a taken id would overwrite the first's files and mix its cells
-            launch.check_run_id_free(cfg, "--run-id", "choose another --run-id, or remove the folder first")
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return EXIT_USAGE
+    try:
+        cfg = claim_run_id(cfg, "--run-id", "choose another --run-id, or remove the folder first")
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     live, logger = Live(cfg, enabled=not quiet and not as_json), CellLogger(log, cfg.run_dir)
 
     def started() -> None:  # launch's preflight passed (root, doctor): say what runs, show its progress
@@ -168,8 +183,6 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         print(str(err), file=sys.stderr)
         return EXIT_USAGE
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
-        from harness.signals import exit_code
-
         print(f"interrupted: network torn down; partial results (marked incomplete) in {cfg.run_dir}", file=sys.stderr)
         return exit_code(err)
     except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
@@ -178,6 +191,17 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
     finally:
         logger.finish()  # the last cell (and, when interrupted, whatever the cells left)
     return finish(run_dir, quiet, as_json)
+
+
+def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool,
+                log: str | None) -> int:
+    """`harness run`: the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is one line, exit 2."""
+    try:
+        cfg = config.build(**values, run_id=run_id, out_dir=out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log)
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
@@ -203,8 +227,6 @@ def load_grid(path: str | None, flags: dict[str, Any], doc: dict[str, Any] | Non
     """Run-spec values from a YAML file (or `doc`, already read: a reproduction's grid), overridden by
     the flags given (None: not given). Keys are spec names (`seeds` for the seed list, as on the
     command line, is accepted too)."""
-    from trainers import spec
-
     doc = dict(doc or {})
     if path:
         doc = presets.read_yaml(Path(path), "--grid", ConfigError) or {}
@@ -242,8 +264,6 @@ NORMALISE = {"bw": units.parse_rate, "delay": units.parse_delay, "jitter": units
 def check_distinct(name: str, values: list) -> None:
     """ConfigError when two values of a grid axis mean the same (`workers: [1, 1]` collapsed into
     one run, `lr: [0.001, 1e-3]` and `bw: [10mbit, 10Mbit]` ran the same point twice)."""
-    from trainers import spec
-
     seen: dict[Any, Any] = {}
     for raw in values:
         try:
@@ -260,8 +280,6 @@ def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(run id, values) per point. A `many` parameter (method, budget, seeds) is held by every
     run; any other parameter with several values is an axis, and names the runs by coordinates
     (link axes first: `bw10mbit-w2`)."""
-    from trainers import spec
-
     many = {p.name for p in spec.PARAMS if p.many}
     axes = {k: _axis(v) for k, v in grid.items() if k not in many and len(_axis(v)) > 1}
     for k, values in axes.items():
@@ -288,13 +306,33 @@ def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
 
 
 def is_complete(run_dir: Path) -> bool:
-    from harness.results import tables as results
+    from harness.results.tables import ResultsError, read_json
 
     try:
-        meta = results.read_json(run_dir / "meta.json", {})
-    except results.ResultsError:  # unreadable: run the grid point again
+        meta = read_json(run_dir / "meta.json", {})
+    except ResultsError:  # unreadable: run the grid point again
         return False
     return isinstance(meta, dict) and bool(meta.get("complete"))
+
+
+def sweep_command(values: dict[str, Any], grid: str | None, out: str | None, quiet: bool, json_out: bool) -> int:
+    """`harness sweep`: the grid (a YAML file, flags whose comma lists are axes) under `out`, then `sweep`."""
+    folder = Path(out or f"results/sweep-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    try:
+        cfgs = grid_configs(load_grid(grid, values), folder)
+    except (ValueError, RuntimeError) as err:
+        print(f"error: {err}" if isinstance(err, ValueError) else str(err), file=sys.stderr)
+        return EXIT_USAGE
+    return sweep(cfgs, folder, quiet=quiet, as_json=json_out)
+
+
+def grid_configs(grid: dict[str, Any], folder: Path) -> list[RunConfig]:
+    """The validated configs of a sweep's grid under `folder`, and the preflight of an emulated one:
+    ValueError (a bad value) or RuntimeError (a missing privilege), one line, before anything runs."""
+    cfgs = sweep_configs(grid, out=folder)
+    if any(c.emulation for c in cfgs):
+        launch.check_privileges(next(c for c in cfgs if c.emulation))
+    return cfgs
 
 
 def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
@@ -314,12 +352,13 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
-    from harness.results import report, tables as results
+    from harness.results import report
+    from harness.results.tables import COMBINED_MARKER, ResultsError, find_runs, read
 
     try:
-        tables = results.read([out])  # parsed once, for the report and its figures
+        tables = read([out])  # parsed once, for the report and its figures
         report.write(out, tables=tables)
-    except (FileNotFoundError, results.ResultsError) as err:  # no run got far enough, or a malformed file
+    except (FileNotFoundError, ResultsError) as err:  # no run got far enough, or a malformed file
         print(f"harness sweep: no combined report: {err}", file=sys.stderr)
         return EXIT_FAILED
     if as_json:
@@ -334,8 +373,6 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
 def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
     """Where `harness report` writes: `--out`, else the one folder given (its own report rebuilt),
     else a new `report-<time>` folder beside the first (a combined report never lands in an input)."""
-    import datetime
-
     inputs = {Path(p).resolve() for p in paths} | {r.resolve() for r in runs}
     if out is not None:
         target = Path(out)
@@ -344,22 +381,23 @@ def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
         return target
     if len(paths) == 1:
         return Path(paths[0])
-    return Path(paths[0]).resolve().parent / f"report-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    return Path(paths[0]).resolve().parent / f"report-{dt.datetime.now():%Y%m%d-%H%M%S}"
 
 
 def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
-    from harness.results import report, tables as results
+    from harness.results import report
+    from harness.results.tables import COMBINED_MARKER, ResultsError, find_runs, read
 
     try:
-        runs = results.find_runs(paths)
+        runs = find_runs(paths)
         folder = report_folder(paths, out, runs)
-        tables = results.read(paths)
+        tables = read(paths)
         target = report.write(paths[0], tables=tables, out=folder)
-    except (FileNotFoundError, results.ResultsError) as err:  # a malformed file: one line naming it, exit 2
+    except (FileNotFoundError, ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
     combined = not (len(runs) == 1 and folder.resolve() == runs[0].resolve())
     if combined:  # a folder of its own: say which runs it holds, and where it is (stdout is the report)
-        atomic_write_json(folder / results.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
+        atomic_write_json(folder / COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
     if not quiet:
         print(target.read_text())
         if combined:
@@ -368,12 +406,13 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
 
 
 def plot_cmd(paths: list[str], quiet: bool) -> int:
-    from harness.results import plots, tables as results
+    from harness.results import plots
+    from harness.results.tables import find_runs
 
     try:
-        results.find_runs(paths)
+        find_runs(paths)
         files = plots.write(paths[0], extra=paths[1:])
-    except (FileNotFoundError, ValueError) as err:  # results.ResultsError (a malformed file) is a ValueError
+    except (FileNotFoundError, ValueError) as err:  # ResultsError (a malformed file) is a ValueError
         raise ConfigError(str(err)) from None
     if not quiet:
         print("\n".join(map(str, files)))

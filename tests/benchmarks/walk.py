@@ -1,4 +1,4 @@
-"""The walk of a run's values through the code (issue 20, "each value built once").
+"""The walk of a run's values through the code: each value built once, and read without going back and forth.
 
 Two walks, each the real code path of `harness run`, traced in this process with sys.setprofile:
 - **cli**: the run parameters from the command line (`harness run --no-emulation ...`) to the
@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import signal
 import sys
@@ -284,20 +285,27 @@ def main(argv=None) -> int:
     p.add_argument("--root", default=".", help="the checkout to walk (default: this one)")
     p.add_argument("--walk", choices=("cli", "profile", "both"), default="both")
     p.add_argument("--sequence", action="store_true", help="print the files walked, in order")
+    p.add_argument("--json", action="store_true", help="print one JSON document: per walk and depth, files "
+                   "entered, returns and the sequence (what tests/benchmarks/test_walk.py reads)")
     args = p.parse_args(argv)
     root = os.path.realpath(args.root)
     sys.path.insert(0, root)  # before the editable install's finder: the checkout given is the one walked
     os.chdir(root)
     walks = {"cli": cli_walk, "profile": profile_walk}
+    found: dict[str, dict] = {}
     for name in (("cli", "profile") if args.walk == "both" else (args.walk,)):
         with tempfile.TemporaryDirectory(prefix="walk-") as out:
             trees = walks[name](root, out)
         for depth, what in ((DEPTH, f"depth {DEPTH}"), (UNLIMITED, "any depth")):
             seq = walk_sequence(name, trees, depth)
             files, returns = count(seq)
-            print(f"{name} walk ({what}): {files} files entered, {returns} returns to a file already left")
-            if args.sequence:
-                print("  " + " -> ".join(seq))
+            found.setdefault(name, {})[what] = {"files": files, "returns": returns, "sequence": seq}
+            if not args.json:
+                print(f"{name} walk ({what}): {files} files entered, {returns} returns to a file already left")
+                if args.sequence:
+                    print("  " + " -> ".join(seq))
+    if args.json:
+        print(json.dumps(found))
     return 0
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from harness import cli
 
-from harness.run import config, launch, commands as runcli
+from harness.run import commands, config, launch
 from trainers import spec
 from trainers.hilo.methods import method_for
 
@@ -46,7 +46,7 @@ def test_a_new_parameter_is_one_line_in_the_spec(monkeypatch, tmp_path):
     knob = spec.Param("knob_count", int, 7, "a parameter added for this test", lo=1, hi=99)
     monkeypatch.setattr(spec, "PARAMS", [*spec.PARAMS, knob])
     app = typer.Typer()
-    cli.spec_command("run", cli.run, cli.RUN_EXTRA, cli.RUN_DOC, target=app)
+    cli.spec_command("run", cli.RUN_BODY, cli.RUN_EXTRA, cli.RUN_DOC, target=app)
     help_text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}).stdout
     assert "--knob-count" in help_text and "a parameter added for this test" in help_text
     res = CliRunner().invoke(app, ["--dry-run", "--no-emulation", "--knob-count", "9", "--out", str(tmp_path)])
@@ -60,18 +60,18 @@ def test_a_new_parameter_is_one_line_in_the_spec(monkeypatch, tmp_path):
     spec.add_run_args(parser, required=True)
     params = spec.run_params_from_args(parser.parse_args(launch.run_flags(cfg, launch.cells(cfg)[0])))
     assert params.knob_count == 5 and spec.RunParams().knob_count == 7
-    grid = runcli.load_grid(None, {"knob_count": "3,4", "emulation": False})
-    assert [c.run_id for c in runcli.sweep_configs(grid, tmp_path)] == ["knob_count3", "knob_count4"]
+    grid = commands.load_grid(None, {"knob_count": "3,4", "emulation": False})
+    assert [c.run_id for c in commands.sweep_configs(grid, tmp_path)] == ["knob_count3", "knob_count4"]
 
 
 def test_sweep_axes_and_run_names_come_from_the_spec(tmp_path):
-    grid = runcli.load_grid(None, {"workers": "1,2", "bw": "10mbit,20mbit", "method": "spar,topk", "seed": "1,2"})
-    cfgs = runcli.sweep_configs(grid, tmp_path)
+    grid = commands.load_grid(None, {"workers": "1,2", "bw": "10mbit,20mbit", "method": "spar,topk", "seed": "1,2"})
+    cfgs = commands.sweep_configs(grid, tmp_path)
     assert [c.run_id for c in cfgs] == ["bw10mbit-w1", "bw10mbit-w2", "bw20mbit-w1", "bw20mbit-w2"]
     assert all(c.seeds == (1, 2) and [v.method for v in c.variants] == ["spar", "topk", "full-bf16"] for c in cfgs)
     path = tmp_path / "grid.yaml"
     path.write_text("seeds: [3]\nlora_rank: [4, 16]\n")
-    cfgs = runcli.sweep_configs(runcli.load_grid(str(path), {}), tmp_path)
+    cfgs = commands.sweep_configs(commands.load_grid(str(path), {}), tmp_path)
     assert [(c.run_id, c.lora_rank, c.seeds) for c in cfgs] == [("lora_rank4", 4, (3,)), ("lora_rank16", 16, (3,))]
 
 

@@ -6,20 +6,18 @@
     >>> grads_hat = c.decode(payload)      # pure; every replica steps from this
 
 The contract is documented in `trainers/compress/base.py`; `trainers/compress/contract.py` checks
-it on any registered compressor (`harness check NAME`). A compressor is one file with one line
-of registration, `@register("name")` on its class, and its module named below; a compressor from
-another package registers through the entry-point group `wan_harness.compressors` (docs/PLUGINS.md).
+it on any registered compressor (`harness check NAME`). A compressor is one file and its card
+(trainers/cards/compressors.py: name, class, options, budget, byte rule, plot style); a compressor from
+another package brings its card through the entry-point group `wan_harness.cards` (or, without a
+card, its class through `wan_harness.compressors`: docs/PLUGINS.md).
 """
 from __future__ import annotations
 
 from trainers.compress.base import BudgetedCompressor, Compressor, OptionError, PayloadError
 from trainers.registry import Registry
 
-_REGISTRY: Registry[Compressor] = Registry(
-    "compressor", "compressors",
-    ("trainers.compress.identity", "trainers.compress.int8", "trainers.compress.powersgd",
-     "trainers.compress.spar", "trainers.compress.topk"),
-    plugin="compressor", base=Compressor, error=OptionError)
+_REGISTRY: Registry[Compressor] = Registry("compressor", "compressors", plugin="compressor", base=Compressor,
+                                           error=OptionError, carded=True)
 register = _REGISTRY.register
 available = _REGISTRY.available
 get_compressor = _REGISTRY.get

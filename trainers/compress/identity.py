@@ -7,13 +7,11 @@ import torch
 
 from trainers import spec
 
-from trainers.compress import register
 from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, byte_view, check_wire_dtype,
                                     container_head, contiguous_span, flatten, header_bytes, itemsize, require,
                                     unflatten, zeros_for)
 
 
-@register("identity")
 class IdentityCompressor(Compressor):
     """Ships every gradient element as is, in `dtype`."""
 

@@ -15,7 +15,6 @@ import torch
 
 from trainers import spec
 
-from trainers.compress import register
 from trainers.compress.base import (BudgetedCompressor, OptionError, Segment, Unpacked, contiguous_span, flatten,
                                     header_bytes,
                                     require, unflatten)
@@ -25,7 +24,6 @@ _BLOCK_EXTRA = 8     # bytes per sent block besides its values: int32 index + fp
 MIN_BLOCKS = 16      # under a budget, blocks shrink until this many fit (granularity <= ~1/16 of it)
 
 
-@register("int8")
 class Int8Compressor(BudgetedCompressor):
     """All gradients flattened into one vector, cut into blocks of `block_size` elements."""
 

@@ -17,13 +17,11 @@ import torch
 
 from trainers import spec
 
-from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_low_rank_,
                                     check_wire_dtype, header_bytes, itemsize, ordered_state, require, rng_state,
                                     set_rng_state, shape_groups, stacked, take_ordered, zeros_for)
 
 
-@register("powersgd")
 class PowerSGDCompressor(BudgetedCompressor):
     """One power iteration per step, factors of equal shape and rank batched together."""
 

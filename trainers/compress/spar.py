@@ -20,7 +20,6 @@ import torch
 
 from trainers import spec
 
-from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked,
                                     add_low_rank_, check_wire_dtype, header_bytes, itemsize, ordered_state, require,
                                     rng_state, set_rng_state, shape_groups, stacked, take_ordered)
@@ -30,7 +29,6 @@ _SELECTIONS = ("energy", "energy_per_byte")
 _FULL_RANK = 1e-6   # a warm start is kept while its smallest sigma^2 exceeds this fraction of the largest
 
 
-@register("spar")
 class SparCompressor(BudgetedCompressor):
     """Global greedy selection of singular triplets under one byte budget."""
 

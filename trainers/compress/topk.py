@@ -11,7 +11,6 @@ import torch
 
 from trainers import spec
 
-from trainers.compress import register
 from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype,
                                     contiguous_span, flatten, header_bytes, itemsize, require)
 
@@ -59,7 +58,6 @@ def above(flat: torch.Tensor, t: float) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(found) if found else np.zeros(0, np.int64))
 
 
-@register("topk")
 class TopKCompressor(BudgetedCompressor):
     """Global top-k by |value| under a byte budget."""
 

@@ -302,7 +302,7 @@ def test_fit_reproduces_the_fitted_run():
     fitted = cm.fit(updates, net, a, shared_cores=2)
     assert fitted.workers == 2 and fitted.updates_used == 4 and fitted.compute.rollout_s > 0
     measured = cm.measured(updates)
-    predicted = {v: cm.predict(m, a, net, fitted.compute, 0, cm._budget_text(b)).seconds_per_update
+    predicted = {v: cm.predict(m, a, net, fitted.compute, 0, cm.budget_text(b)).seconds_per_update
                  for v, m, b in updates[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False)}
     # worker_other_s is one residual for both variants: the median of the two residuals, so each
     # variant is off by half their difference, no more.
@@ -386,16 +386,16 @@ def test_bad_project_flags_fail_with_one_line_and_exit_2(args, needle):
 
 
 def test_validate_fits_one_run_and_tabulates_the_others():
-    from harness.projection import validate as projectcli
+    from harness.projection import validate
 
-    fitted, checks = projectcli.validate(FIXTURES / "sweep-bw" / "runs" / "bw10mbit-w2",
+    fitted, checks = validate.validate(FIXTURES / "sweep-bw" / "runs" / "bw10mbit-w2",
                                          [FIXTURES / "sweep-bw" / "runs" / "bw50mbit-w2"], cc="bbr")
     assert {c.variant for c in checks} == {"full", "spar@1.6%"} and fitted.compute.shared_cores == 2
     full = next(c for c in checks if c.variant == "full")
     assert full.receive_predicted_s == pytest.approx(78_016 * 8 / (50e6 * cm.goodput_ratio()), rel=0.01)
     spar = next(c for c in checks if c.variant == "spar@1.6%")
-    (run, variant, measured, predicted), = projectcli.speedups(checks)
+    (run, variant, measured, predicted), = validate.speedups(checks)
     assert variant == "spar@1.6%" and measured == full.measured_s / spar.measured_s
     assert predicted == full.predicted_s / spar.predicted_s
-    text = projectcli.validation_table(checks)
+    text = validate.validation_table(checks)
     assert "median |error|" in text and "bw50mbit-w2" in text and "speedup vs the runs' baseline (full)" in text

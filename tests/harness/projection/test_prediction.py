@@ -70,7 +70,7 @@ def test_a_contended_runs_prediction_reads_its_bottleneck_at_cpu_time(monkeypatc
         assert v["link_share"] > v["link_share_wall"] and v["bottleneck_wall"] == "compute"
     t = results.read(HELDOUT)
     quiet = t.updates.assign(load1=0.5, train_cpu_s=t.updates["train_s"], steal_frac=0.0)
-    monkeypatch.setattr(prediction.results, "read", lambda _: dataclasses.replace(t, updates=quiet))
+    monkeypatch.setattr(prediction, "read", lambda _: dataclasses.replace(t, updates=quiet))
     for v in prediction.build(HELDOUT)["variants"].values():
         assert v["clock"] == "wall" and "CPU time" not in v["evidence"] and "predicted_cpu_s" not in v
 

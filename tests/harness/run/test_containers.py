@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from harness.run import containers
+from harness.run.containers import controller
 from harness.run.config import ConfigError
 from trainers import spec
 
@@ -34,7 +35,7 @@ def test_every_setting_is_checked_by_the_controller_before_the_services_start(en
 def test_main_exits_2_and_is_never_healthy_on_a_bad_setting(tmp_path, capsys, monkeypatch):
     ready = tmp_path / "ready"
     ready.write_text("1\n")                                  # an earlier run's file
-    monkeypatch.setattr(containers, "READY_FILE", ready)
+    monkeypatch.setattr(controller, "READY_FILE", ready)
     assert containers.main({"WAN_PROFILE": "nosuch", "RESULTS_DIR": str(tmp_path / "results")}) == 2
     assert not ready.exists()
     err = capsys.readouterr().err.strip().splitlines()
@@ -105,9 +106,9 @@ def test_the_cache_is_made_the_services(tmp_path):
 def test_a_learner_that_did_not_start_shows_its_last_log_line(tmp_path):
     log = tmp_path / "learner.log"
     log.write_text("Traceback ...\nPermissionError: cannot read the cached model /x (mode 0600, owner uid 0)\n\n")
-    tail = containers._log_tail(f"the learner did not start (see {log})")
+    tail = controller._log_tail(f"the learner did not start (see {log})")
     assert tail == ": PermissionError: cannot read the cached model /x (mode 0600, owner uid 0)"
-    assert containers._log_tail("no log named") == ""
+    assert controller._log_tail("no log named") == ""
 
 
 @pytest.mark.parametrize("extra, needle", [
