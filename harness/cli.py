@@ -1,6 +1,8 @@
 """The `harness` command line: one entry point, one subcommand per user task."""
 from __future__ import annotations
 
+import inspect
+
 import typer
 
 from harness.run.flags import extra, spec_command, usage_error

@@ -8,7 +8,7 @@ successor at once, and a step ends when the slowest hop has delivered its chunk:
     T(B) = 2(N-1) * max_i [ (B/N) / goodput(i -> i+1) + one-way delay(i -> i+1) ]
          = 2(N-1)/N * B / rate  +  2(N-1) * latency            (identical links)
 
-goodput and delay are the cost model's (harness/projection/costmodel.py): a TCP flow's payload
+goodput and delay are the cost model's (harness/projection/network.py): a TCP flow's payload
 rate on the path (line rate x the headers' share, loss and window ceilings) and the sum of the two
 access links' one-way delays. Each node sends 2(N-1)/N * B payload bytes per all-reduce, which is
 how a measured job's bytes give B back (`payload_from_sent`). Slow-start restarts after idle gaps
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from harness.projection.costmodel import Network, flow_rate_Bps, path
+from harness.projection.network import Network, flow_rate_Bps, path
 
 
 def payload_from_sent(sent_bytes_per_node: float, n: int) -> float:

@@ -47,7 +47,7 @@ from harness.net import calibrate, doctor, profiles, shaper, topology
 from harness.net.linkstats import LinkSampler
 from harness.net.sockets import SocketSampler
 from harness.owner import owner_record
-from harness.projection.costmodel import Network, goodput_ratio
+from harness.projection.network import Network, goodput_ratio
 from harness.projection.ring import payload_from_sent, ring_allreduce_s
 from harness.results import wrapped
 from harness.run.config import ConfigError

@@ -5,6 +5,7 @@ nothing. The two that must be accepted (a one-value grid axis, a budget written 
 checked for what they mean."""
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from harness import cli
 from harness.net import traces
-from harness.run import commands as runcli, config, containers
+from harness.run import commands as runcli, config
 from trainers import spec
 
 RUN = ["run", "--dry-run", "--model", "micro"]
@@ -104,6 +105,7 @@ def test_each_is_one_line_and_exit_2(files, case, argv, words):
 
 
 def test_compose_settings_are_refused_in_one_line(files):
+    containers = importlib.import_module("harness.run.containers.settings")   # the package exports a function of that name
     with pytest.raises(spec.SpecError, match="^WAN_EXTRA: 'run_id' is not a run parameter"):
         containers.values_from_env({"WAN_EXTRA": "run_id=x"})
     with pytest.raises(spec.SpecError) as err:       # TRACE= goes through the same reader as --trace

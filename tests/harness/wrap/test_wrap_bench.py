@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.projection.costmodel import Network
+from harness.projection.network import Network
 from harness.projection.ring import ring_allreduce_s
 from harness.units import parse_rate
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.projection.costmodel import Network, flow_rate_Bps, path
+from harness.projection.network import Network, flow_rate_Bps, path
 from harness.projection.ring import payload_from_sent, ring_allreduce_s
 from harness.results import wrapped
 
@@ -60,7 +60,7 @@ def test_ring_allreduce_is_the_closed_form_on_identical_links(n):
 
 
 def test_ring_allreduce_waits_for_the_slowest_hop():
-    from harness.projection.costmodel import Access, Node
+    from harness.projection.network import Access, Node
 
     fast, slow = Node(Access(100e6), Access(100e6)), Node(Access(10e6), Access(10e6))
     net = Network(fast, (fast, slow, fast))
