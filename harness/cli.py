@@ -78,12 +78,18 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               loss: str = typer.Option(None, help="override the worker loss, e.g. 0.1%"),
               trace: str = typer.Option(None, help="play a trace on every worker link (file or shipped name; "
                                         "harness traces list); use --secs 20 or more"),
+              trace_step: str = typer.Option(None, help="with --trace: the playback step, one HTB rate change per "
+                                             "step (default 1s; e.g. 100ms where the trace swings within a second)"),
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
     from harness.net import commands as linkcli
     try:
-        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
+        if trace_step is not None and trace is None:
+            raise ValueError("--trace-step: the step of a --trace; give --trace too (a profile's trace states its own "
+                             "interval)")
+        prof = linkcli.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss,
+                                           trace=trace if trace_step is None else {"file": trace, "interval": trace_step})
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
