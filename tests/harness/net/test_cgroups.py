@@ -184,6 +184,9 @@ def test_a_run_puts_each_worker_in_its_share_and_leaves_no_cgroup(tmp_path):
     assert late and late == {t: spec.Straggle("exp", 0.05).delay(1, 1, t) for t in late}   # seeded, recorded
     w2 = [json.loads(x) for x in (cell / "events-w2.jsonl").read_text().splitlines()]
     assert all(r["straggle_s"] == 0.0 for r in w2 if r.get("kind") == "rollouts")
+    report = (run_dir / "report.md").read_text()                # the report names shares, delays, the straggler
+    assert "## Workers: uneven compute and stragglers" in report and "| w2 | 0.25 | - |" in report
+    assert "| w1 | 1 | exp 0.05 s |" in report and "the straggler was w" in report
 
 
 @pytest.mark.root
