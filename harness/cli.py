@@ -161,8 +161,8 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
           all_runs: bool = typer.Option(False, "--all", help="every harness run's, live ones included "
                                         "(kills their processes)"),
           list_only: bool = typer.Option(False, "--list", help="list leftovers and their owners, remove nothing")):
-    """Remove the namespaces (with their links, qdiscs and netfilter rules) and delay lines of
-    harness runs whose owner process is dead; --run-id for one run, --all for every run."""
+    """Remove the namespaces (with their links, qdiscs and netfilter rules), delay lines and CPU-share
+    cgroups of harness runs whose owner process is dead; --run-id for one run, --all for every run."""
     from harness.net import clean as cleaner
     if run_id is not None and all_runs:
         raise _usage_error(ValueError("--all and --run-id: give one of them"))

@@ -126,6 +126,20 @@ class CpuGroups:
         if group is not None:
             (group / "cgroup.procs").write_text(str(pid))
 
+    def throttled(self) -> dict[str, dict]:
+        """Per group, the kernel's CFS bandwidth counters so far: periods, periods throttled and seconds
+        throttled (cpu.stat: throttled_usec on v2, throttled_time in ns on v1); a group gone is left out."""
+        out = {}
+        for name, group in self.groups.items():
+            try:
+                stat = dict(line.split()[:2] for line in (group / "cpu.stat").read_text().splitlines() if line.strip())
+            except OSError:
+                continue
+            seconds = int(stat["throttled_usec"]) / 1e6 if "throttled_usec" in stat else int(stat.get("throttled_time", 0)) / 1e9
+            out[name] = {"periods": int(stat.get("nr_periods", 0)), "throttled_periods": int(stat.get("nr_throttled", 0)),
+                         "throttled_s": round(seconds, 6)}
+        return out
+
     def remove(self) -> None:
         """Kill what is still inside (the cell's processes are stopped first: normally nothing) and
         remove the groups and the parent."""

@@ -6,7 +6,8 @@ PHASES, wall and thread CPU seconds) and ``launch.json`` (the CPU shares the har
 per update (totals over the cell / the updates it applied):
 
 - compute: rollout, train, encode, decode_replay, hash (wall), and the thread CPU seconds in them (a worker
-  held to 25 % of a core shows wall ~4x its CPU);
+  held to 25 % of a core shows wall ~4x its CPU); beside its CPU share, the seconds its quota throttled it
+  (launch.json ``cpu_throttled``, the kernel's cpu.stat);
 - straggle: the delay `--straggler` injected (the `straggle` phase);
 - idle: waiting for the learner's next update (the learner waits on the slowest worker: the others idle);
 - wait: sending and receiving (send_rollouts, send_update, receive): the link.
@@ -32,6 +33,7 @@ def worker_times(cell_dir: Path) -> list[dict]:
     """One row per worker of a cell: updates applied and seconds per update in each group (see the module)."""
     launch = _doc(cell_dir / "launch.json")
     shares = launch.get("cpu_shares") or {}
+    throttled = launch.get("cpu_throttled") or {}
     out = []
     for path in sorted(cell_dir.glob("events-w*.jsonl"), key=lambda p: int(p.stem.split("-w")[1])):
         name = path.stem.split("-", 1)[1]
@@ -43,7 +45,9 @@ def worker_times(cell_dir: Path) -> list[dict]:
                 dur[phase] = dur.get(phase, 0.0) + float(s)
             cpu += sum(float(s) for p, s in (r.get("cpu_s") or {}).items() if p in COMPUTE)
         updates = sum(1 for r in rows if r.get("kind") == "update") or 1
+        held = (throttled.get(name) or {}).get("throttled_s")
         out.append({"worker": name, "cpu_share": shares.get(name), "updates": updates,
+                    "throttled_s": None if held is None else held / updates,
                     "compute_s": sum(dur.get(p, 0.0) for p in COMPUTE) / updates, "compute_cpu_s": cpu / updates,
                     "straggle_s": dur.get("straggle", 0.0) / updates, "idle_s": dur.get("idle", 0.0) / updates,
                     "wait_s": sum(dur.get(p, 0.0) for p in WAIT) / updates})
@@ -71,7 +75,7 @@ def _uneven(config: dict) -> bool:
 
 def section(runs) -> list[str]:
     """The report's "Workers" section (markdown lines); [] when no run has uneven compute or a straggler."""
-    head = ["run", "cell", "worker", "CPU share", "injected delay", "compute s/update (CPU s)", "straggle s/update",
+    head = ["run", "cell", "worker", "CPU share (throttled s/update)", "injected delay", "compute s/update (CPU s)", "straggle s/update",
             "idle s/update", "wait s/update (send + receive)", ""]
     rows, notes = [], []
     for run in runs:
@@ -86,7 +90,8 @@ def section(runs) -> list[str]:
             for w in times:
                 late = injected.get(int(w["worker"][1:]))
                 rows.append([run.dir.name, cell_dir.name, w["worker"],
-                             "-" if w["cpu_share"] is None else f"{w['cpu_share']:g}",
+                             "-" if w["cpu_share"] is None else f"{w['cpu_share']:g}" + (
+                                 "" if w["throttled_s"] is None else f" ({w['throttled_s']:.3f})"),
                              f"{late.kind} {late.seconds:g} s" if late else "-",
                              f"{w['compute_s']:.3f} ({w['compute_cpu_s']:.3f})", f"{w['straggle_s']:.3f}",
                              f"{w['idle_s']:.3f}", f"{w['wait_s']:.3f}", "straggler" if w["straggler"] else ""])
@@ -104,4 +109,6 @@ def section(runs) -> list[str]:
             "train, encode, replay, hash; wall, and the thread's CPU seconds in brackets: a worker held to a "
             "CPU share shows wall well above CPU), the delay --straggler injected, idle (waiting for the "
             "learner's next update) and wait (sending and receiving). CPU share: the CFS quota its cgroup "
-            "held it to (harness/net/cgroups.py), in CPUs.", "", markdown_table(head, rows), "", *notes, ""]
+            "held it to (harness/net/cgroups.py), in CPUs, and in brackets the seconds per update the kernel "
+            "throttled it (cpu.stat): 0 means the quota never bound (on a busy machine a share is a ceiling, "
+            "and the worker got less than it anyway).", "", markdown_table(head, rows), "", *notes, ""]

@@ -384,6 +384,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         times["stopping_t"] = time.monotonic()
         procs.stop()
         if groups is not None:
+            times["cpu_throttled"] = groups.throttled()   # how much each quota held its worker back
             groups.remove()
         watch.close()
         with contextlib.suppress(OSError):  # a record of costs, never a reason to fail the cell

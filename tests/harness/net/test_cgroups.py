@@ -84,6 +84,8 @@ def test_a_share_is_a_cfs_quota_the_process_is_held_to_and_remove_leaves_nothing
         assert f"{cgroups.TOP}/{groups.parent.name}/w1" in Path(f"/proc/{busy.pid}/cgroup").read_text()
         assert str(os.getpid()) not in (w1 / "cgroup.procs").read_text().split()
         _wait(lambda: _throttled(w1) > 0, "the busy loop was never throttled")   # the kernel holds it to 25 ms/100 ms
+        held = groups.throttled()
+        assert held["w1"]["throttled_periods"] > 0 and held["w1"]["throttled_s"] > 0 and set(held) == {"w1", "w2"}
         groups.remove()                                  # the busy loop is still inside: killed, then removed
         assert busy.wait(timeout=30) == -signal.SIGKILL
         assert not groups.parent.exists()
@@ -178,15 +180,16 @@ def test_a_run_puts_each_worker_in_its_share_and_leaves_no_cgroup(tmp_path):
     assert seen == {"limit": 0.25, "w1": 1.0, "member": True}
     assert _live_group(proc.pid) is None                         # removed by the run
     cell = run_dir / "cells" / "spar-12.8pct-s1"
-    assert json.loads((cell / "launch.json").read_text())["cpu_shares"] == {"w1": 1.0, "w2": 0.25}
+    launch = json.loads((cell / "launch.json").read_text())
+    assert launch["cpu_shares"] == {"w1": 1.0, "w2": 0.25} and set(launch["cpu_throttled"]) == {"w1", "w2"}
     rows = [json.loads(x) for x in (cell / "events-w1.jsonl").read_text().splitlines()]
     late = {r["batch"]: r["straggle_s"] for r in rows if r.get("kind") == "rollouts"}
     assert late and late == {t: spec.Straggle("exp", 0.05).delay(1, 1, t) for t in late}   # seeded, recorded
     w2 = [json.loads(x) for x in (cell / "events-w2.jsonl").read_text().splitlines()]
     assert all(r["straggle_s"] == 0.0 for r in w2 if r.get("kind") == "rollouts")
     report = (run_dir / "report.md").read_text()                # the report names shares, delays, the straggler
-    assert "## Workers: uneven compute and stragglers" in report and "| w2 | 0.25 | - |" in report
-    assert "| w1 | 1 | exp 0.05 s |" in report and "the straggler was w" in report
+    assert "## Workers: uneven compute and stragglers" in report and "| w2 | 0.25 (" in report
+    assert "| w1 | 1 (" in report and "exp 0.05 s" in report and "the straggler was w" in report
 
 
 @pytest.mark.root

@@ -32,12 +32,14 @@ class _Run:
 def test_per_worker_times_and_the_straggler(tmp_path):
     cell = tmp_path / "r1" / "cells" / "spar-12.8pct-s1"
     cell.mkdir(parents=True)
-    (cell / "launch.json").write_text(json.dumps({"cpu_shares": {"w2": 0.25}}))
+    (cell / "launch.json").write_text(json.dumps({"cpu_shares": {"w2": 0.25},
+                                                 "cpu_throttled": {"w2": {"throttled_s": 2.0}}}))
     _worker(cell / "events-w1.jsonl", rollout=0.2, cpu=0.2, straggle=0.5, idle=0.1)
     _worker(cell / "events-w2.jsonl", rollout=0.6, cpu=0.15, straggle=0.0, idle=0.3)     # 25 % of a core
     _worker(cell / "events-w3.jsonl", rollout=0.2, cpu=0.2, straggle=0.0, idle=0.8)
     times = {w["worker"]: w for w in workers_report.worker_times(cell)}
     assert times["w2"]["cpu_share"] == 0.25 and times["w1"]["cpu_share"] is None
+    assert times["w2"]["throttled_s"] == 0.5 and times["w1"]["throttled_s"] is None    # 2 s over 4 updates
     assert abs(times["w2"]["compute_s"] - 0.66) < 1e-9 and abs(times["w2"]["compute_cpu_s"] - 0.21) < 1e-9
     assert times["w1"]["straggle_s"] == 0.5 and times["w3"]["idle_s"] == 0.8
     assert abs(times["w1"]["wait_s"] - 0.03) < 1e-9
@@ -46,7 +48,7 @@ def test_per_worker_times_and_the_straggler(tmp_path):
     md = "\n".join(workers_report.section([run]))
     assert md.startswith("## Workers: uneven compute and stragglers")
     assert "| r1 | spar-12.8pct-s1 | w1 | - | exp 0.5 s | 0.260 (0.260) | 0.500 | 0.100 | 0.030 | straggler |" in md
-    assert "| w2 | 0.25 | - | 0.660 (0.210) |" in md
+    assert "| w2 | 0.25 (0.500) | - | 0.660 (0.210) |" in md
     assert "the straggler was w1 (0.760 s/update" in md
 
 
