@@ -72,3 +72,13 @@ def test_calibrate_states_the_playback_error_of_a_shaped_traced_link(tmp_path):
     assert by_window[1.0]["total"] < 0.2
     assert (tmp_path / "calibration.json").exists()
     assert "playback" in (tmp_path / "calibration.json").read_text()
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--trace-step", "100ms"], "error: --trace-step: the step of a --trace; give --trace too"),
+    (["--trace", "cellular-lte.csv", "--trace-step", "1ms"], "trace.interval: '1ms' must be within 10ms and 1h")])
+def test_a_bad_trace_step_is_one_line_and_builds_nothing(flags, error):
+    from typer.testing import CliRunner
+    from harness.cli import app
+    result = CliRunner().invoke(app, ["calibrate", "--profile", "lan", *flags])
+    assert result.exit_code == 2 and error in result.stderr and len(result.stderr.strip().splitlines()) == 1
