@@ -76,12 +76,18 @@ def calibrate(profile: str = typer.Option(..., help="profile name or YAML path")
               loss: str = typer.Option(None, help="override the worker loss, e.g. 0.1%"),
               trace: str = typer.Option(None, help="play a trace on every worker link (file or shipped name; "
                                         "harness traces list); use --secs 20 or more"),
+              trace_step: str = typer.Option(None, help="with --trace: the playback step, one HTB rate change per "
+                                             "step (default 1s; e.g. 100ms where the trace swings within a second)"),
               out: str = typer.Option("results/calibration", help="folder for calibration.json"),
               dry_run: bool = typer.Option(False, "--dry-run", help="print the plan, touch nothing")):
     """Build the topology, apply a profile and measure goodput, RTT and loss per link."""
     from harness.net import commands
     try:
-        prof = commands.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss, trace=trace)
+        if trace_step is not None and trace is None:
+            raise ValueError("--trace-step: the step of a --trace; give --trace too (a profile's trace states its own "
+                             "interval)")
+        prof = commands.load_with_overrides(profile, rate=bw, delay=delay, jitter=jitter, loss=loss,
+                                           trace=trace if trace_step is None else {"file": trace, "interval": trace_step})
         from harness.net.backend import validate
         validate(backend)
         if not 1 <= workers <= 250:
@@ -153,8 +159,8 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
           all_runs: bool = typer.Option(False, "--all", help="every harness run's, live ones included "
                                         "(kills their processes)"),
           list_only: bool = typer.Option(False, "--list", help="list leftovers and their owners, remove nothing")):
-    """Remove the namespaces (with their links, qdiscs and netfilter rules) and delay lines of
-    harness runs whose owner process is dead; --run-id for one run, --all for every run."""
+    """Remove the namespaces (with their links, qdiscs and netfilter rules), delay lines and CPU-share
+    cgroups of harness runs whose owner process is dead; --run-id for one run, --all for every run."""
     from harness.net import clean as cleaner
     if run_id is not None and all_runs:
         raise usage_error(ValueError("--all and --run-id: give one of them"))

@@ -42,7 +42,7 @@ from pathlib import Path
 
 # Phase names, the same strings in every process's rows and in the results columns.
 PHASES = ("rollout", "send_rollouts", "receive", "train", "encode", "send_update", "decode_replay",
-          "hash", "idle")
+          "hash", "idle", "straggle")   # straggle: a delay injected by --straggler (trainers/spec.py Straggle)
 
 
 class EventLog:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import dataclasses
 from dataclasses import dataclass
@@ -338,6 +339,9 @@ PARAMS: list[Param] = [
     Param("eval_samples", int, 8, "samples per held-out problem (n of pass@k; at least 2 x --pass-k)",
           lo=1, hi=1024),
     Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512),
+    Param("straggler", str, None, "extra delay per update of named workers, from a stated distribution seeded by "
+          "(seed, worker, batch): wN:exp:MEAN (exponential) or wN:fixed:SECONDS, comma list, e.g. w2:exp:2s; "
+          "the worker sleeps it after computing each batch (events: the straggle phase)", optional=True),
     *_compressor_params(),
     Param("delta_codec", str, "zstd", "delta: codec of the changed elements' indices + values (zstd: fewer bytes; "
           "lz4: faster)", choices=DELTA_CODECS, group="compressor"),
@@ -390,6 +394,10 @@ PARAMS: list[Param] = [
           "own rates). A pilot measures full sync's compute per update here (CPU time, cached) and every link rate is "
           "scaled to match. Unset: paper when no rate is given (profile paper-62.5mbit, no --bw or --trace), else off",
           where="link", optional=True),
+    Param("worker_cpu", str, None, "CPU share of each worker's service process, comma list w1 first (one value: "
+          "every worker), in CPUs: 1,1,0.5,0.25 gives w4 a quarter of one core (a cgroup CFS quota each, "
+          "harness/net/cgroups.py; root); overrides the profile's per-worker cpu key", unit="CPUs", where="link",
+          optional=True),
     Param("emulation", bool, True, "shape links in network namespaces (root); --no-emulation: localhost, "
           "unshaped", where="link"),
     Param("backend", str, None, "force the shaping backend: netem | fallback (default: the kernel's)",
@@ -435,9 +443,78 @@ def check_combinations(values: Mapping[str, Any]) -> None:
     resolve_group_size(values["objective"], values["group_size"])   # grpo needs a group
     if values["eval_samples"] < 2 * values["pass_k"]:  # the unbiased pass@k estimator needs n >= k; 2k keeps it stable
         raise SpecError(f"--eval-samples: {values['eval_samples']} must be at least 2 x --pass-k ({values['pass_k']})")
+    if "worker_cpu" in values:          # a harness value: present in a run's values, not in one cell's
+        parse_worker_cpu(values["worker_cpu"], values["workers"])
+    late = [w for w in parse_straggler(values.get("straggler")) if w > values["workers"]]
+    if late:
+        raise SpecError(f"--straggler: names w{late[0]}, but the run has {values['workers']} workers")
     k, k_states = values.get("lordo_k"), values.get("lordo_k_states")
     if k_states is not None and k and k_states % k:  # was refused only when the aggregator started
         raise SpecError(f"--lordo-k-states: {k_states} must be a multiple of --lordo-k ({k})")
+
+
+CPU_SHARE_MIN, CPU_SHARE_MAX = 0.01, 256.0   # CPUs: 1 ms per 100 ms CFS period (the kernel's floor), 256 cores
+
+
+def parse_cpu_share(raw, where: str) -> float:
+    """One share (a number of CPUs, e.g. 0.25) -> float in [CPU_SHARE_MIN, CPU_SHARE_MAX]; SpecError naming ``where``."""
+    try:
+        share = float(raw) if not isinstance(raw, bool) else float("nan")
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: {raw!r} is not a number of CPUs (e.g. 0.25)") from None
+    if not CPU_SHARE_MIN <= share <= CPU_SHARE_MAX:   # NaN fails both comparisons
+        raise SpecError(f"{where}: {raw!r} is outside [{CPU_SHARE_MIN}, {CPU_SHARE_MAX:g}] CPUs")
+    return share
+
+
+def parse_worker_cpu(text: str | None, workers: int) -> tuple[float, ...]:
+    """``--worker-cpu 1,1,0.5,0.25`` -> one share per worker (w1 first); one value applies to every worker."""
+    if text is None:
+        return ()
+    items = [x.strip() for x in str(text).split(",")]
+    shares = tuple(parse_cpu_share(x, "--worker-cpu") for x in items)
+    if len(shares) == 1:
+        return shares * workers
+    if len(shares) != workers:
+        raise SpecError(f"--worker-cpu: {quote(text)} gives {len(shares)} shares for {workers} workers "
+                        "(one per worker, w1 first, or one for all)")
+    return shares
+
+
+STRAGGLER = re.compile(r"^w([1-9][0-9]*):(exp|fixed):([0-9]*\.?[0-9]+)(ms|s)?$")
+STRAGGLER_MAX_S = 3600.0    # one update's injected delay (mean or fixed), at most
+
+
+@dataclass(frozen=True)
+class Straggle:
+    """One worker's injected delay per update: ``kind`` exp (exponential of mean ``seconds``) or fixed."""
+    kind: str
+    seconds: float
+
+    def delay(self, seed: int, worker: int, batch: int) -> float:
+        """The delay of one batch (s): a pure function of (seed, worker, batch), so a restarted worker
+        or a rerun draws the same delays."""
+        if self.kind == "fixed":
+            return self.seconds
+        return random.Random(f"straggler/{seed}/{worker}/{batch}").expovariate(1.0 / self.seconds)
+
+
+def parse_straggler(text: str | None) -> dict[int, Straggle]:
+    """``w2:exp:2s,w3:fixed:500ms`` -> {2: Straggle('exp', 2.0), 3: Straggle('fixed', 0.5)}; SpecError naming it."""
+    if text is None:
+        return {}
+    out: dict[int, Straggle] = {}
+    for item in (x.strip() for x in str(text).split(",")):
+        m = STRAGGLER.match(item)
+        if not m:
+            raise SpecError(f"--straggler: {quote(item)} is not wN:exp:MEAN or wN:fixed:SECONDS (e.g. w2:exp:2s)")
+        worker, seconds = int(m.group(1)), float(m.group(3)) / (1000 if m.group(4) == "ms" else 1)
+        if worker in out:
+            raise SpecError(f"--straggler: {quote(text)} names w{worker} twice")
+        if not 0 < seconds <= STRAGGLER_MAX_S:
+            raise SpecError(f"--straggler: {quote(item)}: the delay must be within (0, {STRAGGLER_MAX_S:g}] s")
+        out[worker] = Straggle(m.group(2), seconds)
+    return out
 
 
 def check_run(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:

@@ -26,6 +26,10 @@ receiver also counts bytes every ``SAMPLE_S``; goodput over the window is compar
 trace's mean path rate over the *same* window (its mean, p10/p50/p90 of ``SAMPLE_S`` bins, and
 the achieved rate's), so ``ratio`` = goodput / trace mean x wire/payload-free. ``schedule`` in
 calibration.json: the steps' applied-vs-due lag (median, p95, max) and how many were skipped.
+``playback`` per traced row: the playback error, bytes the link carried vs the bytes of the *recorded*
+trace (not its schedule of steps) per window of 100 ms and 1 s (:func:`playback_error`); the HTB rate
+changes once per step (the trace's ``interval``, 1 s by default; ``--trace-step`` on `harness calibrate`),
+so a trace that swings within a step shows its error at 100 ms, and a finer step removes most of it.
 
 Measurement processes run inside the namespaces: ``python -m harness.net.calibrate serve PORT`` in the
 learner, ``python -m harness.net.calibrate probe ...`` in each worker (JSON on stdout). No torch.
@@ -46,6 +50,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from harness.net import traces
 from harness.net.profiles import LinkDir
 from harness.net.shaper import emulate
 
@@ -55,7 +60,10 @@ PAYLOAD_OVER_WIRE = 1448 / 1514     # TCP payload per Ethernet frame at 1500 MTU
 UDP_PROBE_BYTES = 200
 TCPI_BYTES_RECEIVED = 128       # offset of tcpi_bytes_received (u64) in struct tcp_info (Linux >= 4.1)
 TAIL_S = 1.0                    # the sender keeps sending this long after the receiver's window
-SAMPLE_S = 0.5                  # the receiver's byte count is also taken this often (achieved rate over time)
+SAMPLE_S = 0.1                  # the receiver's byte count is also taken this often (achieved rate over time;
+                                # the finest playback-error window)
+BIN_S = 0.5                     # the achieved-vs-trace percentiles are of bins this long (SAMPLE_S marks merged)
+ERROR_WINDOWS_S = (0.1, 1.0)    # playback error: carried vs the trace's bytes per window of each length
 RATE_RES_S = 0.05               # resolution at which a traced path's rate is integrated over a bin
 
 
@@ -122,7 +130,7 @@ def _receive(conn: socket.socket, warm_s: float, secs: float) -> dict:
     start = time.monotonic()
     marks: list[tuple[float, int]] = []       # (time, bytes) every SAMPLE_S through the window, edges included
     n_marks = 1 + max(1, math.ceil(secs / SAMPLE_S - 1e-9))
-    conn.settimeout(0.05)                      # wake up to take a mark even when no data comes
+    conn.settimeout(SAMPLE_S / 10)             # wake up to take a mark even when no data comes
     while True:
         try:
             n = conn.recv_into(buf)
@@ -328,6 +336,7 @@ class Row:
     ok_rtt: bool
     ok_loss: bool
     trace: dict | None = None        # traced path: the trace over the measured window vs the achieved rate
+    playback: list | None = None     # traced link: playback_error per window length (ERROR_WINDOWS_S)
     incomplete: str | None = None    # the probe stopped: the measurement that could not complete, and why
 
 
@@ -355,10 +364,11 @@ def path_rate(profile, node: str, direction: str, t_s: float) -> float | None:
 
 
 def trace_window(profile, node: str, direction: str, series: list, start: float) -> dict:
-    """The path's scheduled rate over the receiver's window (``series``: [time.monotonic(), bytes],
-    ``start``: the schedule's time 0) next to the achieved rate, per SAMPLE_S bin (bit/s)."""
+    """The path's scheduled rate over the receiver's window (``series``: [time.monotonic(), bytes] every
+    SAMPLE_S, ``start``: the schedule's time 0) next to the achieved rate, per BIN_S bin (bit/s)."""
     want, got = [], []
-    for (t0, b0), (t1, b1) in zip(series, series[1:]):
+    marks = series[::max(1, round(BIN_S / SAMPLE_S))]
+    for (t0, b0), (t1, b1) in zip(marks, marks[1:]):
         ts = [t0 - start + (k + 0.5) * RATE_RES_S for k in range(max(1, round((t1 - t0) / RATE_RES_S)))]
         want.append(statistics.fmean(path_rate(profile, node, direction, t) or 0.0 for t in ts))
         got.append((b1 - b0) * 8 / (t1 - t0))
@@ -368,9 +378,39 @@ def trace_window(profile, node: str, direction: str, series: list, start: float)
     def pct(xs):
         q = statistics.quantiles(xs, n=10, method="inclusive") if len(xs) > 1 else xs * 9
         return {"mean_bit_s": statistics.fmean(xs), "p10_bit_s": q[0], "p50_bit_s": q[4], "p90_bit_s": q[8]}
-    return {"window_s": [round(series[0][0] - start, 3), round(series[-1][0] - start, 3)], "bin_s": SAMPLE_S,
+    return {"window_s": [round(marks[0][0] - start, 3), round(marks[-1][0] - start, 3)], "bin_s": BIN_S,
             "trace": pct(want), "achieved": pct(got), "trace_bins_bit_s": [round(x) for x in want],
             "achieved_bins_bit_s": [round(x) for x in got]}
+
+
+def recorded_trace(profile, node: str, direction: str) -> traces.Trace | None:
+    """The trace worker ``node``'s link plays in ``direction`` (scaled as the profile scales it), as recorded:
+    not the schedule of steps it is played as."""
+    link = profile.link(node)
+    ref = (link.up if direction == "up" else link.down).trace
+    return ref.load() if ref is not None else None
+
+
+def playback_error(trace: traces.Trace, series: list, start: float, window_s: float) -> dict:
+    """Bytes the link carried (the receiver's in-order count, ``series``: [time.monotonic(), bytes] every
+    SAMPLE_S) vs the bytes the recorded ``trace`` offers over the same windows of ``window_s`` (its bits x
+    PAYLOAD_OVER_WIRE: the trace counts 1500-byte frames, the receiver TCP payload). Each window's error
+    is (carried - trace) / the trace's mean bytes per window, so an outage window (trace 0) counts too:
+    ``mean_abs``, ``p90_abs``, ``max_abs`` of those; ``total`` = carried / trace over the whole window - 1."""
+    step = max(1, round(window_s / SAMPLE_S))
+    marks = series[::step]
+    carried, offered = [], []
+    for (t0, b0), (t1, b1) in zip(marks, marks[1:]):
+        carried.append(b1 - b0)
+        offered.append(trace.bits(t0 - start, t1 - start) / 8 * PAYLOAD_OVER_WIRE)
+    if not offered or sum(offered) <= 0:
+        return {"window_s": window_s, "windows": 0}
+    mean = statistics.fmean(offered)
+    errs = sorted(abs(c - o) / mean for c, o in zip(carried, offered))
+    return {"window_s": window_s, "windows": len(errs), "mean_abs": statistics.fmean(errs),
+            "p90_abs": errs[min(len(errs) - 1, int(0.9 * len(errs)))], "max_abs": errs[-1],
+            "total": sum(carried) / sum(offered) - 1, "carried_bytes": carried,
+            "trace_bytes": [round(o) for o in offered]}
 
 
 def judge(node: str, direction: str, want: dict, rtt_want: float, got: dict, window: dict | None = None) -> Row:
@@ -457,7 +497,13 @@ def _measure(profile, topo, name, host, secs, rtt_count, loss_count, schedule_st
     got = json.loads(out)
     windows = {d: trace_window(profile, name, d, got[f"series_{d}"], schedule_start) if schedule_start else None
                for d in ("up", "down")}
-    return [judge(name, d, want[d], want["rtt_s"], got, windows[d]) for d in ("up", "down")]
+    rows = [judge(name, d, want[d], want["rtt_s"], got, windows[d]) for d in ("up", "down")]
+    for row in rows:
+        recorded = recorded_trace(profile, name, row.direction) if schedule_start else None
+        if recorded is not None and len(got[f"series_{row.direction}"]) > 1:
+            row.playback = [playback_error(recorded, got[f"series_{row.direction}"], schedule_start, w)
+                            for w in ERROR_WINDOWS_S]
+    return rows
 
 
 def main(argv: list[str]) -> int:

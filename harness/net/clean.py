@@ -6,7 +6,9 @@ rules die with the namespace), the processes running inside them (delay lines, p
 learner/worker services), delay-line processes (``python -m harness.net.delayline``) whose
 namespace is already gone, the runs' state files (``/run/wan-harness/<run id>.json``), and the
 containers of docker-compose.yml (label ``wan-harness.role``) whose controller no longer runs
-(their namespaces, and the qdiscs and rules in them, go with them; see docs/CONTAINERS.md).
+(their namespaces, and the qdiscs and rules in them, go with them; see docs/CONTAINERS.md), and the
+CPU-share cgroups of runs whose owner is dead (``<cpu hierarchy>/wan-harness/o<pid>-<start>-<hex>``,
+:mod:`harness.net.cgroups`: the owner is in the name).
 Nothing else is looked at: the host namespace's links, qdiscs and rules are never modified.
 
 Whose: every topology records its owner process (pid + start time) in its state file when it
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 from pyroute2 import netns
 
-from harness.net import topology
+from harness.net import cgroups, topology
 from harness.owner import owner_alive
 
 # The delay line's module, and its name before the rooms (harness/delayline.py): a line left by a
@@ -40,11 +42,13 @@ class Removed:
     processes: list[int] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)        # one line per run left alone, and why
     containers: list[str] = field(default_factory=list)  # docker-compose.yml's, whose controller is gone
+    cgroups: list[str] = field(default_factory=list)     # CPU-share cgroups of runs whose owner is dead
 
     def lines(self) -> list[str]:
         done = ([f"removed namespace {n}" for n in self.namespaces]
                 + [f"killed process {p}" for p in self.processes]
-                + [f"removed container {c}" for c in self.containers])
+                + [f"removed container {c}" for c in self.containers]
+                + [f"removed cgroup {g}" for g in self.cgroups])
         return (done or ["nothing to clean"]) + self.kept
 
 
@@ -169,8 +173,9 @@ def clean(run_id: str | None = None, everything: bool = False) -> Removed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
             removed.processes.append(pid)
-    if run_id is None:                     # containers are per stack, not per run
+    if run_id is None:                     # containers are per stack, cgroups per owner process, not per run
         removed.containers += remove_containers(everything)
+        removed.cgroups += cgroups.sweep(everything=everything)
     for rid in topology.state_run_ids():   # state files whose namespaces are gone
         if (run_id is None or rid == run_id) and not leftovers(rid) and (not dead_only or owner_status(rid)[1] is False):
             topology.remove_state(rid)

@@ -14,7 +14,7 @@ from harness.net import calibrate
 from harness.net import doctor
 
 
-def load_with_overrides(name: str, **flags: str | None) -> profiles.Profile:
+def load_with_overrides(name: str, **flags: str | dict | None) -> profiles.Profile:
     """A profile with CLI flags (rate, delay, jitter, loss) overriding its worker defaults."""
     prof = profiles.load(name)
     overrides = {k: v for k, v in flags.items() if v is not None}
@@ -98,10 +98,17 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
 
 def trace_lines(rows, path: Path) -> list[str]:
     """Traced links: achieved vs the trace over the same window (mean, p10/p50/p90 of 0.5 s bins),
-    and the schedule's applied-vs-due lag."""
+    the playback error per window (carried vs the recorded trace's bytes), and the schedule's
+    applied-vs-due lag."""
     import json
     lines = []
     for r in rows:
+        for e in r.playback or []:
+            if e.get("windows"):
+                lines.append(f"{r.node} {r.direction} playback error per {e['window_s'] * 1e3:.0f} ms window "
+                             f"({e['windows']} windows): mean {e['mean_abs']:.1%}, p90 {e['p90_abs']:.1%}, max "
+                             f"{e['max_abs']:.1%} of the trace's mean bytes per window; carried/trace over all "
+                             f"{e['total'] + 1:.3f}")
         if r.trace:
             t, a = r.trace["trace"], r.trace["achieved"]
             lines.append(f"{r.node} {r.direction} over {r.trace['window_s'][0]:.1f}-{r.trace['window_s'][1]:.1f} s of the "

@@ -55,10 +55,12 @@ from typing import Any, Iterator, Mapping
 
 from harness import readers, units
 from harness.net import traces
+from trainers import spec
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "netem_profiles"
 _LINK_KEYS = {"rate", "delay", "jitter", "loss", "burst_loss", "limit", "trace"}
 _TRACE_KEYS = {"file", "interval", "scale"}
+_COMPUTE_KEYS = {"cpu"}   # a worker's compute, not its link: its CPU share (defaults and workers.wN only)
 DEFAULT_TRACE_INTERVAL_S = 1.0   # one rate change per second: HTB's change is in place, ~1 ms of netlink
 _TOP_KEYS = {"name", "description", "source", "defaults", "learner", "workers", "schedule"}
 _GE_KEYS = {"p", "r", "bad_loss", "good_loss"}
@@ -226,6 +228,11 @@ class Profile:
                 raw = _merge(raw, change.raw)
         return build_link(raw, f"{self.name}.{node}").at(at_s)
 
+    def cpu(self, node: str) -> float | None:
+        """The CPU share of worker ``node`` (CPUs, harness/net/cgroups.py), None: not limited."""
+        raw = _raw_for(self, node).get("cpu")
+        return None if raw is None else spec.parse_cpu_share(raw, f"{self.name}.{node}.cpu")
+
     def change_times(self) -> list[float]:
         return sorted({c.at_s for c in self.schedule})
 
@@ -387,6 +394,7 @@ def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
 def _check_link_raw(raw: Any, where: str) -> None:
     if not isinstance(raw, Mapping):
         raise ProfileError(f"{where}: {raw!r} must be a mapping of link keys")
+    raw = _without_compute(raw, where)
     _check_keys(raw, _LINK_KEYS | {"up", "down"}, where)
     for direction in ("up", "down"):
         if direction in raw:
@@ -394,6 +402,19 @@ def _check_link_raw(raw: Any, where: str) -> None:
                 raise ProfileError(f"{where}.{direction}: {raw[direction]!r} must be a mapping of link keys")
             _check_keys(raw[direction], _LINK_KEYS, f"{where}.{direction}")
     build_link(raw, where)  # parse every value now: errors surface at load, not at apply
+
+
+def _without_compute(raw: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """``raw`` without its compute keys, each checked: only a worker's entry (defaults, workers.wN) takes one."""
+    if not _COMPUTE_KEYS & set(raw):
+        return raw
+    if not (where.endswith(".defaults") or ".workers." in where):
+        raise ProfileError(f"{where}.cpu: only a worker's entry (defaults, workers.wN) takes a CPU share")
+    try:
+        spec.parse_cpu_share(raw["cpu"], f"{where}.cpu")
+    except spec.SpecError as err:
+        raise ProfileError(str(err)) from None
+    return {k: v for k, v in raw.items() if k not in _COMPUTE_KEYS}
 
 
 def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:

@@ -26,6 +26,7 @@ import pandas as pd
 
 from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, regime_report, rivals
 from harness.results import tables as results, verdict
+from harness.results import workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from trainers import spec
@@ -211,7 +212,7 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
            *regime_report.section(tables.runs), *_load_section(comp), *quality_report.section(comp),
            *rivals.section(tables.updates, comp),
            *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
-           "## Cells", ""]
+           *workers_report.section(tables.runs), "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
              str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),

@@ -45,6 +45,7 @@ from trainers.events import tail_events
 from harness.net import shaper
 from harness.run.forkserver import ForkServer, ForkServerError
 from harness.net import doctor
+from harness.net import cgroups
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
 from harness.results import compare, report, tables as results
@@ -185,8 +186,10 @@ def run_flags(cfg: RunConfig, cell: Cell) -> list[str]:
 
 class Processes:
     """The learner and workers of one cell; `stop()` always leaves none running."""
-    def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None):
+    def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None,
+                 place: Callable[[str, int], None] = lambda name, pid: None):
         self.spawn = spawn or _local_spawn  # None: plain processes on this host (no namespaces)
+        self.place = place  # moves a started process into its CPU-share cgroup (harness/net/cgroups.py)
         self.procs: dict[str, subprocess.Popen] = {}
         self.launches: dict[str, tuple] = {}  # name -> (node, argv, cell_dir, env): what `restart` repeats
 
@@ -200,6 +203,7 @@ class Processes:
         with open(cell_dir / f"{name}.log", "ab") as log:
             self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True)  # Ctrl-C reaches us; we stop them in order
+        self.place(name, self.procs[name].pid)
         return self.procs[name]
 
     def restart(self, name: str) -> subprocess.Popen:
@@ -347,7 +351,10 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     cell_dir.mkdir(parents=True, exist_ok=True)
     env = service_env(token, cache_dir(cfg))
     times = {"started_t": time.monotonic()}  # launch.json: the cell's fixed costs (CLOCK_MONOTONIC, as the events' t)
-    procs = Processes(spawn)
+    shares = cgroups.shares(cfg.worker_cpu, cfg.load_profile(), cfg.workers)
+    groups = cgroups.CpuGroups(shares) if shares else None   # removed in `finally`, after the processes
+    times["cpu_shares"] = shares
+    procs = Processes(spawn, place=groups.place if groups else lambda name, pid: None)
     watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
     try:
@@ -380,6 +387,9 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
             watch.write("learner_exit", returncode=code, how=describe_exit(code))
         times["stopping_t"] = time.monotonic()
         procs.stop()
+        if groups is not None:
+            times["cpu_throttled"] = groups.throttled()   # how much each quota held its worker back
+            groups.remove()
         watch.close()
         with contextlib.suppress(OSError):  # a record of costs, never a reason to fail the cell
             atomic_write_json(cell_dir / "launch.json", dict(times, stopped_t=time.monotonic()))
@@ -432,6 +442,8 @@ def check_privileges(cfg: RunConfig) -> None:
                                   out_dir=cfg.out_dir, root=True)
         if missing:
             raise PreflightFailed("\n".join(missing))
+    if cgroups.shares(cfg.worker_cpu, cfg.load_profile(), cfg.workers) and (why := cgroups.problem()):
+        raise PreflightFailed(why)
 
 
 def new_run_id(cfg: RunConfig) -> str:

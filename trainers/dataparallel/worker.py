@@ -26,6 +26,7 @@ from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer
 from trainers.process import connect, die_with_parent, log, parse_addr, run_token, set_threads
+from trainers import spec
 from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
 
@@ -77,13 +78,18 @@ def train(conn: Connection, p: RunParams, worker: int, events: EventLog) -> None
     method = get_method(p.method, params, dp_config(p), worker)
     corpus = Corpus(p.seed, p.dp_seq_len)
     losses: list[float] = []
+    straggle = spec.parse_straggler(p.straggler).get(worker)   # --straggler: this worker's injected delay
     for step in range(1, p.updates + 1):
         timer = PhaseTimer()
         with timer.phase("train"):
             loss, grads = gradients(model, params, corpus.batch(worker, step, p.dp_batch))
             up = method.step(step, grads)
+        late = straggle.delay(p.seed, worker, step) if straggle else 0.0
+        if late:
+            with timer.phase("straggle"):
+                time.sleep(late)
         losses.append(loss)
-        row = {"version": step, "type": "DP", "loss": loss, "sync": up is not None}
+        row = {"version": step, "type": "DP", "loss": loss, "sync": up is not None, "straggle_s": late}
         if up is not None:
             row.update(sync(conn, method, step, up, losses, timer))
             losses = []

@@ -219,11 +219,16 @@ class Worker:
                                   p.max_new_tokens, p.temperature, seed=seed,
                                   policy_version=self.replica.version,
                                   problem_ids=global_problem_ids(p, self.id, batch))
+        straggle = spec.parse_straggler(p.straggler).get(self.id)   # --straggler: this worker's injected delay
+        late = straggle.delay(p.seed, self.id, batch) if straggle else 0.0
+        if late:
+            with timer.phase("straggle"):
+                time.sleep(late)
         with timer.phase("send_rollouts"):
             body = wire.pack_tensors(r.to_tensors(), meta={"batch": batch, "worker": self.id})
             written = self.send(MessageType.ROLLOUTS, body)
         self.events.write("rollouts", batch=batch, policy_version=self.replica.version, **timer.row(),
-                          rows=len(r), reward_mean=sum(r.rewards) / len(r.rewards), seed=seed,
+                          rows=len(r), reward_mean=sum(r.rewards) / len(r.rewards), seed=seed, straggle_s=late,
                           bytes={"sent": {"ROLLOUTS": written}}, payload_bytes=len(body),
                           tcp=self.conn.tcp_delta())  # the socket since the previous row (wire.tcp_info)
 
