@@ -7,12 +7,15 @@ main thread acts on the inbox, through `Membership.pump`, which handles joins an
 here and hands the members' frames (rollouts, hash reports) to the caller in arrival order.
 
 Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
-- at most `max_pending` connections may be in their handshake at once, at most `per_source` from
-  one address (`trainers.protocol.gate`: a newcomer from a smaller holder evicts the largest
-  holder's oldest pending connection, so peers without the token cannot starve a join); one more is
-  closed at once and logged as `rejected` (once per burst, with the count when the burst ends); the
-  frame header (it carries the token check) must arrive within `token_timeout_s`, the whole HELLO
-  within `handshake_timeout_s`;
+- at most `max_pending` connections that have not shown the run token may be in their handshake
+  at once, at most `per_source` from one address (`trainers.protocol.gate`: a connection leaves
+  that budget as soon as its frame header shows the token, so members and genuine joiners never
+  compete with token-less peers; a newcomer over a budget evicts the largest holder's oldest
+  connection past its grace, or is refused); the frame header must arrive within
+  `token_timeout_s`, the whole HELLO within `handshake_timeout_s`;
+- every refused connection (over the budget, evicted, a wrong token, a bad HELLO, a forged id) is
+  counted in `rejections`: one `rejected` row per source address per interval, with the count, so
+  a flood grows the event file with the number of its addresses, not with its rate;
 - memory is bounded in bytes in every phase: a reader queues a connection's next frame only while
   that connection has less than `max_frame_bytes` waiting in the inbox (so at most two frames per
   connection are held: one queued, one being read), and what it cannot queue waits in the kernel's
@@ -56,9 +59,10 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from trainers.protocol import messages, wire
-from trainers.protocol.gate import Gate, Ticket, source_of
+from trainers.protocol import gate
+from trainers.protocol.gate import Gate, Ticket, await_token, source_of
 from trainers.hilo.consistency import Consistency
-from trainers.events import EventLog
+from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
 from trainers.model.replica import Replica
 from trainers.model.rollout import Rollouts
@@ -68,8 +72,9 @@ from trainers.protocol.wire import Connection, DeadlineExceeded, MessageType, Pe
 
 PROCESS = "learner"
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said a valid HELLO
-MAX_PENDING_CONNECTIONS = 16  # connections in their handshake at once (learner flag --max-pending-connections)
-MAX_PENDING_PER_SOURCE = 8  # of them from one address (--max-pending-per-source)
+MAX_PENDING_CONNECTIONS = gate.MAX_PENDING  # token-less connections at once (learner flag --max-pending-connections)
+MAX_PENDING_PER_SOURCE = gate.PER_SOURCE  # of them from one address (--max-pending-per-source)
+REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per this many seconds
 TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
 LIVENESS_S = 10.0  # seconds without a byte from a joined member before it is dropped (--liveness; spec.py)
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
@@ -133,8 +138,7 @@ class Membership:
         self.max_pending, self.send_timeout_s = max_pending, send_timeout_s
         self.liveness_s = liveness_s
         self.gate = Gate(max_pending, per_source)
-        self._over_cap = 0  # connections refused over the cap in the current burst (listener thread)
-        self._evictions_logged = 0  # gate.evicted when the last `rejected` row about evictions was written
+        self.rejections = Tally(events, "rejected", REJECTED_INTERVAL_S)  # refused connections, per source
         self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the readers
         self._queued: dict[Connection, int] = {}  # body bytes each live connection has in the inbox
         self._room = threading.Condition()  # guards _queued; notified when the inbox drains or a connection closes
@@ -182,39 +186,28 @@ class Membership:
     def start_reader(self, sock: socket.socket, addr) -> None:
         """A reader thread for a new connection, if the gate has a slot for it (see `Gate`)."""
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
-        ticket, refused = self.gate.enter(sock, source_of(addr))
+        source = source_of(addr)
+        evicted = self.gate.evicted
+        ticket, refused = self.gate.enter(sock, source)
         if ticket is None:
             sock.close()
-            self._over_cap += 1
-            if self._over_cap == 1:
-                self.events.write("rejected", peer=peer, worker=None, reason=refused)
-                log(PROCESS, f"rejected connection from {peer}: {refused}")
+            self.reject(source, peer, None, refused)
             return
-        if self._over_cap > 1:
-            self.events.write("rejected", peer=None, worker=None, count=self._over_cap - 1,
-                              reason=f"{self._over_cap - 1} more connections over the cap of {self.max_pending}")
-        self._over_cap = 0
-        self._log_evictions()
+        if self.gate.evicted > evicted:
+            self.reject(source, peer, None, "evicted from its handshake slot (token-less past its grace) by a newcomer")
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(sock, token=self.token, sender=0, peer=peer, counter=self.counter,
                               max_body_bytes=HANDSHAKE_MAX_BODY)
+            conn.source = source
             threading.Thread(target=self.read, args=(conn, ticket), daemon=True).start()
         except BaseException:
             self.gate.leave(ticket)
             raise
 
-    def _log_evictions(self) -> None:
-        """One `rejected` row for the first eviction of a burst, one with the count when it ends."""
-        evicted, logged = self.gate.evicted, self._evictions_logged
-        if evicted == logged:
-            return
-        if logged == 0 or evicted == logged + 1:
-            reason = "evicted from its handshake slot by a connection from a smaller holder"
-        else:
-            reason = f"{evicted - logged} connections evicted from their handshake slots"
-        self.events.write("rejected", peer=None, worker=None, count=evicted - logged, reason=reason)
-        self._evictions_logged = evicted
+    def reject(self, source: str, peer: str | None, worker: int | None, reason: str) -> None:
+        """A connection refused before (or instead of) joining: counted per source (`rejections`)."""
+        self.rejections.add(source, peer=peer, worker=worker, reason=reason)
 
     def read(self, conn: Connection, ticket: Ticket) -> None:
         """Reader thread: handshake, then every frame into the inbox (within the connection's byte
@@ -226,7 +219,7 @@ class Membership:
             self._queued[conn] = 0
         try:
             try:
-                worker = self.handshake(conn)
+                worker = self.handshake(conn, ticket)
             finally:
                 self.gate.leave(ticket)
             conn.sock.settimeout(None)
@@ -297,9 +290,14 @@ class Membership:
                     self._queued[item[2]] -= len(item[3].body)
                 self._room.notify_all()
 
-    def handshake(self, conn: Connection) -> int:
+    def handshake(self, conn: Connection, ticket: Ticket | None = None) -> int:
+        """The HELLO's worker id. The token is checked first, on the peeked header: a connection
+        that shows it leaves the gate's token-less budget before the rest of its HELLO is read."""
         start = time.monotonic()
-        frame = conn.recv(deadline=start + self.handshake_timeout_s, header_deadline=start + self.token_timeout_s)
+        await_token(conn.sock, conn.check, start + self.token_timeout_s)
+        if ticket is not None:
+            self.gate.leave(ticket)
+        frame = conn.recv(deadline=start + self.handshake_timeout_s)
         if frame.type != MessageType.HELLO:
             raise WireError(f"expected HELLO as the first frame, got {frame.type.name}")
         worker = messages.decode(MessageType.HELLO, frame.body)["worker"]
@@ -316,6 +314,7 @@ class Membership:
     def pump(self, timeout: float) -> Iterator[tuple[Peer, wire.Frame]]:
         """Handle inbox events for up to `timeout` seconds (stops after the first batch of them);
         yields (member, frame) for each frame of a current member, in arrival order."""
+        self.rejections.flush()
         try:
             item = self.inbox.get(timeout=timeout)
         except queue.Empty:
@@ -341,9 +340,8 @@ class Membership:
             return None
         current = self.peers.get(worker)
         if current is None or current.conn is None or current.conn is not conn:
-            if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: log and forget
-                self.events.write("rejected", peer=conn.peer, worker=worker, reason=payload)
-                log(PROCESS, f"rejected connection from {conn.peer}: {payload}")
+            if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: count and forget
+                self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, payload)
             return None
         if kind == "error":
             self.disconnect(current, payload)
@@ -367,7 +365,7 @@ class Membership:
         else:
             conn.dropped_by_learner = True
             conn.close()
-            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
+            self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
 
     # ------------------------------------------------------------------ joins and departures
 
@@ -380,9 +378,7 @@ class Membership:
         if current is not None and current.conn is not None and not current.conn.closed:
             conn.dropped_by_learner = True
             conn.close()
-            reason = f"worker {worker} is already connected"
-            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
-            log(PROCESS, f"rejected a HELLO from {conn.peer}: {reason}")
+            self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, f"worker {worker} is already connected")
             return
         self.peers.pop(worker, None)
         version, replay = self.replica.version, self.method.replay
@@ -464,6 +460,7 @@ class Membership:
         except OSError:
             pass
         self.server.close()
+        self.rejections.flush(due_only=False)
         with self._room:
             conns = list(self._queued)
         for conn in conns:
