@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     events = EventLog(args.run_dir, name)
     try:
         conn, params = join(args.aggregator, args.worker_id, run_token(), args.connect_timeout)
-        events.write("start", params=params.to_json(), role="dpworker")
+        events.write("start", params=params.to_json(), role="dpworker", attempts=conn.join_attempts,
+                     join_s=round(conn.join_s, 6))
         train(conn, params, args.worker_id, events)
         conn.close()
         return 0

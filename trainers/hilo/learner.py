@@ -41,7 +41,7 @@ import torch
 
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
-from trainers.events import (EventLog, PhaseTimer, atomic_write_bytes, atomic_write_text, median, read_events,
+from trainers.events import (EventLog, PhaseTimer, Tally, atomic_write_bytes, atomic_write_text, median, read_events,
                              superseded_dropped, write_summary)
 from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
                                       Membership, Peer, ReplayLog)
@@ -59,6 +59,7 @@ from trainers.protocol.wire import MessageType, WireError
 
 PROCESS = "learner"
 SNAPSHOT_FILE = "learner-snapshot.safetensors"  # in the run folder; what --resume reads
+UNCHECKED_INTERVAL_S = 10.0  # at most one `hash_unchecked` row per member per this many seconds
 
 
 class Interrupted(BaseException):
@@ -90,6 +91,7 @@ class Learner:
         self.counter = wire.ByteCounter()
         self.replay_log = ReplayLog(self.replica.snapshot())
         self.consistency = Consistency(self.replica, self.method, self.events)
+        self.unchecked = Tally(self.events, "hash_unchecked", UNCHECKED_INTERVAL_S)  # reports of unrecorded versions
         self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
                                   self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
                                   max_pending_connections, send_timeout_s=worker_timeout_s,
@@ -171,7 +173,7 @@ class Learner:
                 return [(p.worker, *p.rollouts.pop(batch)) for p in members]
             if time.monotonic() - start > self.worker_timeout_s:
                 for w in missing:
-                    self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s")
+                    self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s", stall=True)
                 if not self.members.peers:
                     raise RuntimeError(f"no worker left at batch {batch}")
                 start = time.monotonic()  # the rest get a fresh timeout
@@ -311,7 +313,7 @@ class Learner:
         else:
             for p in list(self.members.peers.values()):
                 if not self.consistency.reported(p.name, final):
-                    self.members.drop(p.worker, f"no final hash within {self.worker_timeout_s} s")
+                    self.members.drop(p.worker, f"no final hash within {self.worker_timeout_s} s", stall=True)
         self.members.stop_all("complete")
 
     # ------------------------------------------------------------------ what the workers send
@@ -319,6 +321,7 @@ class Learner:
     def pump(self, timeout: float) -> None:
         """Act on what arrived within `timeout` s: joins and departures, rollouts, hash reports.
         Whatever a member's frame makes go wrong drops that member; the learner goes on."""
+        self.unchecked.flush()
         for peer, frame in self.members.pump(timeout):
             try:
                 self.on_frame(peer, frame)
@@ -333,7 +336,7 @@ class Learner:
         """A member's frame: rollouts for a coming batch (validated before they are kept), or a hash report.
         Every JSON part passes its schema (`trainers.protocol.messages`) before it is used."""
         if frame.type == MessageType.HASH:
-            return self.consistency.check(peer.name, messages.decode(MessageType.HASH, frame.body))
+            return self.on_hash(peer, messages.decode(MessageType.HASH, frame.body))
         if frame.type != MessageType.ROLLOUTS:
             raise WireError(f"unexpected {frame.type.name} from a worker")
         t0 = time.perf_counter()
@@ -353,6 +356,21 @@ class Learner:
         self.check_rollouts(rollouts)
         peer.rollouts[batch] = (rollouts, time.monotonic())
         self.parse_seconds += time.perf_counter() - t0
+
+    def on_hash(self, peer: Peer, report: dict) -> None:
+        """A member's hash report. The live window is the member's join version up to the learner's
+        version, each version once and in order: a report outside it is a protocol error (the member
+        is dropped), so a token holder cannot grow the event file with reports. One inside it that
+        the learner did not record is counted in `unchecked` (one row per member per interval)."""
+        version = report["version"]
+        if not max(peer.start_batch, peer.hash_reported + 1) <= version <= self.replica.version:
+            raise WireError(f"HASH for version {version} outside the live window "
+                            f"{max(peer.start_batch, peer.hash_reported + 1)}..{self.replica.version}")
+        peer.hash_reported = version
+        if version not in self.consistency.hashes:
+            self.unchecked.add(peer.name, reason="no learner hash recorded at that version", version=version)
+            return
+        self.consistency.check(peer.name, report)
 
     def check_rollouts(self, rollouts: Rollouts) -> None:
         """What the training step relies on, checked against the run's parameters: token ids in
@@ -392,13 +410,15 @@ class Learner:
                    # logging that version has not done it, whatever the replica's own count says
                    "updates": self.rows[-1]["version"] if self.rows else self.replica.version,
                    "updates_planned": p.updates, **update_stats(self.rows), **self.consistency.summary(complete),
-                   "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows(),
+                   "dropped": self.members.dropped, "stalls": self.members.stalls,
+                   "degraded": bool(self.members.stalls), "bytes_by_peer": self.counter.rows(),
                    "eval": self.evals[-1] if self.evals else None}
         write_summary(self.run_dir, summary)
         return summary
 
     def close(self) -> None:
         self.members.close()
+        self.unchecked.flush(due_only=False)
         self.events.close()
 
 

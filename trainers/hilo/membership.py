@@ -43,7 +43,13 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
 - Disconnect: a member whose connection breaks stays a member, without a connection and without
   the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
 - Drop: the learner gives up on a worker (a timeout, a bad frame, a failed send); timeouts are
-  the caller's to decide. A dropped worker that says HELLO again is admitted afresh.
+  the caller's to decide. A worker dropped for a missed contribution (a stall: no rollouts or final
+  hash in time, silence past the liveness deadline) is kept out, so that a member that stalls and
+  rejoins cannot make every update wait for it: after its first stall for `exclude_updates` updates
+  (its HELLOs until then are refused and counted as `rejected`), after a second for the rest of the
+  run (its HELLO gets a STOP with the reason). One stalling member thus costs at most two
+  --worker-timeouts per run. Stalls are counted in summary.json (`stalls`; a run with any is
+  "degraded"). A worker dropped for a bad frame or a failed send, or let back in, is admitted afresh.
 """
 from __future__ import annotations
 
@@ -76,6 +82,7 @@ MAX_PENDING_CONNECTIONS = gate.MAX_PENDING  # token-less connections at once (le
 MAX_PENDING_PER_SOURCE = gate.PER_SOURCE  # of them from one address (--max-pending-per-source)
 REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per this many seconds
 TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
+EXCLUDE_UPDATES = 2  # updates a worker is kept out after its first drop (after its second: the rest of the run)
 LIVENESS_S = 10.0  # seconds without a byte from a joined member before it is dropped (--liveness; spec.py)
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
 
@@ -87,6 +94,7 @@ class Peer:
     start_batch: int  # the first batch this worker contributes to
     joined_t: float = field(default_factory=time.monotonic)
     lost_t: float | None = None
+    hash_reported: int = -1  # the newest version this member's HASH reports covered (each version once, in order)
     rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
 
     @property
@@ -129,7 +137,7 @@ class Membership:
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
                  max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0,
                  per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S,
-                 liveness_s: float = LIVENESS_S):
+                 liveness_s: float = LIVENESS_S, exclude_updates: int = EXCLUDE_UPDATES):
         self.params, self.method, self.token = params, method, token
         self.replica, self.replay_log, self.consistency = replica, replay_log, consistency
         self.events, self.counter = events, counter
@@ -144,6 +152,10 @@ class Membership:
         self._room = threading.Condition()  # guards _queued; notified when the inbox drains or a connection closes
         self.peers: dict[int, Peer] = {}  # current members by worker id
         self.dropped: list[dict] = []
+        self.exclude_updates = exclude_updates
+        self.strikes: dict[int, int] = {}  # drops per worker id
+        self.kept_out: dict[int, int | None] = {}  # worker id -> the version it may rejoin at (None: never)
+        self.stalls = 0  # drops for a missed contribution (the caller says which: `drop(..., stall=True)`)
         self.server = socket.create_server(listen, reuse_port=False)
         self.address = self.server.getsockname()[:2]
         self.pool = ThreadPoolExecutor(max_workers=max(1, params.workers))  # parallel sends
@@ -350,7 +362,7 @@ class Membership:
             self.drop(worker, f"bad frame: {payload}")
             return None
         if kind == "silent":
-            self.drop(worker, payload)
+            self.drop(worker, payload, stall=True)
             return None
         return current
 
@@ -380,6 +392,8 @@ class Membership:
             conn.close()
             self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, f"worker {worker} is already connected")
             return
+        if self.keep_out(worker, conn):
+            return
         self.peers.pop(worker, None)
         version, replay = self.replica.version, self.method.replay
         # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
@@ -406,6 +420,26 @@ class Membership:
                           replayed=version - base)
         log(PROCESS, f"worker {worker} joined at version {version} (snapshot {base} + {version - base} updates)")
 
+    def keep_out(self, worker: int, conn: Connection) -> bool:
+        """Refuse the HELLO of a worker that is kept out after a drop (True), else False."""
+        if worker not in self.kept_out:
+            return False
+        until = self.kept_out[worker]
+        if until is not None and self.replica.version >= until:
+            del self.kept_out[worker]
+            return False
+        reason = (f"worker {worker} is kept out for the rest of the run after {self.strikes[worker]} drops"
+                  if until is None else f"worker {worker} is kept out until version {until} after a drop")
+        if until is None:  # it will never be let in: tell it, so a genuine worker stops retrying
+            try:
+                conn.send(MessageType.STOP, wire.pack_json({"reason": reason}), self.replica.version)
+            except OSError:
+                pass
+        conn.dropped_by_learner = True
+        conn.close()
+        self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
+        return True
+
     def disconnect(self, peer: Peer, reason: str) -> None:
         """Still a member: it may come back (a restarted worker says HELLO again) before the
         caller's timeout drops it. What it had sent is forgotten: it resends after its catch-up."""
@@ -414,16 +448,27 @@ class Membership:
         self.events.write("disconnected", worker=peer.worker, version=self.replica.version, reason=reason)
         log(PROCESS, f"worker {peer.worker} disconnected at version {self.replica.version}: {reason}")
 
-    def drop(self, worker: int, reason: str) -> None:
+    def drop(self, worker: int, reason: str, stall: bool = False) -> None:
+        """Give up on `worker`; `stall`: it missed a contribution, and is kept out (the module doc)."""
         peer = self.peers.pop(worker, None)
         if peer is None:
             return
         if peer.conn is not None:
             peer.conn.dropped_by_learner = True  # its reader's error is then expected, not news
             peer.conn.close()
-        self.dropped.append({"worker": worker, "version": self.replica.version, "reason": reason})
-        self.events.write("dropped", worker=worker, version=self.replica.version, reason=reason)
-        log(PROCESS, f"dropped worker {worker} at version {self.replica.version}: {reason}")
+        version, version_of_rejoin = self.replica.version, None
+        if stall:
+            self.stalls += 1
+            strikes = self.strikes[worker] = self.strikes.get(worker, 0) + 1
+            until = version + self.exclude_updates if strikes == 1 else None
+            self.kept_out[worker] = until
+            version_of_rejoin = "never" if until is None else until
+        self.dropped.append({"worker": worker, "version": version, "reason": reason, "stall": stall,
+                             "kept_out_until": version_of_rejoin})
+        self.events.write("dropped", worker=worker, version=version, reason=reason, stall=stall,
+                          kept_out_until=version_of_rejoin)
+        log(PROCESS, f"dropped worker {worker} at version {version}: {reason}"
+                     + ("" if version_of_rejoin is None else f"; kept out until version {version_of_rejoin}"))
 
     def contributors(self, batch: int) -> list[Peer]:
         """The members that contribute to batch `batch`, in worker order."""

@@ -219,7 +219,8 @@ class Worker:
         welcome = self.join()
         p = self.params
         self.events.write("joined", version=welcome["version"], start_batch=welcome["start_batch"],
-                          snapshot_version=welcome["snapshot_version"])
+                          snapshot_version=welcome["snapshot_version"], attempts=self.conn.join_attempts,
+                          join_s=round(self.conn.join_s, 6))
         while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates (full: the newest)
             self.apply_next()
         self.report_hash()

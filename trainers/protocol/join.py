@@ -21,8 +21,11 @@ FIRST_RETRY_S, LAST_RETRY_S = 0.2, 2.0  # back-off between attempts
 def hello(address: tuple[str, int], worker: int, token: str, timeout_s: float, *, peer: str,
           counter: wire.ByteCounter | None = None, name: str | None = None) -> tuple[Connection, wire.Frame]:
     """(the connection, its first frame: the WELCOME, unchecked) within `timeout_s` seconds; the
-    connection's socket is left blocking. Raises the last error once the time is up."""
-    end, delay, attempt = time.monotonic() + timeout_s, FIRST_RETRY_S, 0
+    connection's socket is left blocking, and `conn.join_attempts` / `conn.join_s` say how many
+    connections and seconds (from the first connect to the WELCOME) it took. Raises the last error
+    once the time is up."""
+    start = time.monotonic()
+    end, delay, attempt = start + timeout_s, FIRST_RETRY_S, 0
     while True:
         attempt += 1
         sock = connect(address, max(0.0, end - time.monotonic()))
@@ -31,6 +34,7 @@ def hello(address: tuple[str, int], worker: int, token: str, timeout_s: float, *
             conn.send(MessageType.HELLO, wire.pack_json({"worker": worker}))
             frame = conn.recv(deadline=time.monotonic() + timeout_s)  # the service may be mid-update
             sock.settimeout(None)
+            conn.join_attempts, conn.join_s = attempt, time.monotonic() - start
             return conn, frame
         except (PeerClosed, ConnectionError) as e:
             conn.close()
