@@ -39,7 +39,7 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import torch
 
@@ -108,7 +108,8 @@ class Aggregator:
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
         self.conns: dict[int, Connection] = {}
-        self.pool = ThreadPoolExecutor(max_workers=params.workers)
+        self.pool = ThreadPoolExecutor(max_workers=2 * params.workers)  # a late upload's read + the next one
+        self.pending: dict = {}  # worker -> the future of an upload a sync went on without (--quorum)
         self.rows: list[dict] = []
         self.finals: dict[int, dict] = {}
         self.sock = socket.create_server(listen)
@@ -220,12 +221,41 @@ class Aggregator:
             conn.sock.settimeout(None)  # the deadline's timeout must not cut the next (long) send
 
     # ---- one sync -----------------------------------------------------------------------------
-    def sync(self, step: int, timer: PhaseTimer) -> dict:
+    def gather(self, step: int) -> tuple[list[int], list[wire.Frame]]:
+        """The uploads for `step`: every worker's, or with --quorum K as soon as K are in, every one
+        in by then (worker order). A late worker's upload is read at the next sync and dropped there
+        (a `stale_upload` row: the step it was for, its staleness in steps); the late worker still
+        gets this sync's download (it reads it after its upload), so every replica applies the same
+        downloads and stays consistent."""
         workers = sorted(self.conns)
-        up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in workers}
-        up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in workers}
-        with timer.phase("idle"):  # waiting for the slowest upload (compute + link)
-            frames = list(self.pool.map(self.recv, workers))
+
+        def next_upload(w: int, late):
+            if late is not None:  # the upload this worker sent too late for an earlier sync
+                old = late.result()
+                self.events.write("stale_upload", worker=w, step=old.version, staleness=step - old.version)
+            return self.recv(w)
+
+        futures = {self.pool.submit(next_upload, w, self.pending.pop(w, None)): w for w in workers}
+        need = min(self.p.quorum or len(workers), len(workers))
+        done: set = set()
+        for fut in as_completed(futures):
+            fut.result()  # an error (a timeout, a silent worker, a bad frame) stops the run as before
+            done.add(fut)
+            if len(done) >= need:
+                done |= {f for f in futures if f.done() and f.exception() is None}
+                break
+        for fut, w in futures.items():
+            if fut not in done:
+                self.pending[w] = fut
+        got = sorted(((futures[f], f.result()) for f in done), key=lambda x: x[0])
+        return [w for w, _ in got], [f for _, f in got]
+
+    def sync(self, step: int, timer: PhaseTimer) -> dict:
+        everyone = sorted(self.conns)
+        up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in everyone}
+        up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in everyone}
+        with timer.phase("idle"):  # waiting for the slowest upload it needs (compute + link)
+            workers, frames = self.gather(step)
         with timer.phase("decode_replay"):
             got = [check_upload(f, step, w) for f, w in zip(frames, workers)]
             ups = [t for t, _ in got]
@@ -233,16 +263,17 @@ class Aggregator:
             down = self.combiner.combine(step, ups)
             body = wire.pack_tensors(down, meta={"step": step})
         with timer.phase("send_update"):
-            sent = dict(zip(workers, self.pool.map(
-                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), workers)))
-        up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in workers)
+            sent = dict(zip(everyone, self.pool.map(
+                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), everyone)))
+        up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in everyone)
         up_pay = sum(self.counter.total(peer=f"w{w}", direction="received", field="payload") - up_payload[w]
-                     for w in workers)
+                     for w in everyone)
         losses = [m.get("losses", []) for _, m in got]
         claimed = self.method.claimed_bytes(step)
         return {"update_payload_bytes": len(body), "update_frame_bytes": {str(w): n for w, n in sent.items()},
                 "payload_bytes_up": up_pay, "wire_bytes_up": up_wire, "claimed_bytes_up": claimed[0],
-                "claimed_bytes_down": claimed[1], "losses": losses}
+                "claimed_bytes_down": claimed[1], "losses": losses, "contributors": [f"w{w}" for w in workers],
+                "left_out": [f"w{w}" for w in everyone if w not in workers]}
 
     def write_rows(self, first: int, step: int, t_prev: float, now: float, timer: PhaseTimer, info: dict) -> None:
         """One update row per optimizer step first..step; the sync's bytes and phases on the last."""
@@ -278,8 +309,13 @@ class Aggregator:
         return self.write_summary(True, "complete")
 
     def finish(self) -> None:
-        """Every worker's final report (parameter hash, held-out perplexity), then STOP."""
+        """Every worker's final report (parameter hash, held-out perplexity), then STOP; a late
+        upload still pending (--quorum) is read and dropped first."""
         workers = sorted(self.conns)
+        for w, late in list(self.pending.items()):
+            old = late.result()
+            self.events.write("stale_upload", worker=w, step=old.version, staleness=self.p.updates - old.version)
+        self.pending.clear()
         frames = list(self.pool.map(self.recv, workers))
         for f, w in zip(frames, workers):
             _, meta = check_upload(f, self.p.updates + 1, w, messages.SYNC_FINAL)

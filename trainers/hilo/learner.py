@@ -102,6 +102,7 @@ class Learner:
         self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
         self.evals: list[dict] = []  # held-out evaluation rows, written after the loop
         self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
+        self.left_out: list[int] = []  # members whose rollouts the last update went without (--quorum)
 
     # ------------------------------------------------------------------ the loop
 
@@ -141,6 +142,7 @@ class Learner:
                 update_frame_bytes=written, workers=sorted(written),
                 bytes=bytes_delta(before, self.counter.by_type()),
                 rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
+                left_out=[f"w{w}" for w in self.left_out],
                 hash=self.consistency.learner_hash(version), harness_s=round(harness, 6), tcp=self.tcp_delta()))
             # A copy of the policy to evaluate later; its time is moved out of the next update's.
             last_done, last_harness = done + self.keep_policy(version), now_harness
@@ -164,13 +166,19 @@ class Learner:
             self.events.write("join_timeout", missing=missing)
 
     def collect(self, batch: int) -> list[tuple[int, Rollouts, float]]:
-        """Batch `batch` from every member, in worker order; members that do not answer are dropped."""
+        """Batch `batch` from every member, in worker order; members that do not answer are dropped
+        (a stall). With --quorum K: as soon as K members' rollouts are in, with every member's that
+        arrived by then; the others' rollouts for this batch arrive late and are dropped
+        (`stale_rollouts`, with their staleness); a member is dropped only when fewer than K came
+        within --worker-timeout."""
         start = time.monotonic()
         while True:
             members = self.members.contributors(batch)
             missing = [p.worker for p in members if batch not in p.rollouts]
-            if members and not missing:
-                return [(p.worker, *p.rollouts.pop(batch)) for p in members]
+            need = min(self.params.quorum or len(members), len(members))
+            if members and len(members) - len(missing) >= need:
+                self.left_out = missing
+                return [(p.worker, *p.rollouts.pop(batch)) for p in members if p.worker not in missing]
             if time.monotonic() - start > self.worker_timeout_s:
                 for w in missing:
                     self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s", stall=True)
@@ -205,6 +213,8 @@ class Learner:
         info = {**shipped, "loss": float(loss.detach()), "reward_mean": sum(rewards) / len(rewards),
                 "rows": len(rollouts), "metrics": metrics,
                 "policy_versions": {f"w{w}": r.policy_version for w, r, _ in batch},
+                # versions each contribution's policy was behind the one this update starts from
+                "staleness": {f"w{w}": self.replica.version - 1 - r.policy_version for w, r, _ in batch},
                 "lag": self.replica.version - 1 - min(versions)}
         return msg, info
 
@@ -347,8 +357,9 @@ class Learner:
             raise WireError(f"rollouts from {peer.name} say they are from worker {meta['worker']}")
         if not 0 <= batch < self.params.updates:
             raise WireError(f"rollouts for batch {batch} outside 0..{self.params.updates - 1}")
-        if batch < version:
-            self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version)
+        if batch < version:  # the update went on without it (--quorum) or it rejoined: dropped, never used later
+            self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version,
+                              staleness=version - batch)
             return
         if batch > version + self.params.pipeline + 1 or batch in peer.rollouts:
             raise WireError(f"rollouts for batch {batch} while at version {version}")
@@ -358,14 +369,18 @@ class Learner:
         self.parse_seconds += time.perf_counter() - t0
 
     def on_hash(self, peer: Peer, report: dict) -> None:
-        """A member's hash report. The live window is the member's join version up to the learner's
-        version, each version once and in order: a report outside it is a protocol error (the member
+        """A member's hash report. The live window is the member's catch-up base (the snapshot it
+        started from; it reports while it replays) up to the learner's version, in order (a repeat
+        of the newest is counted, not checked again): a report outside it is a protocol error (the member
         is dropped), so a token holder cannot grow the event file with reports. One inside it that
         the learner did not record is counted in `unchecked` (one row per member per interval)."""
         version = report["version"]
-        if not max(peer.start_batch, peer.hash_reported + 1) <= version <= self.replica.version:
+        if not peer.hash_reported <= version <= self.replica.version:
             raise WireError(f"HASH for version {version} outside the live window "
-                            f"{max(peer.start_batch, peer.hash_reported + 1)}..{self.replica.version}")
+                            f"{max(peer.hash_reported, 0)}..{self.replica.version}")
+        if version == peer.hash_reported:  # a worker reports its join version twice (replayed, then caught up)
+            self.unchecked.add(peer.name, reason="a repeated report of the version last checked", version=version)
+            return
         peer.hash_reported = version
         if version not in self.consistency.hashes:
             self.unchecked.add(peer.name, reason="no learner hash recorded at that version", version=version)

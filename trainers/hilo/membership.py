@@ -94,7 +94,7 @@ class Peer:
     start_batch: int  # the first batch this worker contributes to
     joined_t: float = field(default_factory=time.monotonic)
     lost_t: float | None = None
-    hash_reported: int = -1  # the newest version this member's HASH reports covered (each version once, in order)
+    hash_reported: int = -1  # the newest version its HASH reports covered (each once, in order, from its catch-up base)
     rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
 
     @property
@@ -396,28 +396,33 @@ class Membership:
             return
         self.peers.pop(worker, None)
         version, replay = self.replica.version, self.method.replay
+        resync = replay and self.params.catch_up == "resync" and version > 0
         # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
-        # snapshot 0 is never shipped: it replays the log from there instead.
-        base = self.replay_log.base(version, replay)
+        # snapshot 0 is never shipped: it replays the log from there instead. --catch-up resync
+        # ships the learner's replica as it is now instead (one SNAPSHOT, no updates).
+        base = version if resync else self.replay_log.base(version, replay)
         welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
                    "snapshot_version": base, "heartbeat_s": self.liveness_s / 4}
+        t0, sent = time.monotonic(), 0
         try:
             conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
             if base > 0 and replay:
-                conn.send(MessageType.SNAPSHOT, self.replay_log.snapshots[base], base)
+                blob = self.replica.snapshot() if resync else self.replay_log.snapshots[base]
+                sent += conn.send(MessageType.SNAPSHOT, blob, base)
             for v in range(base + 1, version + 1):  # never skip: every logged update in order
-                conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
+                sent += conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
         except OSError as e:
             self.events.write("rejected", worker=worker, reason=f"catch-up failed: {e}")
             conn.close()
             return
-        self.peers[worker] = Peer(worker, conn, start_batch=version)
+        self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
         if hasattr(conn, "admitted"):  # its reader may read now, and the liveness clock starts
             conn.admitted.set()
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
         self.events.write("joined", worker=worker, version=version, snapshot_version=base,
-                          replayed=version - base)
+                          replayed=version - base, catch_up="resync" if resync else "replay",
+                          catch_up_bytes=sent, catch_up_send_s=round(time.monotonic() - t0, 6))
         log(PROCESS, f"worker {worker} joined at version {version} (snapshot {base} + {version - base} updates)")
 
     def keep_out(self, worker: int, conn: Connection) -> bool:

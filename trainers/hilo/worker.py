@@ -221,9 +221,13 @@ class Worker:
         self.events.write("joined", version=welcome["version"], start_batch=welcome["start_batch"],
                           snapshot_version=welcome["snapshot_version"], attempts=self.conn.join_attempts,
                           join_s=round(self.conn.join_s, 6))
+        t0, before = time.monotonic(), self.counter.total(direction="received")
         while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates (full: the newest)
             self.apply_next()
-        self.report_hash()
+        report = self.report_hash()  # the learner checks it against its own hash at this version
+        self.events.write("caught_up", version=self.replica.version, snapshot_version=welcome["snapshot_version"],
+                          seconds=round(time.monotonic() - t0, 6), policy_hash=report["policy_hash"],
+                          bytes_received=self.counter.total(direction="received") - before)
         for t in range(welcome["start_batch"], p.updates):
             while self.replica.version < t - p.pipeline:
                 self.apply_next()
