@@ -314,7 +314,7 @@ class Aggregator:
         workers = sorted(self.conns)
         for w, late in list(self.pending.items()):
             old = late.result()
-            self.events.write("stale_upload", worker=w, step=old.version, staleness=self.p.updates - old.version)
+            self.events.write("stale_upload", worker=w, step=old.version, staleness=self.p.updates + 1 - old.version)
         self.pending.clear()
         frames = list(self.pool.map(self.recv, workers))
         for f, w in zip(frames, workers):
