@@ -525,6 +525,7 @@ class Membership:
             self._room.notify_all()
 
     def close(self) -> None:
+        self.rejections.flush(due_only=False)  # an interrupted run's held counts too
         self._stopping = True
         try:
             self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the listener thread
