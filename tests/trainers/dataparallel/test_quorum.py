@@ -24,7 +24,7 @@ from trainers.events import read_events
 HOLD_S = 3  # the straggler's delay: under the 10 s liveness deadline, so it stays a member
 
 
-@pytest.mark.parametrize("quorum", [2, 1])
+@pytest.mark.parametrize("quorum", [pytest.param(2, marks=pytest.mark.slow), 1])  # 2: the comparison
 def test_quorum_with_a_straggler_process(tmp_path, quorum):
     agg = Aggregator(params(updates=40, quorum=quorum), TOKEN, str(tmp_path), ("127.0.0.1", 0))
     errors: list = []
