@@ -18,8 +18,8 @@ Row kinds:
   receive / decode_replay / hash (+ cpu_s, process_cpu_s, machine), bytes received, hash (when reported).
 - worker `rollouts` (one per batch; batch t feeds update t + 1): batch, policy_version, seed,
   phases rollout / send_rollouts, bytes sent, reward_mean.
-- events: start, joined, disconnected, dropped, replaced, rejected (a refused connection or
-  frame, with its reason), stale_rollouts, hash (a comparison), join_timeout, interrupted, error.
+- events: start, joined, disconnected, dropped, replaced, rejected (refused connections or
+  frames of one source: its reason and `count`, at most one row per source per interval: `Tally`), stale_rollouts, hash (a comparison), join_timeout, interrupted, error.
 
 Timestamps are `time.monotonic()` seconds (CLOCK_MONOTONIC, shared by the processes of one
 host), so phases of different processes line up; durations are in seconds, bytes are bytes.
@@ -70,6 +70,54 @@ class EventLog:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+class Tally:
+    """Rows of one kind that a peer can provoke at will (a refused connection, an unchecked hash),
+    bounded: counted per source and written as at most one row per source per `interval_s`. The
+    first occurrence from a source is written at once (count 1); the ones after it within the
+    interval are counted and written as one row when the next one arrives after the interval, or
+    at `flush` (call it now and then, and at the end): `count`, the latest fields, and `reasons`
+    {reason: count} for up to MAX_REASONS distinct reasons (the rest under "other").
+    Thread-safe. The file then grows with the number of sources and intervals, never with the rate."""
+
+    MAX_REASONS = 16
+
+    def __init__(self, events: EventLog, kind: str, interval_s: float = 10.0):
+        self.events, self.kind, self.interval_s = events, kind, interval_s
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}  # source -> when its last row was written
+        self._held: dict[str, dict] = {}  # source -> {"count", "reasons", "fields"} not yet written
+        self.total = 0  # occurrences counted, written or not
+
+    def add(self, source: str, reason: str = "", **fields) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.total += 1
+            held = self._held.setdefault(source, {"count": 0, "reasons": {}, "fields": {}})
+            held["count"] += 1
+            key = reason if reason in held["reasons"] or len(held["reasons"]) < self.MAX_REASONS else "other"
+            held["reasons"][key] = held["reasons"].get(key, 0) + 1
+            held["fields"] = {**fields, "reason": reason}
+            if now - self._last.get(source, -float("inf")) < self.interval_s:
+                return
+            self._last[source] = now
+            del self._held[source]
+        self._write(source, held)
+
+    def flush(self, due_only: bool = True) -> None:
+        """Write the held counts (only those whose interval has passed, unless `due_only` is False)."""
+        now, rows = time.monotonic(), []
+        with self._lock:
+            for source in list(self._held):
+                if not due_only or now - self._last.get(source, -float("inf")) >= self.interval_s:
+                    rows.append((source, self._held.pop(source)))
+                    self._last[source] = now
+        for source, held in rows:
+            self._write(source, held)
+
+    def _write(self, source: str, held: dict) -> None:
+        self.events.write(self.kind, source=source, count=held["count"], reasons=held["reasons"], **held["fields"])
 
 
 def read_cpu_counters() -> tuple[int, int, int]:

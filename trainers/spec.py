@@ -377,6 +377,12 @@ PARAMS: list[Param] = [
     Param("dp_seq_len", int, 64, "data-parallel: tokens (bytes) per sequence of the generated corpus",
           unit="tokens", lo=8, hi=4096),
     Param("dp_heldout", int, 64, "data-parallel: held-out sequences for the final perplexity", lo=1, hi=100_000),
+    # partial participation (docs/FAULTS.md, "Quorum and catch-up")
+    Param("quorum", int, 0, "the learner (aggregator) proceeds with the first K contributions of an update (a "
+          "sync); late ones are dropped, their staleness logged; 0: every member's", lo=0, hi=4096),
+    Param("catch_up", str, "replay", "how a joining worker reaches the current version: replay (the newest "
+          "snapshot and every logged update after it, in order) or resync (the learner's whole replica at "
+          "once); full-sync methods always ship the newest adapter", choices=("replay", "resync")),
     # the emulated network
     Param("profile", str, "paper-62.5mbit", "WAN profile: a name in netem_profiles/ or a YAML path; the link "
           "flags below override its worker defaults", where="link"),
@@ -451,6 +457,9 @@ def check_combinations(values: Mapping[str, Any]) -> None:
     k, k_states = values.get("lordo_k"), values.get("lordo_k_states")
     if k_states is not None and k and k_states % k:  # was refused only when the aggregator started
         raise SpecError(f"--lordo-k-states: {k_states} must be a multiple of --lordo-k ({k})")
+    quorum, workers = values.get("quorum"), values.get("workers")
+    if quorum and isinstance(workers, int) and quorum > workers:  # a quorum no run can reach
+        raise SpecError(f"--quorum: {quorum} is more than the run's {workers} workers")
 
 
 CPU_SHARE_MIN, CPU_SHARE_MAX = 0.01, 256.0   # CPUs: 1 ms per 100 ms CFS period (the kernel's floor), 256 cores

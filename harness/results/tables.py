@@ -627,7 +627,7 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
         planned = (start.get("params") or {}).get("updates") if isinstance(start.get("params"), dict) else None
     status = str(s.get("status", "no summary"))
     complete = bool(s.get("complete"))
-    degraded = bool(m["lost"])
+    degraded = bool(m["lost"]) or bool(s.get("stalls"))  # a member lost, or one that stalled (dropped, kept out)
     if failure:
         status, complete = "failed", False
     elif complete and degraded:

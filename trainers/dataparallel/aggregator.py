@@ -10,9 +10,12 @@ back to each. After the last step every worker sends a final SYNC (no tensors; m
 hash, held-out perplexity) and gets STOP.
 
 Joins (`accept`): each connection gets its own handshake thread, budgeted by
-`trainers.protocol.gate` (at most 16 at once, 8 from one address, a newcomer from a smaller holder
-evicts the largest holder's oldest), with 3 s for the frame header (the run token) and 10 s for the
-whole HELLO, so idle connections cannot keep the workers out. A HELLO for an id already joined is
+`trainers.protocol.gate` (at most 64 token-less connections at once, 48 from one address; one that
+shows the token leaves the budget; a newcomer over it evicts the largest holder's oldest past its
+grace), with 3 s for the frame header (the run token) and 10 s for the whole HELLO, so idle or
+garbage connections from any address, the workers' own included, cannot keep the workers out (and
+the workers retry a refused connect until their connect timeout). Refused connections are counted:
+one `rejected` row per source address per 10 s, with the count. A HELLO for an id already joined is
 refused. A joined worker from which no byte arrives for `--liveness` seconds (10 by default; the
 workers send a HEARTBEAT every quarter of it while they compute: trainers/protocol/heartbeat.py)
 stops the run at once with that reason, instead of each sync waiting `--worker-timeout`. Every
@@ -36,23 +39,23 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import torch
 
 from trainers.protocol import messages, wire
-from trainers.protocol.gate import Gate, Ticket, source_of
+from trainers.protocol.gate import Gate, Ticket, await_token, source_of
 from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
-from trainers.events import EventLog, PhaseTimer, atomic_write_text, write_summary
+from trainers.events import EventLog, PhaseTimer, Tally, atomic_write_text, write_summary
 from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.spec import RunParams, add_run_args, run_params_from_args
 from trainers.protocol.wire import Connection, MessageType
 
 PROCESS = "learner"          # the event file's name: results.py reads the star's centre as the learner
 MAX_META_BYTES = 64 * 1024   # a SYNC table's meta (losses of K steps, a hash)
-MAX_PENDING, PER_SOURCE = 16, 8  # connections in their handshake at once; of them from one address
+REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per this many seconds
 TOKEN_TIMEOUT_S, HANDSHAKE_TIMEOUT_S = 3.0, 10.0  # for the frame header (the token); for the whole HELLO
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before its HELLO passed
 LIVENESS_S = 10.0  # seconds without a byte from a joined worker before the run stops (--liveness; spec.py)
@@ -105,12 +108,14 @@ class Aggregator:
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
         self.conns: dict[int, Connection] = {}
-        self.pool = ThreadPoolExecutor(max_workers=params.workers)
+        self.pool = ThreadPoolExecutor(max_workers=2 * params.workers)  # a late upload's read + the next one
+        self.pending: dict = {}  # worker -> the future of an upload a sync went on without (--quorum)
         self.rows: list[dict] = []
         self.finals: dict[int, dict] = {}
         self.sock = socket.create_server(listen)
         self.address = self.sock.getsockname()[:2]
-        self.gate = Gate(MAX_PENDING, PER_SOURCE)
+        self.gate = Gate()  # the token-less budget (trainers.protocol.gate's defaults)
+        self.rejections = Tally(self.events, "rejected", REJECTED_INTERVAL_S)
         self.hellos: queue.Queue = queue.Queue()  # (worker, conn) from the handshake threads
         self._joining = True  # False once every worker joined: late handshakes close their connection
 
@@ -118,11 +123,12 @@ class Aggregator:
     def accept(self, timeout_s: float) -> None:
         """Until every worker has joined (or TimeoutError after `timeout_s`): accept connections,
         each handshake in its own thread within the gate's budget; WELCOME the valid HELLOs here."""
-        end, refused = time.monotonic() + timeout_s, 0
+        end = time.monotonic() + timeout_s
         self.sock.settimeout(0.1)
         try:
             while len(self.conns) < self.p.workers:
                 self._welcome_ready()
+                self.rejections.flush()
                 if time.monotonic() > end:
                     raise TimeoutError(f"{len(self.conns)} of {self.p.workers} workers joined in {timeout_s:g} s")
                 try:
@@ -133,20 +139,19 @@ class Aggregator:
                     if err.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN):
                         time.sleep(0.05)
                     continue
+                evicted = self.gate.evicted
                 ticket, why = self.gate.enter(s, source_of(addr))
                 if ticket is None:
                     s.close()
-                    refused += 1
-                    if refused == 1:  # once per run: a flood must not flood the event file too
-                        self.events.write("rejected", reason=why)
+                    self.rejections.add(source_of(addr), reason=why)
                     continue
+                if self.gate.evicted > evicted:
+                    self.rejections.add(source_of(addr), reason="evicted from its handshake slot (token-less past its grace) by a newcomer")
                 threading.Thread(target=self._handshake, args=(s, addr, ticket), daemon=True).start()
         finally:
             self._joining = False
             self.sock.close()  # nobody else may join a data-parallel run
-        if refused > 1 or self.gate.evicted:
-            self.events.write("rejected", count=refused, evicted=self.gate.evicted,
-                              reason=f"{refused} connections refused and {self.gate.evicted} evicted over the handshake budget")
+            self.rejections.flush(due_only=False)
 
     def _handshake(self, s: socket.socket, addr, ticket: Ticket) -> None:
         """Handshake thread: a valid HELLO within the deadlines goes to the main thread; anything
@@ -154,10 +159,13 @@ class Aggregator:
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
         conn = Connection(s, token=self.token, sender=0, peer=peer, counter=self.counter,
                           max_body_bytes=HANDSHAKE_MAX_BODY)
+        conn.source = source_of(addr)
         try:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             start = time.monotonic()
-            hello = conn.recv(deadline=start + HANDSHAKE_TIMEOUT_S, header_deadline=start + TOKEN_TIMEOUT_S)
+            await_token(s, conn.check, start + TOKEN_TIMEOUT_S)
+            self.gate.leave(ticket)  # the token showed: out of the token-less budget
+            hello = conn.recv(deadline=start + HANDSHAKE_TIMEOUT_S)
             if hello.type != MessageType.HELLO:
                 raise wire.WireError(f"expected HELLO as the first frame, got {hello.type.name}")
             worker = messages.decode(MessageType.HELLO, hello.body)["worker"]
@@ -168,7 +176,7 @@ class Aggregator:
         except Exception as err:  # a bad or silent peer ends here, whatever it sent
             conn.close()
             if not ticket.evicted and self._joining:
-                self.events.write("rejected", peer=peer, reason=f"{type(err).__name__}: {err}")
+                self.rejections.add(source_of(addr), peer=peer, reason=f"{type(err).__name__}: {err}")
         finally:
             self.gate.leave(ticket)
 
@@ -181,7 +189,7 @@ class Aggregator:
                 return
             if worker in self.conns:
                 conn.close()
-                self.events.write("rejected", peer=conn.peer, worker=worker, reason=f"worker {worker} is already connected")
+                self.rejections.add(conn.source, peer=conn.peer, worker=worker, reason=f"worker {worker} is already connected")
                 continue
             self.counter.rename(conn.peer, f"w{worker}")
             conn.peer = f"w{worker}"
@@ -213,12 +221,41 @@ class Aggregator:
             conn.sock.settimeout(None)  # the deadline's timeout must not cut the next (long) send
 
     # ---- one sync -----------------------------------------------------------------------------
-    def sync(self, step: int, timer: PhaseTimer) -> dict:
+    def gather(self, step: int) -> tuple[list[int], list[wire.Frame]]:
+        """The uploads for `step`: every worker's, or with --quorum K as soon as K are in, every one
+        in by then (worker order). A late worker's upload is read at the next sync and dropped there
+        (a `stale_upload` row: the step it was for, its staleness in steps); the late worker still
+        gets this sync's download (it reads it after its upload), so every replica applies the same
+        downloads and stays consistent."""
         workers = sorted(self.conns)
-        up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in workers}
-        up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in workers}
-        with timer.phase("idle"):  # waiting for the slowest upload (compute + link)
-            frames = list(self.pool.map(self.recv, workers))
+
+        def next_upload(w: int, late):
+            if late is not None:  # the upload this worker sent too late for an earlier sync
+                old = late.result()
+                self.events.write("stale_upload", worker=w, step=old.version, staleness=step - old.version)
+            return self.recv(w)
+
+        futures = {self.pool.submit(next_upload, w, self.pending.pop(w, None)): w for w in workers}
+        need = min(self.p.quorum or len(workers), len(workers))
+        done: set = set()
+        for fut in as_completed(futures):
+            fut.result()  # an error (a timeout, a silent worker, a bad frame) stops the run as before
+            done.add(fut)
+            if len(done) >= need:
+                done |= {f for f in futures if f.done() and f.exception() is None}
+                break
+        for fut, w in futures.items():
+            if fut not in done:
+                self.pending[w] = fut
+        got = sorted(((futures[f], f.result()) for f in done), key=lambda x: x[0])
+        return [w for w, _ in got], [f for _, f in got]
+
+    def sync(self, step: int, timer: PhaseTimer) -> dict:
+        everyone = sorted(self.conns)
+        up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in everyone}
+        up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in everyone}
+        with timer.phase("idle"):  # waiting for the slowest upload it needs (compute + link)
+            workers, frames = self.gather(step)
         with timer.phase("decode_replay"):
             got = [check_upload(f, step, w) for f, w in zip(frames, workers)]
             ups = [t for t, _ in got]
@@ -226,16 +263,17 @@ class Aggregator:
             down = self.combiner.combine(step, ups)
             body = wire.pack_tensors(down, meta={"step": step})
         with timer.phase("send_update"):
-            sent = dict(zip(workers, self.pool.map(
-                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), workers)))
-        up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in workers)
+            sent = dict(zip(everyone, self.pool.map(
+                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), everyone)))
+        up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in everyone)
         up_pay = sum(self.counter.total(peer=f"w{w}", direction="received", field="payload") - up_payload[w]
-                     for w in workers)
+                     for w in everyone)
         losses = [m.get("losses", []) for _, m in got]
         claimed = self.method.claimed_bytes(step)
         return {"update_payload_bytes": len(body), "update_frame_bytes": {str(w): n for w, n in sent.items()},
                 "payload_bytes_up": up_pay, "wire_bytes_up": up_wire, "claimed_bytes_up": claimed[0],
-                "claimed_bytes_down": claimed[1], "losses": losses}
+                "claimed_bytes_down": claimed[1], "losses": losses, "contributors": [f"w{w}" for w in workers],
+                "left_out": [f"w{w}" for w in everyone if w not in workers]}
 
     def write_rows(self, first: int, step: int, t_prev: float, now: float, timer: PhaseTimer, info: dict) -> None:
         """One update row per optimizer step first..step; the sync's bytes and phases on the last."""
@@ -271,8 +309,13 @@ class Aggregator:
         return self.write_summary(True, "complete")
 
     def finish(self) -> None:
-        """Every worker's final report (parameter hash, held-out perplexity), then STOP."""
+        """Every worker's final report (parameter hash, held-out perplexity), then STOP; a late
+        upload still pending (--quorum) is read and dropped first."""
         workers = sorted(self.conns)
+        for w, late in list(self.pending.items()):
+            old = late.result()
+            self.events.write("stale_upload", worker=w, step=old.version, staleness=self.p.updates + 1 - old.version)
+        self.pending.clear()
         frames = list(self.pool.map(self.recv, workers))
         for f, w in zip(frames, workers):
             _, meta = check_upload(f, self.p.updates + 1, w, messages.SYNC_FINAL)

@@ -25,19 +25,18 @@ from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer
-from trainers.process import connect, die_with_parent, log, parse_addr, run_token, set_threads
+from trainers.protocol.join import hello
+from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers import spec
 from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
 
 
 def join(addr: str, worker: int, token: str, timeout_s: float) -> tuple[Connection, RunParams]:
-    """HELLO, WELCOME; the heartbeats the aggregator asks for start at once (building the replica
+    """HELLO, WELCOME (retried while the aggregator refuses or closes the connection before its
+    WELCOME, until `timeout_s`: trainers/protocol/join.py); the heartbeats the aggregator asks for start at once (building the replica
     and the first K local steps send nothing else)."""
-    conn = Connection(connect(parse_addr(addr), timeout_s), token=token, sender=worker, peer="aggregator")
-    conn.send(MessageType.HELLO, wire.pack_json({"worker": worker}))
-    frame = conn.recv(deadline=time.monotonic() + timeout_s)
-    conn.sock.settimeout(None)
+    conn, frame = hello(parse_addr(addr), worker, token, timeout_s, peer="aggregator")
     if frame.type != MessageType.WELCOME:
         raise wire.WireError(f"expected WELCOME, got {frame.type.name}")
     welcome = messages.decode(MessageType.WELCOME, frame.body)
@@ -120,7 +119,8 @@ def main(argv=None) -> int:
     events = EventLog(args.run_dir, name)
     try:
         conn, params = join(args.aggregator, args.worker_id, run_token(), args.connect_timeout)
-        events.write("start", params=params.to_json(), role="dpworker")
+        events.write("start", params=params.to_json(), role="dpworker", attempts=conn.join_attempts,
+                     join_s=round(conn.join_s, 6))
         train(conn, params, args.worker_id, events)
         conn.close()
         return 0

@@ -41,7 +41,7 @@ import torch
 
 from trainers.protocol import messages, wire
 from trainers.hilo.consistency import Consistency
-from trainers.events import (EventLog, PhaseTimer, atomic_write_bytes, atomic_write_text, median, read_events,
+from trainers.events import (EventLog, PhaseTimer, Tally, atomic_write_bytes, atomic_write_text, median, read_events,
                              superseded_dropped, write_summary)
 from trainers.hilo.membership import (LIVENESS_S, MAX_PENDING_CONNECTIONS, MAX_PENDING_PER_SOURCE, TOKEN_TIMEOUT_S,
                                       Membership, Peer, ReplayLog)
@@ -60,6 +60,7 @@ from trainers.protocol.wire import MessageType, WireError
 
 PROCESS = "learner"
 SNAPSHOT_FILE = "learner-snapshot.safetensors"  # in the run folder; what --resume reads
+UNCHECKED_INTERVAL_S = 10.0  # at most one `hash_unchecked` row per member per this many seconds
 
 
 class Interrupted(BaseException):
@@ -91,6 +92,7 @@ class Learner:
         self.counter = wire.ByteCounter()
         self.replay_log = ReplayLog(self.replica.snapshot())
         self.consistency = Consistency(self.replica, self.method, self.events)
+        self.unchecked = Tally(self.events, "hash_unchecked", UNCHECKED_INTERVAL_S)  # reports of unrecorded versions
         self.members = Membership(params, self.method, token, listen, self.replica, self.replay_log,
                                   self.consistency, self.events, self.counter, handshake_timeout_s, max_frame_bytes,
                                   max_pending_connections, send_timeout_s=worker_timeout_s,
@@ -101,6 +103,7 @@ class Learner:
         self.policies: list[tuple[int, dict]] = []  # (version, the policy the workers sample) to evaluate
         self.evals: list[dict] = []  # held-out evaluation rows, written after the loop
         self.parse_seconds = 0.0  # validating rollout bodies (tensor tables, offsets)
+        self.left_out: list[int] = []  # members whose rollouts the last update went without (--quorum)
 
     # ------------------------------------------------------------------ the loop
 
@@ -140,6 +143,7 @@ class Learner:
                 update_frame_bytes=written, workers=sorted(written),
                 bytes=bytes_delta(before, self.counter.by_type()),
                 rollout_arrival={f"w{w}": round(at, 6) for w, _, at in batch},
+                left_out=[f"w{w}" for w in self.left_out],
                 hash=self.consistency.learner_hash(version), harness_s=round(harness, 6), tcp=self.tcp_delta()))
             # A copy of the policy to evaluate later; its time is moved out of the next update's.
             last_done, last_harness = done + self.keep_policy(version), now_harness
@@ -163,16 +167,22 @@ class Learner:
             self.events.write("join_timeout", missing=missing)
 
     def collect(self, batch: int) -> list[tuple[int, Rollouts, float]]:
-        """Batch `batch` from every member, in worker order; members that do not answer are dropped."""
+        """Batch `batch` from every member, in worker order; members that do not answer are dropped
+        (a stall). With --quorum K: as soon as K members' rollouts are in, with every member's that
+        arrived by then; the others' rollouts for this batch arrive late and are dropped
+        (`stale_rollouts`, with their staleness); a member is dropped only when fewer than K came
+        within --worker-timeout."""
         start = time.monotonic()
         while True:
             members = self.members.contributors(batch)
             missing = [p.worker for p in members if batch not in p.rollouts]
-            if members and not missing:
-                return [(p.worker, *p.rollouts.pop(batch)) for p in members]
+            need = min(self.params.quorum or len(members), len(members))
+            if members and len(members) - len(missing) >= need:
+                self.left_out = missing
+                return [(p.worker, *p.rollouts.pop(batch)) for p in members if p.worker not in missing]
             if time.monotonic() - start > self.worker_timeout_s:
                 for w in missing:
-                    self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s")
+                    self.members.drop(w, f"no rollouts for batch {batch} within {self.worker_timeout_s} s", stall=True)
                 if not self.members.peers:
                     raise RuntimeError(f"no worker left at batch {batch}")
                 start = time.monotonic()  # the rest get a fresh timeout
@@ -208,6 +218,8 @@ class Learner:
         info = {**shipped, "loss": float(loss.detach()), "reward_mean": sum(rewards) / len(rewards),
                 "rows": len(rollouts), "metrics": metrics,
                 "policy_versions": {f"w{w}": r.policy_version for w, r, _ in batch},
+                # versions each contribution's policy was behind the one this update starts from
+                "staleness": {f"w{w}": self.replica.version - 1 - r.policy_version for w, r, _ in batch},
                 "lag": self.replica.version - 1 - min(versions)}
         return msg, info
 
@@ -316,7 +328,7 @@ class Learner:
         else:
             for p in list(self.members.peers.values()):
                 if not self.consistency.reported(p.name, final):
-                    self.members.drop(p.worker, f"no final hash within {self.worker_timeout_s} s")
+                    self.members.drop(p.worker, f"no final hash within {self.worker_timeout_s} s", stall=True)
         self.members.stop_all("complete")
 
     # ------------------------------------------------------------------ what the workers send
@@ -324,6 +336,7 @@ class Learner:
     def pump(self, timeout: float) -> None:
         """Act on what arrived within `timeout` s: joins and departures, rollouts, hash reports.
         Whatever a member's frame makes go wrong drops that member; the learner goes on."""
+        self.unchecked.flush()
         for peer, frame in self.members.pump(timeout):
             try:
                 self.on_frame(peer, frame)
@@ -338,7 +351,7 @@ class Learner:
         """A member's frame: rollouts for a coming batch (validated before they are kept), or a hash report.
         Every JSON part passes its schema (`trainers.protocol.messages`) before it is used."""
         if frame.type == MessageType.HASH:
-            return self.consistency.check(peer.name, messages.decode(MessageType.HASH, frame.body))
+            return self.on_hash(peer, messages.decode(MessageType.HASH, frame.body))
         if frame.type != MessageType.ROLLOUTS:
             raise WireError(f"unexpected {frame.type.name} from a worker")
         t0 = time.perf_counter()
@@ -349,8 +362,9 @@ class Learner:
             raise WireError(f"rollouts from {peer.name} say they are from worker {meta['worker']}")
         if not 0 <= batch < self.params.updates:
             raise WireError(f"rollouts for batch {batch} outside 0..{self.params.updates - 1}")
-        if batch < version:
-            self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version)
+        if batch < version:  # the update went on without it (--quorum) or it rejoined: dropped, never used later
+            self.events.write("stale_rollouts", worker=peer.worker, batch=batch, version=version,
+                              staleness=version - batch)
             return
         if batch > version + self.params.pipeline + 1 or batch in peer.rollouts:
             raise WireError(f"rollouts for batch {batch} while at version {version}")
@@ -358,6 +372,25 @@ class Learner:
         self.check_rollouts(rollouts)
         peer.rollouts[batch] = (rollouts, time.monotonic())
         self.parse_seconds += time.perf_counter() - t0
+
+    def on_hash(self, peer: Peer, report: dict) -> None:
+        """A member's hash report. The live window is the member's catch-up base (the snapshot it
+        started from; it reports while it replays) up to the learner's version, in order (a repeat
+        of the newest is counted, not checked again): a report outside it is a protocol error (the member
+        is dropped), so a token holder cannot grow the event file with reports. One inside it that
+        the learner did not record is counted in `unchecked` (one row per member per interval)."""
+        version = report["version"]
+        if not peer.hash_reported <= version <= self.replica.version:
+            raise WireError(f"HASH for version {version} outside the live window "
+                            f"{max(peer.hash_reported, 0)}..{self.replica.version}")
+        if version == peer.hash_reported:  # a worker reports its join version twice (replayed, then caught up)
+            self.unchecked.add(peer.name, reason="a repeated report of the version last checked", version=version)
+            return
+        peer.hash_reported = version
+        if version not in self.consistency.hashes:
+            self.unchecked.add(peer.name, reason="no learner hash recorded at that version", version=version)
+            return
+        self.consistency.check(peer.name, report)
 
     def check_rollouts(self, rollouts: Rollouts) -> None:
         """What the training step relies on, checked against the run's parameters: token ids in
@@ -397,13 +430,15 @@ class Learner:
                    # logging that version has not done it, whatever the replica's own count says
                    "updates": self.rows[-1]["version"] if self.rows else self.replica.version,
                    "updates_planned": p.updates, **update_stats(self.rows), **self.consistency.summary(complete),
-                   "dropped": self.members.dropped, "bytes_by_peer": self.counter.rows(),
+                   "dropped": self.members.dropped, "stalls": self.members.stalls,
+                   "degraded": bool(self.members.stalls), "bytes_by_peer": self.counter.rows(),
                    "eval": self.evals[-1] if self.evals else None}
         write_summary(self.run_dir, summary)
         return summary
 
     def close(self) -> None:
         self.members.close()
+        self.unchecked.flush(due_only=False)
         self.events.close()
 
 

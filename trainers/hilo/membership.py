@@ -7,12 +7,15 @@ main thread acts on the inbox, through `Membership.pump`, which handles joins an
 here and hands the members' frames (rollouts, hash reports) to the caller in arrival order.
 
 Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
-- at most `max_pending` connections may be in their handshake at once, at most `per_source` from
-  one address (`trainers.protocol.gate`: a newcomer from a smaller holder evicts the largest
-  holder's oldest pending connection, so peers without the token cannot starve a join); one more is
-  closed at once and logged as `rejected` (once per burst, with the count when the burst ends); the
-  frame header (it carries the token check) must arrive within `token_timeout_s`, the whole HELLO
-  within `handshake_timeout_s`;
+- at most `max_pending` connections that have not shown the run token may be in their handshake
+  at once, at most `per_source` from one address (`trainers.protocol.gate`: a connection leaves
+  that budget as soon as its frame header shows the token, so members and genuine joiners never
+  compete with token-less peers; a newcomer over a budget evicts the largest holder's oldest
+  connection past its grace, or is refused); the frame header must arrive within
+  `token_timeout_s`, the whole HELLO within `handshake_timeout_s`;
+- every refused connection (over the budget, evicted, a wrong token, a bad HELLO, a forged id) is
+  counted in `rejections`: one `rejected` row per source address per interval, with the count, so
+  a flood grows the event file with the number of its addresses, not with its rate;
 - memory is bounded in bytes in every phase: a reader queues a connection's next frame only while
   that connection has less than `max_frame_bytes` waiting in the inbox (so at most two frames per
   connection are held: one queued, one being read), and what it cannot queue waits in the kernel's
@@ -40,7 +43,13 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
 - Disconnect: a member whose connection breaks stays a member, without a connection and without
   the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
 - Drop: the learner gives up on a worker (a timeout, a bad frame, a failed send); timeouts are
-  the caller's to decide. A dropped worker that says HELLO again is admitted afresh.
+  the caller's to decide. A worker dropped for a missed contribution (a stall: no rollouts or final
+  hash in time, silence past the liveness deadline) is kept out, so that a member that stalls and
+  rejoins cannot make every update wait for it: after its first stall for `exclude_updates` updates
+  (its HELLOs until then are refused and counted as `rejected`), after a second for the rest of the
+  run (its HELLO gets a STOP with the reason). One stalling member thus costs at most two
+  --worker-timeouts per run. Stalls are counted in summary.json (`stalls`; a run with any is
+  "degraded"). A worker dropped for a bad frame or a failed send, or let back in, is admitted afresh.
 """
 from __future__ import annotations
 
@@ -56,9 +65,10 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from trainers.protocol import messages, wire
-from trainers.protocol.gate import Gate, Ticket, source_of
+from trainers.protocol import gate
+from trainers.protocol.gate import Gate, Ticket, await_token, source_of
 from trainers.hilo.consistency import Consistency
-from trainers.events import EventLog
+from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
 from trainers.model.replica import Replica
 from trainers.model.rollout import Rollouts
@@ -68,9 +78,11 @@ from trainers.protocol.wire import Connection, DeadlineExceeded, MessageType, Pe
 
 PROCESS = "learner"
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said a valid HELLO
-MAX_PENDING_CONNECTIONS = 16  # connections in their handshake at once (learner flag --max-pending-connections)
-MAX_PENDING_PER_SOURCE = 8  # of them from one address (--max-pending-per-source)
+MAX_PENDING_CONNECTIONS = gate.MAX_PENDING  # token-less connections at once (learner flag --max-pending-connections)
+MAX_PENDING_PER_SOURCE = gate.PER_SOURCE  # of them from one address (--max-pending-per-source)
+REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per this many seconds
 TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
+EXCLUDE_UPDATES = 2  # updates a worker is kept out after its first drop (after its second: the rest of the run)
 LIVENESS_S = 10.0  # seconds without a byte from a joined member before it is dropped (--liveness; spec.py)
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
 
@@ -82,6 +94,7 @@ class Peer:
     start_batch: int  # the first batch this worker contributes to
     joined_t: float = field(default_factory=time.monotonic)
     lost_t: float | None = None
+    hash_reported: int = -1  # the newest version its HASH reports covered (each once, in order, from its catch-up base)
     rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
 
     @property
@@ -124,7 +137,7 @@ class Membership:
                  handshake_timeout_s: float = 10.0, max_frame_bytes: int = 64 * 2**20,
                  max_pending: int = MAX_PENDING_CONNECTIONS, send_timeout_s: float = 120.0,
                  per_source: int = MAX_PENDING_PER_SOURCE, token_timeout_s: float = TOKEN_TIMEOUT_S,
-                 liveness_s: float = LIVENESS_S):
+                 liveness_s: float = LIVENESS_S, exclude_updates: int = EXCLUDE_UPDATES):
         self.params, self.method, self.token = params, method, token
         self.replica, self.replay_log, self.consistency = replica, replay_log, consistency
         self.events, self.counter = events, counter
@@ -133,13 +146,16 @@ class Membership:
         self.max_pending, self.send_timeout_s = max_pending, send_timeout_s
         self.liveness_s = liveness_s
         self.gate = Gate(max_pending, per_source)
-        self._over_cap = 0  # connections refused over the cap in the current burst (listener thread)
-        self._evictions_logged = 0  # gate.evicted when the last `rejected` row about evictions was written
+        self.rejections = Tally(events, "rejected", REJECTED_INTERVAL_S)  # refused connections, per source
         self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the readers
         self._queued: dict[Connection, int] = {}  # body bytes each live connection has in the inbox
         self._room = threading.Condition()  # guards _queued; notified when the inbox drains or a connection closes
         self.peers: dict[int, Peer] = {}  # current members by worker id
         self.dropped: list[dict] = []
+        self.exclude_updates = exclude_updates
+        self.strikes: dict[int, int] = {}  # drops per worker id
+        self.kept_out: dict[int, int | None] = {}  # worker id -> the version it may rejoin at (None: never)
+        self.stalls = 0  # drops for a missed contribution (the caller says which: `drop(..., stall=True)`)
         self.server = socket.create_server(listen, reuse_port=False)
         self.address = self.server.getsockname()[:2]
         self.pool = ThreadPoolExecutor(max_workers=max(1, params.workers))  # parallel sends
@@ -182,39 +198,28 @@ class Membership:
     def start_reader(self, sock: socket.socket, addr) -> None:
         """A reader thread for a new connection, if the gate has a slot for it (see `Gate`)."""
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
-        ticket, refused = self.gate.enter(sock, source_of(addr))
+        source = source_of(addr)
+        evicted = self.gate.evicted
+        ticket, refused = self.gate.enter(sock, source)
         if ticket is None:
             sock.close()
-            self._over_cap += 1
-            if self._over_cap == 1:
-                self.events.write("rejected", peer=peer, worker=None, reason=refused)
-                log(PROCESS, f"rejected connection from {peer}: {refused}")
+            self.reject(source, peer, None, refused)
             return
-        if self._over_cap > 1:
-            self.events.write("rejected", peer=None, worker=None, count=self._over_cap - 1,
-                              reason=f"{self._over_cap - 1} more connections over the cap of {self.max_pending}")
-        self._over_cap = 0
-        self._log_evictions()
+        if self.gate.evicted > evicted:
+            self.reject(source, peer, None, "evicted from its handshake slot (token-less past its grace) by a newcomer")
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Connection(sock, token=self.token, sender=0, peer=peer, counter=self.counter,
                               max_body_bytes=HANDSHAKE_MAX_BODY)
+            conn.source = source
             threading.Thread(target=self.read, args=(conn, ticket), daemon=True).start()
         except BaseException:
             self.gate.leave(ticket)
             raise
 
-    def _log_evictions(self) -> None:
-        """One `rejected` row for the first eviction of a burst, one with the count when it ends."""
-        evicted, logged = self.gate.evicted, self._evictions_logged
-        if evicted == logged:
-            return
-        if logged == 0 or evicted == logged + 1:
-            reason = "evicted from its handshake slot by a connection from a smaller holder"
-        else:
-            reason = f"{evicted - logged} connections evicted from their handshake slots"
-        self.events.write("rejected", peer=None, worker=None, count=evicted - logged, reason=reason)
-        self._evictions_logged = evicted
+    def reject(self, source: str, peer: str | None, worker: int | None, reason: str) -> None:
+        """A connection refused before (or instead of) joining: counted per source (`rejections`)."""
+        self.rejections.add(source, peer=peer, worker=worker, reason=reason)
 
     def read(self, conn: Connection, ticket: Ticket) -> None:
         """Reader thread: handshake, then every frame into the inbox (within the connection's byte
@@ -226,7 +231,7 @@ class Membership:
             self._queued[conn] = 0
         try:
             try:
-                worker = self.handshake(conn)
+                worker = self.handshake(conn, ticket)
             finally:
                 self.gate.leave(ticket)
             conn.sock.settimeout(None)
@@ -297,9 +302,14 @@ class Membership:
                     self._queued[item[2]] -= len(item[3].body)
                 self._room.notify_all()
 
-    def handshake(self, conn: Connection) -> int:
+    def handshake(self, conn: Connection, ticket: Ticket | None = None) -> int:
+        """The HELLO's worker id. The token is checked first, on the peeked header: a connection
+        that shows it leaves the gate's token-less budget before the rest of its HELLO is read."""
         start = time.monotonic()
-        frame = conn.recv(deadline=start + self.handshake_timeout_s, header_deadline=start + self.token_timeout_s)
+        await_token(conn.sock, conn.check, start + self.token_timeout_s)
+        if ticket is not None:
+            self.gate.leave(ticket)
+        frame = conn.recv(deadline=start + self.handshake_timeout_s)
         if frame.type != MessageType.HELLO:
             raise WireError(f"expected HELLO as the first frame, got {frame.type.name}")
         worker = messages.decode(MessageType.HELLO, frame.body)["worker"]
@@ -316,6 +326,7 @@ class Membership:
     def pump(self, timeout: float) -> Iterator[tuple[Peer, wire.Frame]]:
         """Handle inbox events for up to `timeout` seconds (stops after the first batch of them);
         yields (member, frame) for each frame of a current member, in arrival order."""
+        self.rejections.flush()
         try:
             item = self.inbox.get(timeout=timeout)
         except queue.Empty:
@@ -341,9 +352,8 @@ class Membership:
             return None
         current = self.peers.get(worker)
         if current is None or current.conn is None or current.conn is not conn:
-            if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: log and forget
-                self.events.write("rejected", peer=conn.peer, worker=worker, reason=payload)
-                log(PROCESS, f"rejected connection from {conn.peer}: {payload}")
+            if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: count and forget
+                self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, payload)
             return None
         if kind == "error":
             self.disconnect(current, payload)
@@ -352,7 +362,7 @@ class Membership:
             self.drop(worker, f"bad frame: {payload}")
             return None
         if kind == "silent":
-            self.drop(worker, payload)
+            self.drop(worker, payload, stall=True)
             return None
         return current
 
@@ -367,7 +377,7 @@ class Membership:
         else:
             conn.dropped_by_learner = True
             conn.close()
-            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
+            self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
 
     # ------------------------------------------------------------------ joins and departures
 
@@ -380,35 +390,60 @@ class Membership:
         if current is not None and current.conn is not None and not current.conn.closed:
             conn.dropped_by_learner = True
             conn.close()
-            reason = f"worker {worker} is already connected"
-            self.events.write("rejected", peer=conn.peer, worker=worker, reason=reason)
-            log(PROCESS, f"rejected a HELLO from {conn.peer}: {reason}")
+            self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, f"worker {worker} is already connected")
+            return
+        if self.keep_out(worker, conn):
             return
         self.peers.pop(worker, None)
         version, replay = self.replica.version, self.method.replay
+        resync = replay and self.params.catch_up == "resync" and version > 0
         # A fresh worker builds version 0 itself from the seeds (the hash check verifies it), so
-        # snapshot 0 is never shipped: it replays the log from there instead.
-        base = self.replay_log.base(version, replay)
+        # snapshot 0 is never shipped: it replays the log from there instead. --catch-up resync
+        # ships the learner's replica as it is now instead (one SNAPSHOT, no updates).
+        base = version if resync else self.replay_log.base(version, replay)
         welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
                    "snapshot_version": base, "heartbeat_s": self.liveness_s / 4}
+        t0, sent = time.monotonic(), 0
         try:
             conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
             if base > 0 and replay:
-                conn.send(MessageType.SNAPSHOT, self.replay_log.snapshots[base], base)
+                blob = self.replica.snapshot() if resync else self.replay_log.snapshots[base]
+                sent += conn.send(MessageType.SNAPSHOT, blob, base)
             for v in range(base + 1, version + 1):  # never skip: every logged update in order
-                conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
+                sent += conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
         except OSError as e:
             self.events.write("rejected", worker=worker, reason=f"catch-up failed: {e}")
             conn.close()
             return
-        self.peers[worker] = Peer(worker, conn, start_batch=version)
+        self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
         if hasattr(conn, "admitted"):  # its reader may read now, and the liveness clock starts
             conn.admitted.set()
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
         self.events.write("joined", worker=worker, version=version, snapshot_version=base,
-                          replayed=version - base)
+                          replayed=version - base, catch_up="resync" if resync else "replay",
+                          catch_up_bytes=sent, catch_up_send_s=round(time.monotonic() - t0, 6))
         log(PROCESS, f"worker {worker} joined at version {version} (snapshot {base} + {version - base} updates)")
+
+    def keep_out(self, worker: int, conn: Connection) -> bool:
+        """Refuse the HELLO of a worker that is kept out after a drop (True), else False."""
+        if worker not in self.kept_out:
+            return False
+        until = self.kept_out[worker]
+        if until is not None and self.replica.version >= until:
+            del self.kept_out[worker]
+            return False
+        reason = (f"worker {worker} is kept out for the rest of the run after {self.strikes[worker]} drops"
+                  if until is None else f"worker {worker} is kept out until version {until} after a drop")
+        if until is None:  # it will never be let in: tell it, so a genuine worker stops retrying
+            try:
+                conn.send(MessageType.STOP, wire.pack_json({"reason": reason}), self.replica.version)
+            except OSError:
+                pass
+        conn.dropped_by_learner = True
+        conn.close()
+        self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
+        return True
 
     def disconnect(self, peer: Peer, reason: str) -> None:
         """Still a member: it may come back (a restarted worker says HELLO again) before the
@@ -418,16 +453,27 @@ class Membership:
         self.events.write("disconnected", worker=peer.worker, version=self.replica.version, reason=reason)
         log(PROCESS, f"worker {peer.worker} disconnected at version {self.replica.version}: {reason}")
 
-    def drop(self, worker: int, reason: str) -> None:
+    def drop(self, worker: int, reason: str, stall: bool = False) -> None:
+        """Give up on `worker`; `stall`: it missed a contribution, and is kept out (the module doc)."""
         peer = self.peers.pop(worker, None)
         if peer is None:
             return
         if peer.conn is not None:
             peer.conn.dropped_by_learner = True  # its reader's error is then expected, not news
             peer.conn.close()
-        self.dropped.append({"worker": worker, "version": self.replica.version, "reason": reason})
-        self.events.write("dropped", worker=worker, version=self.replica.version, reason=reason)
-        log(PROCESS, f"dropped worker {worker} at version {self.replica.version}: {reason}")
+        version, version_of_rejoin = self.replica.version, None
+        if stall:
+            self.stalls += 1
+            strikes = self.strikes[worker] = self.strikes.get(worker, 0) + 1
+            until = version + self.exclude_updates if strikes == 1 else None
+            self.kept_out[worker] = until
+            version_of_rejoin = "never" if until is None else until
+        self.dropped.append({"worker": worker, "version": version, "reason": reason, "stall": stall,
+                             "kept_out_until": version_of_rejoin})
+        self.events.write("dropped", worker=worker, version=version, reason=reason, stall=stall,
+                          kept_out_until=version_of_rejoin)
+        log(PROCESS, f"dropped worker {worker} at version {version}: {reason}"
+                     + ("" if version_of_rejoin is None else f"; kept out until version {version_of_rejoin}"))
 
     def contributors(self, batch: int) -> list[Peer]:
         """The members that contribute to batch `batch`, in worker order."""
@@ -464,6 +510,7 @@ class Membership:
         except OSError:
             pass
         self.server.close()
+        self.rejections.flush(due_only=False)
         with self._room:
             conns = list(self._queued)
         for conn in conns:
@@ -478,6 +525,7 @@ class Membership:
             self._room.notify_all()
 
     def close(self) -> None:
+        self.rejections.flush(due_only=False)  # an interrupted run's held counts too
         self._stopping = True
         try:
             self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the listener thread

@@ -35,9 +35,10 @@ from trainers.model.rollout import generate_rollouts
 from trainers.compress import delta
 from trainers.hilo import stack
 from trainers.hilo.stack import rollout_seed
-from trainers.process import connect, die_with_parent, log, parse_addr, run_token, set_threads
+from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
+from trainers.protocol.join import hello
 from trainers.spec import RunParams, add_run_args
-from trainers.protocol.wire import Connection, MessageType, PeerClosed, WireError
+from trainers.protocol.wire import Connection, MessageType, WireError
 
 
 class WorkerError(Exception):
@@ -81,25 +82,10 @@ class Worker:
     def join(self) -> dict:
         """Connect, say HELLO, read WELCOME; build the replica the learner describes.
 
-        A learner that closes the connection before its WELCOME (its cap of connections in their
-        handshake was full) is tried again, with back-off, until the connect timeout has passed."""
-        end, delay = time.monotonic() + self.connect_timeout_s, 0.2
-        while True:
-            sock = connect(self.learner, max(0.0, end - time.monotonic()))
-            self.conn = Connection(sock, token=self.token, sender=self.id, peer="learner", counter=self.counter)
-            try:
-                self.conn.send(MessageType.HELLO, wire.pack_json({"worker": self.id}))
-                sock.settimeout(self.connect_timeout_s)
-                frame = self.conn.recv()
-                break
-            except (PeerClosed, ConnectionError) as e:
-                self.conn.close()
-                if time.monotonic() + delay > end:
-                    raise
-                log(self.name, f"the learner closed the connection before its WELCOME ({e}); trying again")
-                time.sleep(delay)
-                delay = min(2 * delay, 2.0)
-        sock.settimeout(None)
+        A learner that closes the connection before its WELCOME (its handshake budget was full) is
+        tried again, with back-off, until the connect timeout has passed (trainers/protocol/join.py)."""
+        self.conn, frame = hello(self.learner, self.id, self.token, self.connect_timeout_s, peer="learner",
+                                 counter=self.counter, name=self.name)
         if frame.type != MessageType.WELCOME:
             raise WorkerError(f"expected WELCOME from the learner, got {frame.type.name}")
         welcome = messages.decode(MessageType.WELCOME, frame.body)
@@ -238,10 +224,15 @@ class Worker:
         welcome = self.join()
         p = self.params
         self.events.write("joined", version=welcome["version"], start_batch=welcome["start_batch"],
-                          snapshot_version=welcome["snapshot_version"])
+                          snapshot_version=welcome["snapshot_version"], attempts=self.conn.join_attempts,
+                          join_s=round(self.conn.join_s, 6))
+        t0, before = time.monotonic(), self.counter.total(direction="received")
         while self.replica.version < welcome["version"]:  # catch up: snapshot + logged updates (full: the newest)
             self.apply_next()
-        self.report_hash()
+        report = self.report_hash()  # the learner checks it against its own hash at this version
+        self.events.write("caught_up", version=self.replica.version, snapshot_version=welcome["snapshot_version"],
+                          seconds=round(time.monotonic() - t0, 6), policy_hash=report["policy_hash"],
+                          bytes_received=self.counter.total(direction="received") - before)
         for t in range(welcome["start_batch"], p.updates):
             while self.replica.version < t - p.pipeline:
                 self.apply_next()
