@@ -8,7 +8,7 @@ composed serially (pipelining depth 0) or overlapped (depth 1), where
   model instantiated on the meta device; this module only takes the list) and each method's real
   byte layout, re-derived here without torch and checked against the real encoders by the tests:
   `full`/`full-bf16`/`rank-R` ship a wire tensor table (`trainers/protocol/wire.py pack_tensors`), every
-  compressor ships one `HLOC` container (`trainers/compress/base.py`: prefix, name, zlib'd JSON
+  compressor ships one `HLOC` container (`trainers/compress/container.py`: prefix, name, zlib'd JSON
   table, segments); every message is one frame of `FRAME_HEADER_BYTES`; and every TCP segment
   carries IP/TCP/Ethernet headers (`goodput_ratio`: 95.6 % of the line rate at a 1500-byte MTU,
   what HTB gave on a veth here);
@@ -38,7 +38,7 @@ from trainers import events, spec
 # ---- constants (each named once; tests check the ones that mirror another module) ----------------
 
 FRAME_HEADER_BYTES = 44        # trainers/protocol/wire.py HEADER_BYTES (torch-importing module: duplicated, tested)
-CONTAINER_PREFIX_BYTES = 6     # trainers/compress/base.py _PREFIX: magic "HLOC", version, name length
+CONTAINER_PREFIX_BYTES = 6     # trainers/compress/container.py _PREFIX: magic "HLOC", version, name length
 CONTAINER_TABLE_LEN_BYTES = 4  # ... then the u32 table length
 TABLE_ZLIB_LEVEL = 6           # ... the JSON table is zlib-compressed at this level
 TOPK_INDEX_BYTES = 4           # trainers/compress/topk.py _INDEX_BYTES
@@ -125,7 +125,7 @@ def tensor_table_bytes(tensors: Tensors, dtype: str, meta: Mapping[str, Any] | N
 
 def container_header_bytes(name: str, tensors: Tensors, segments: list[tuple[str, str, int]],
                            meta: Mapping[str, Any] | None = None) -> int:
-    """Bytes of an `HLOC` payload before its body (`trainers/compress/base.py header_bytes`)."""
+    """Bytes of an `HLOC` payload before its body (`trainers/compress/container.py header_bytes`)."""
     table = {"tensors": [[n, list(s)] for n, s in tensors], "segments": [list(x) for x in segments],
              "meta": dict(meta or {})}
     return (CONTAINER_PREFIX_BYTES + len(name.encode("ascii")) + CONTAINER_TABLE_LEN_BYTES

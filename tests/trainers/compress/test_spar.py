@@ -7,7 +7,8 @@ import torch
 from tests.trainers.compress.common import warm_gradients
 from trainers.compress import get_compressor, spar
 from trainers.compress.bench import rel_error
-from trainers.compress.base import full_adapter_bytes, unpack
+from trainers.compress.base import full_adapter_bytes
+from trainers.compress.container import unpack
 from trainers.compress.spar import leading_eigenpairs
 
 
