@@ -44,6 +44,7 @@ from harness.run.forkserver import ForkServer
 from harness.net import doctor
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
+from harness.projection import prediction
 from harness.results import compare, report, tables as results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -557,13 +558,45 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
 
 def write_prediction(run_dir: Path) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
-    Its own process: sizing the adapter builds the model on the meta device (torch; the harness stays
-    torch-free). A failure is one stderr line; the report then has no model section."""
+    In this process when the adapter's shapes are in the models cache (no torch, no process start);
+    else its own process, which sizes the adapter on the meta device (torch; the harness stays
+    torch-free) and caches the shapes for the next run. A failure is one stderr line; the report then
+    has no model section."""
+    cache = models_cache(run_dir.parent)
+    try:
+        if prediction.in_process(run_dir, cache):
+            prediction.write(run_dir, cache)
+            return
+    except Exception as err:  # the report goes on without a model section, as after a failed process
+        print(f"harness run: no cost-model prediction for {run_dir}: {type(err).__name__}: {err}", file=sys.stderr)
+        return
     done = subprocess.run([sys.executable, "-m", "harness.projection.prediction", str(run_dir)], cwd=ROOT,
-                          env=python_env(models_cache(run_dir.parent), 1), capture_output=True, text=True, timeout=600)
+                          env=python_env(cache, 1), capture_output=True, text=True, timeout=600)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)
+
+
+def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None) -> dict | None:
+    """The run's wall seconds since meta.json's start, the seconds its cells spent in their training loops
+    (first update's start to last update's end, summed over cells) and the rest: the harness's fixed cost
+    (models, namespaces, process starts, joins, teardown, tables, prediction, report and figures)."""
+    try:
+        started = dt.datetime.fromisoformat(json.loads((run_dir / "meta.json").read_text())["started_utc"])
+    except (OSError, ValueError, KeyError):
+        return None
+    run_s = ((now or dt.datetime.now(dt.timezone.utc)) - started).total_seconds()
+    u = tables.updates
+    loop_s = 0.0
+    if not u.empty and {"cell", "t_start_s", "t_end_s"} <= set(u):
+        spans = u.groupby("cell")[["t_start_s", "t_end_s"]].agg({"t_start_s": "min", "t_end_s": "max"})
+        loop_s = float((spans["t_end_s"] - spans["t_start_s"]).sum())
+    return {"run_s": run_s, "loop_s": loop_s, "overhead_s": max(run_s - loop_s, 0.0)}
+
+
+def overhead_line(o: dict) -> str:
+    share = o["overhead_s"] / o["run_s"] if o["run_s"] > 0 else 0.0
+    return f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run)"
 
 
 def finalize(run_dir: Path) -> None:
@@ -575,6 +608,11 @@ def finalize(run_dir: Path) -> None:
         compare.write_summary(run_dir, tables)
         write_prediction(run_dir)
         report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
+        cost = overhead(run_dir, tables)
+        if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
+            doc = json.loads((run_dir / "meta.json").read_text())
+            atomic_write_json(run_dir / "meta.json", {**doc, "overhead": cost})
+            print(overhead_line(cost), file=sys.stderr)
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
               file=sys.stderr)

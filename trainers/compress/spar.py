@@ -226,7 +226,8 @@ class SparCompressor(BudgetedCompressor):
 
 class _GramSpectrum:
     """Leading spectrum of a thin factor from its short-side Gram matrix: the top `len(energy)`
-    eigenpairs (all s of them once `complete()` has run)."""
+    eigenpairs (all s of them once `complete()` has run). Its triplets are formed per shape group
+    by `_gram_segments`."""
 
     def __init__(self, mat: torch.Tensor, gram: torch.Tensor, evals: torch.Tensor, evecs: torch.Tensor):
         self.mat, self.gram, self.energy, self.evecs = mat, gram, evals, evecs   # sigma^2 descending; columns
@@ -241,18 +242,6 @@ class _GramSpectrum:
         evals, evecs = torch.linalg.eigh(self.gram)
         self.energy, self.evecs = evals.flip(-1).clamp_min(0), evecs.flip(-1)
 
-    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(sigma (k,), left (k, a), right (k, b)). The long-side vectors are M^T u (or M v);
-        their norms are sigma measured on M itself, not the root of a Gram eigenvalue."""
-        short = self.evecs[:, :k].T                                     # (k, s) orthonormal rows
-        left_is_short = self.mat.shape[0] <= self.mat.shape[1]
-        # (k, long side) as rows, (k, s) @ (s, long): the (long, s) @ (s, k) product with its tall,
-        # k-wide output ran ~10x slower in MKL (0.9 ms for a 4864 x 64 factor at k = 2)
-        long = short @ (self.mat if left_is_short else self.mat.T)
-        norms = long.norm(dim=1)
-        unit = long / torch.where(norms > 0, norms, torch.ones_like(norms))[:, None]
-        return (norms, short, unit) if left_is_short else (norms, unit, short)
-
 
 class _SketchSpectrum:
     """Top-p triplets of Q Q^T M from the sketch B = Q^T M = Z diag(s) V^T (Z, s from B B^T)."""
@@ -265,7 +254,7 @@ class _SketchSpectrum:
         z = self.z[:, :k]
         sigma = self.energy[:k].sqrt()
         right = (z.T @ self.bmat) / torch.where(sigma > 0, sigma, torch.ones_like(sigma))[:, None]
-        return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b): see _GramSpectrum.top
+        return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b)
 
 
 # Factor bytes per chunk of `_gram_segments`: a chunk's long-side products and its residual update
@@ -280,7 +269,8 @@ def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_Gram
     M v) with its norm, sigma, measured on M itself (as `_GramSpectrum.top`), the unit vectors in
     the wire dtype; `subtract`: M <- M - sum_j sigma_j left_j right_j^T of the values as sent (the
     wire's rounding included: the residual keeps exactly what was not sent), chunk by chunk, while
-    the chunk is in cache."""
+    the chunk is in cache. The products are (k, s) @ (s, long side), rows out: the (long, s) @ (s, k)
+    product with its tall, k-wide output ran ~10x slower in MKL."""
     wire = DTYPES[dtype]
     k_of = {name: k for (name, _), k in zip(layout, counts)}
     picked: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
