@@ -579,24 +579,34 @@ def write_prediction(run_dir: Path) -> None:
 
 def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None) -> dict | None:
     """The run's wall seconds since meta.json's start, the seconds its cells spent in their training loops
-    (first update's start to last update's end, summed over cells) and the rest: the harness's fixed cost
-    (models, namespaces, process starts, joins, teardown, tables, prediction, report and figures)."""
+    (first update's start to last update's end, summed over cells: evaluations between updates included),
+    the held-out evaluations outside them (before the first update and after the last) and the rest: the
+    harness's fixed cost (models, namespaces, process starts, joins, teardown, tables, prediction, report
+    and figures)."""
     try:
         started = dt.datetime.fromisoformat(json.loads((run_dir / "meta.json").read_text())["started_utc"])
     except (OSError, ValueError, KeyError):
         return None
     run_s = ((now or dt.datetime.now(dt.timezone.utc)) - started).total_seconds()
-    u = tables.updates
-    loop_s = 0.0
-    if not u.empty and {"cell", "t_start_s", "t_end_s"} <= set(u):
-        spans = u.groupby("cell")[["t_start_s", "t_end_s"]].agg({"t_start_s": "min", "t_end_s": "max"})
-        loop_s = float((spans["t_end_s"] - spans["t_start_s"]).sum())
-    return {"run_s": run_s, "loop_s": loop_s, "overhead_s": max(run_s - loop_s, 0.0)}
+    u, e = tables.updates, tables.evals
+    loop_s = eval_s = 0.0
+    if not u.empty and {"cell", "t_start_s", "t_end_s", "update_index"} <= set(u):
+        spans = u.groupby("cell").agg(start=("t_start_s", "min"), end=("t_end_s", "max"),
+                                      first=("update_index", "min"), last=("update_index", "max"))
+        loop_s = float((spans["end"] - spans["start"]).sum())
+        if not e.empty and {"cell", "version", "eval_s"} <= set(e):
+            bounds = e.join(spans, on="cell", how="inner")
+            outside = (bounds["version"] < bounds["first"]) | (bounds["version"] >= bounds["last"])
+            eval_s = float(bounds.loc[outside, "eval_s"].sum())
+    return {"run_s": run_s, "loop_s": loop_s, "eval_outside_loop_s": eval_s,
+            "overhead_s": max(run_s - loop_s - eval_s, 0.0)}
 
 
 def overhead_line(o: dict) -> str:
     share = o["overhead_s"] / o["run_s"] if o["run_s"] > 0 else 0.0
-    return f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run)"
+    evals = f"; held-out evaluations {o['eval_outside_loop_s']:.1f} s" if o.get("eval_outside_loop_s") else ""
+    return (f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run; "
+            f"loop {o['loop_s']:.1f} s{evals})")
 
 
 def finalize(run_dir: Path) -> None:

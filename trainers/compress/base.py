@@ -126,8 +126,8 @@ class Compressor(ABC):
             self.residuals, self._layout = zeros_for(layout), layout
         elif layout != self._layout:
             raise ValueError(f"{self.name}: gradient layout changed between updates; use a fresh compressor")
-        for name, g in grads.items():
-            self.residuals[name].add_(g.detach())
+        # one call for every factor (the optimizers' foreach kernels): ~5 us of Python per factor saved
+        torch._foreach_add_([self.residuals[name] for name in grads], [g.detach() for g in grads.values()])
         return self.residuals
 
     def decode(self, payload: bytes, reuse: bool = False) -> dict[str, torch.Tensor]:
@@ -193,8 +193,13 @@ class Compressor(ABC):
         for n, g in grads.items():
             if not torch.is_floating_point(g):
                 raise ValueError(f"{self.name}: gradient {n!r} is not floating point ({g.dtype})")
-            if not all_finite(g):
-                raise ValueError(f"{self.name}: gradient {n!r} holds NaN or inf; refusing to ship it")
+        # every factor's norm in one call: finite norms mean finite gradients; a norm that is not (a NaN or
+        # inf, or squares of large finite values overflowing) sends its factor to the elementwise test
+        norms = torch.stack(torch._foreach_norm([g.detach() for g in grads.values()])).to(torch.float32)
+        if not bool(torch.isfinite(norms).all()):
+            for (n, g), ok in zip(grads.items(), torch.isfinite(norms).tolist()):
+                if not ok and not all_finite(g):
+                    raise ValueError(f"{self.name}: gradient {n!r} holds NaN or inf; refusing to ship it")
 
     @abstractmethod
     def _compress(self, m: dict[str, torch.Tensor]) -> tuple[list[Segment], dict[str, Any]]:
