@@ -24,7 +24,7 @@ from trainers.compress import register
 from trainers.compress.base import (BudgetedCompressor, check_wire_dtype, OptionError, ordered_state, rng_state,
                                     set_rng_state, take_ordered)
 from trainers.compress.container import header_bytes, require, Segment, Unpacked
-from trainers.compress.kernels import add_low_rank_, shape_groups, stacked
+from trainers.compress.kernels import add_low_rank_, shape_groups, stacked, strided_view
 from trainers.protocol.dtypes import DTYPES, itemsize
 
 _SIGMA_BYTES = 4
@@ -266,8 +266,8 @@ def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_Gram
                    dtype: str, subtract: bool) -> list[Segment]:
     """The payload's segments for `counts` directions per factor, batched per shape group (one bmm per
     chunk of factors instead of a product per factor): each direction's long-side vector M^T u (or
-    M v) with its norm, sigma, measured on M itself (as `_GramSpectrum.top`), the unit vectors in
-    the wire dtype; `subtract`: M <- M - sum_j sigma_j left_j right_j^T of the values as sent (the
+    M v) with its norm, sigma, measured on M itself (not the root of a Gram eigenvalue), the unit
+    vectors in the wire dtype; `subtract`: M <- M - sum_j sigma_j left_j right_j^T of the values as sent (the
     wire's rounding included: the residual keeps exactly what was not sent), chunk by chunk, while
     the chunk is in cache. The products are (k, s) @ (s, long side), rows out: the (long, s) @ (s, k)
     product with its tall, k-wide output ran ~10x slower in MKL."""
@@ -279,7 +279,9 @@ def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_Gram
         kmax = max(ks)
         if kmax == 0:
             continue
-        view = stacked([m[n] for n in names])                                     # (g, a, b)
+        view = strided_view([m[n] for n in names])                                # (g, a, b) over M itself
+        inplace = view is not None
+        view = view if inplace else torch.stack([m[n] for n in names])             # a copy: subtract per factor
         a, b = view.shape[1:]
         left_is_short = a <= b
         step = max(1, _CHUNK_BYTES // (4 * a * b))
@@ -299,7 +301,11 @@ def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_Gram
             if subtract:
                 left, right = (short_w, long_w) if left_is_short else (long_w, short_w)
                 scaled = left.to(torch.float32) * norms[:, :, None]                 # (c, km, a)
-                sub.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
+                if inplace:
+                    sub.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
+                else:
+                    for i, n in enumerate(chunk):
+                        m[n].addmm_(scaled[i].T, right[i].to(torch.float32), alpha=-1.0)
             for i, (n, k) in enumerate(zip(chunk, kc)):
                 if k:
                     picked[n] = (norms[i, :k], *((short_w[i, :k], long_w[i, :k]) if left_is_short
