@@ -10,6 +10,7 @@ bucketing. Only the hook's own call (to its future's completion) is timed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 
@@ -56,38 +57,46 @@ def run_hook(grads: dict[str, torch.Tensor], rank: int, repeats: int, between=la
     compressed warm-up step; `between()` runs before each timed step (the benchmark's side-by-side
     memcpy)."""
     with _one_process_group():
-        sink = _Sink(grads)
-        ddp = torch.nn.parallel.DistributedDataParallel(sink)
-        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
-                                   min_compression_rate=1, use_error_feedback=True, warm_start=True)
-        cpu: list[float] = []
-        timing = {"on": False}
+        figures = _measure(grads, rank, repeats, between)
+        gc.collect()          # DDP's reducer goes before its process group does (else abort at exit)
+        return figures
 
-        def hook(st, bucket):
-            t0 = time.process_time()
-            fut = psgd.powerSGD_hook(st, bucket)
-            fut.wait()
-            if timing["on"]:
-                cpu[-1] += time.process_time() - t0
-            return fut
 
-        ddp.register_comm_hook(state, hook)
+def _measure(grads: dict[str, torch.Tensor], rank: int, repeats: int, between) -> HookFigures:
+    """`run_hook` inside the process group: DDP and its reducer live only in this call."""
+    sink = _Sink(grads)
+    ddp = torch.nn.parallel.DistributedDataParallel(sink)
+    state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
+                               min_compression_rate=1, use_error_feedback=True, warm_start=True)
+    cpu: list[float] = []
+    timing = {"on": False}
 
-        def step() -> list[torch.Tensor]:
-            ddp.zero_grad(set_to_none=True)
-            ddp().backward()
-            return [p.grad for p in sink.params]
+    def hook(st, bucket):
+        t0 = time.process_time()
+        fut = psgd.powerSGD_hook(st, bucket)
+        fut.wait()
+        if timing["on"]:
+            cpu[-1] += time.process_time() - t0
+        return fut
 
-        step(), step()                                       # vanilla all-reduce until start_powerSGD_iter
-        before = state.total_numel_after_compression
-        out = step()                                         # the first compressed step
-        numel = state.total_numel_after_compression - before
-        ref = sink.grads
-        err = (sum(float((o - g).double().norm() ** 2) for o, g in zip(out, ref))
-               / sum(float(g.double().norm() ** 2) for g in ref)) ** 0.5
-        timing["on"] = True
-        for _ in range(repeats):
-            between()
-            cpu.append(0.0)
-            step()
-        return HookFigures(rank, int(numel) * 4, err, cpu)
+    ddp.register_comm_hook(state, hook)
+
+    def step() -> list[torch.Tensor]:
+        ddp.zero_grad(set_to_none=True)
+        ddp().backward()
+        return [p.grad for p in sink.params]
+
+    step(), step()                                       # vanilla all-reduce until start_powerSGD_iter
+    before = state.total_numel_after_compression
+    out = step()                                         # the first compressed step
+    numel = state.total_numel_after_compression - before
+    ref = sink.grads
+    err = (sum(float((o - g).double().norm() ** 2) for o, g in zip(out, ref))
+           / sum(float(g.double().norm() ** 2) for g in ref)) ** 0.5
+    timing["on"] = True
+    for _ in range(repeats):
+        between()
+        cpu.append(0.0)
+        step()
+    del ddp
+    return HookFigures(rank, int(numel) * 4, err, cpu)
