@@ -153,10 +153,10 @@ def _measured_cpu(u, skip_first: int = 1) -> dict[str, float]:
     return {label: float(compare.cpu_charged(g).median()) for label, g in df.groupby("variant", sort=False)}
 
 
-def build(run_dir: str | Path, cache: Path | None = None) -> dict:
+def build(run_dir: str | Path, cache: Path | None = None, tables: results.RunTables | None = None) -> dict:
     """prediction.json's document for a finished run; `cache`: the models cache holding (or to hold) the
-    adapter's shapes."""
-    t = results.read(run_dir)
+    adapter's shapes; `tables`: the run's tables when the caller already parsed its folder."""
+    t = tables if tables is not None else results.read(run_dir)
     run, u = t.runs[0], t.updates
     cfg, meta = run.config, run.meta
     if u.empty or (u["update_index"] > 1).sum() == 0:
@@ -253,8 +253,8 @@ def dataparallel(u, cfg: dict) -> dict:
     return out
 
 
-def write(run_dir: str | Path, cache: Path | None = None) -> Path | None:
-    doc = build(run_dir, cache)
+def write(run_dir: str | Path, cache: Path | None = None, tables: results.RunTables | None = None) -> Path | None:
+    doc = build(run_dir, cache, tables)
     if not doc:
         return None
     path = Path(run_dir) / FILE

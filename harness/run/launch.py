@@ -556,16 +556,16 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
-def write_prediction(run_dir: Path) -> None:
+def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
     In this process when the adapter's shapes are in the models cache (no torch, no process start);
     else its own process, which sizes the adapter on the meta device (torch; the harness stays
-    torch-free) and caches the shapes for the next run. A failure is one stderr line; the report then
-    has no model section."""
+    torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
+    reads the folder once). A failure is one stderr line; the report then has no model section."""
     cache = models_cache(run_dir.parent)
     try:
         if prediction.in_process(run_dir, cache):
-            prediction.write(run_dir, cache)
+            prediction.write(run_dir, cache, tables)
             return
     except Exception as err:  # the report goes on without a model section, as after a failed process
         print(f"harness run: no cost-model prediction for {run_dir}: {type(err).__name__}: {err}", file=sys.stderr)
@@ -616,7 +616,7 @@ def finalize(run_dir: Path) -> None:
     try:
         tables = results.write_tables(run_dir)
         compare.write_summary(run_dir, tables)
-        write_prediction(run_dir)
+        write_prediction(run_dir, tables)
         report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
         cost = overhead(run_dir, tables)
         if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
