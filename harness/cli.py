@@ -241,17 +241,20 @@ def bench_compress(
     except ValueError as err:
         raise usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
-    table = Table(title="compressors: first-step error, bytes and time (median of %d)" % repeats)
+    table = Table(title="compressors: first-step error and bytes; steady-state CPU time (warm-up excluded, median "
+                        "of %d) and its ratio to a memcpy of the fp32 gradients in this process" % repeats)
     for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
-                "encode s", "decode s", "total s"):
+                "encode s", "decode s", "total s", "x memcpy"):
         table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
     rows = bench.run(kinds, fracs, repeats, threads, model=model, rank=rank,
                      real_model="micro" if shape == "small" else "tiny",
                      progress=lambda r: console.log(f"{r.gradients} {r.compressor} {r.budget}: "
-                                                    f"{r.payload_bytes} B, err {r.rel_error:.3f}, {r.total_s:.3f} s"))
+                                                    f"{r.payload_bytes} B, err {r.rel_error:.3f}, {r.total_s:.4f} s "
+                                                    f"CPU, {r.total_x:.1f}x memcpy"))
     for r in rows:
         table.add_row(r.gradients, r.compressor, r.budget, f"{r.payload_bytes:,}", f"{100 * r.fraction_of_full:.2f}",
-                      f"{r.rel_error:.4f}", f"{r.encode_s:.3f}", f"{r.decode_s:.3f}", f"{r.total_s:.3f}")
+                      f"{r.rel_error:.4f}", f"{r.encode_s:.4f}", f"{r.decode_s:.4f}", f"{r.total_s:.4f}",
+                      f"{r.total_x:.1f}")
     console.print(table)
     if json_out:
         with open(json_out, "w") as fh:

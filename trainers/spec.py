@@ -298,7 +298,7 @@ PARAMS: list[Param] = [
           "compute. Keep it above the time one 1448-byte TCP segment takes on the slowest link (12 s at 1 kbit/s) "
           "(the learner's --liveness)", unit="s", lo=0.5, hi=86400.0, where="harness"),
     # the training run every replica agrees on
-    Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=250),
+    Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=1024),
     Param("updates", int, 40, "updates per method and seed", lo=1, hi=1_000_000),
     Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1),
     Param("model", str, "tiny", "micro | tiny | small (tiny, built on the CPU), a real model's shape built from its "

@@ -2,10 +2,14 @@
 
 Layout for run id ``RID`` (6 hex digits) and N workers::
 
-    wh<RID>-learner  eth0 10.88.0.2/24 --veth-- p0 10.88.0.1/24 \\
-    wh<RID>-w1       eth0 10.88.1.2/24 --veth-- p1 10.88.1.1/24  >  wh<RID>-rt (IPv4 forwarding)
+    wh<RID>-learner  eth0 10.88.0.2/30 --veth-- p0 10.88.0.1/30 \\
+    wh<RID>-w1       eth0 10.88.0.6/30 --veth-- p1 10.88.0.5/30  >  wh<RID>-rt (IPv4 forwarding)
     ...                                                          /
-    wh<RID>-wN       eth0 10.88.N.2/24 --veth-- pN 10.88.N.1/24
+    wh<RID>-wN       eth0 10.88.x.y/30 --veth-- pN 10.88.x.y-1/30
+
+Node i's link is the i-th /30 of 10.88.0.0/16 (`link_addresses`: its gateway at 4i + 1, the node at
+4i + 2): a point-to-point link needs two addresses, so the /16 holds 16384 links, where one /24 per
+node capped a run at 250 workers.
 
 Every node reaches every other through the router, so each node has exactly one access link
 (``eth0`` <-> ``p<i>``) that the shaper shapes per direction. Everything the harness creates
@@ -17,7 +21,7 @@ namespace is never modified.
 API (used by `harness run`, calibration and tests)::
 
     with Topology.create(new_run_id(), n_workers=8) as topo:   # destroy() on exit
-        topo.nodes["w1"].address                                 # '10.88.1.2'
+        topo.nodes["w1"].address                                 # '10.88.0.6'
         proc = topo.run_in("learner", ["python", "-m", "..."])   # subprocess.Popen in the netns
     # or topo = Topology.create(...); ...; topo.destroy()   (idempotent)
 
@@ -53,8 +57,9 @@ PREFIX = "wh"
 NETNS_DIR = "/run/netns"
 STATE_DIR = "/run/wan-harness"   # <run id>.json per topology: its owner (harness clean reads it)
 NS_PATTERN = re.compile(rf"^{PREFIX}([0-9a-f]{{4,8}})-(rt|probe|learner|w[0-9]+)$")
-SUBNET = "10.88"
-MAX_WORKERS = 250           # one /24 per node in 10.88.0.0/16
+SUBNET = "10.88"            # the harness's /16: every node's link is a /30 in it (`link_addresses`)
+LINK_PREFIX_LEN = 30        # gateway, node, network and broadcast addresses per link
+MAX_WORKERS = 1024          # the /16 holds 16383 worker links; a run meets process and memory limits first
 _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 # Offloads that turn one "packet" into a 30-60 KB super-packet and defeat per-packet loss/delay.
@@ -62,6 +67,17 @@ _libc = ctypes.CDLL(None, use_errno=True)
 OFFLOAD_PATTERN = re.compile(r"segmentation|gro|receive-offload")
 # Per-namespace TCP buffers large enough for 1 Gbit/s x 300 ms (the default 6 MB max caps goodput).
 TCP_SYSCTLS = {"net/ipv4/tcp_rmem": "4096 131072 67108864", "net/ipv4/tcp_wmem": "4096 65536 67108864"}
+
+
+def link_addresses(index: int) -> tuple[str, str]:
+    """(node address, gateway address) of node `index`'s link (learner 0, worker i at i): the index-th
+    /30 of SUBNET's /16."""
+    base = 4 * index
+    if not 0 <= base < 1 << 16:
+        raise ValueError(f"node index {index} is outside the {SUBNET}.0.0/16 address plan")
+    def at(offset: int) -> str:
+        return f"{SUBNET}.{(base + offset) >> 8}.{(base + offset) & 0xFF}"
+    return at(2), at(1)
 
 
 def new_run_id() -> str:
@@ -194,7 +210,7 @@ class Topology:
             raise ValueError(f"workers: {n_workers!r} must be within 1 and {MAX_WORKERS}")
         names = ["learner"] + [f"w{i}" for i in range(1, n_workers + 1)]
         nodes = {name: Node(name=name, index=i, netns=ns_name(run_id, name), ifname=cls.IFNAME,
-                            address=f"{SUBNET}.{i}.2", port=f"p{i}", gateway=f"{SUBNET}.{i}.1")
+                            address=link_addresses(i)[0], port=f"p{i}", gateway=link_addresses(i)[1])
                  for i, name in enumerate(names)}
         return cls(run_id=run_id, nodes=nodes, router_ns=ns_name(run_id, "rt"))
 
@@ -225,13 +241,13 @@ class Topology:
     def _link_node(self, rt: IPRoute, node: Node) -> None:
         rt.link("add", ifname=node.port, kind="veth", peer={"ifname": node.ifname, "net_ns_fd": node.netns})
         port = rt.link_lookup(ifname=node.port)[0]
-        rt.addr("add", index=port, address=node.gateway, prefixlen=24)
+        rt.addr("add", index=port, address=node.gateway, prefixlen=LINK_PREFIX_LEN)
         rt.link("set", index=port, state="up")
         disable_offloads(self.router_ns, node.port)
         with IPRoute(netns=node.netns, flags=0) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
             idx = ipr.link_lookup(ifname=node.ifname)[0]
-            ipr.addr("add", index=idx, address=node.address, prefixlen=24)
+            ipr.addr("add", index=idx, address=node.address, prefixlen=LINK_PREFIX_LEN)
             ipr.link("set", index=idx, state="up")
             ipr.route("add", dst=self.ROUTE_DST, gateway=node.gateway)
         disable_offloads(node.netns, node.ifname)

@@ -8,24 +8,83 @@ the error is the model's: its transfer times and overlap rules against the measu
 update). When the machine was contended (compare.contended), compute is fitted at CPU time too and each
 variant's bottleneck is read there, its wall-time reading beside it. A traced link (harness/net/traces.py) is modelled at its trace's mean rate. The results room
 reads the file (harness/results/ledger.py) and never imports this one: reports rebuild from the run
-folder alone. Run as a process because sizing the adapter builds the model on the meta device
-(torch), which `harness run` itself never imports.
+folder alone.
+
+Sizing the adapter builds the model on the meta device (torch), which `harness run` itself never
+imports: the shapes are kept in the models cache (`adapters/`, `cached_shapes`), so `harness run` predicts
+in its own process (`write(run_dir, cache)`) once they are there, and runs this module as a process
+(which imports torch and fills the cache) only when they are not, or for a data-parallel run.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from harness.net import profiles
 from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
-from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc
+from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc, plugin_bytes
 from harness.results import compare, dataparallel_report as dpreport
-from harness.results.tables import read
+from harness.results.tables import RunTables, read
 from trainers import spec
 
 FILE = "prediction.json"
+SHAPES_DIR = "adapters"   # under the models cache: <key>.json, the LoRA factor shapes of (model, rank)
+
+
+def _shapes_file(cache: Path, model: str, rank: int) -> Path:
+    """Where (model, rank)'s adapter shapes are kept: keyed by the model's name or, for a config folder,
+    by its config.json's bytes as well (an edited config sizes a different adapter)."""
+    ident = f"{model}\0{rank}"
+    config = Path(model) / "config.json"
+    if config.is_file():
+        ident += "\0" + config.read_text()
+    return cache / SHAPES_DIR / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
+
+
+def cached_shapes(cache: Path | None, model: str, rank: int) -> list[tuple[str, tuple[int, ...]]] | None:
+    """(name, shape) of the adapter's factors as a torch process stored them, or None (no cache, no entry,
+    or an entry that does not parse: then the process recomputes it)."""
+    if cache is None:
+        return None
+    try:
+        doc = json.loads(_shapes_file(cache, model, rank).read_text())
+        return [(str(n), tuple(int(d) for d in shape)) for n, shape in doc["shapes"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_shapes(cache: Path, model: str, rank: int, shapes) -> None:
+    """Keep the adapter's shapes for the next run's in-process prediction (written whole, then renamed)."""
+    path = _shapes_file(cache, model, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"model": model, "rank": rank, "shapes": [[n, list(s)] for n, s in shapes]}))
+    os.replace(tmp, path)
+
+
+def _adapter(cfg: dict, cache: Path | None) -> cm.Adapter:
+    """The run's adapter: from the cached shapes, else sized on the meta device (torch) and then cached."""
+    model, rank = cfg["model"], int(cfg["lora_rank"])
+    shapes = cached_shapes(cache, model, rank)
+    if shapes is not None:
+        return cm.Adapter.from_shapes(shapes, rank, model, stated=plugin_bytes())
+    adapter = adapter_for(model, rank)
+    if cache is not None:
+        store_shapes(cache, model, rank, adapter.tensors)
+    return adapter
+
+
+def in_process(run_dir: str | Path, cache: Path) -> bool:
+    """True when `write(run_dir, cache)` needs no torch: the adapter's shapes are cached and the run
+    has no data-parallel cells (whose tensor tables come from the meta device)."""
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    if any(spec.is_data_parallel(v["method"]) for v in cfg.get("variants") or []):
+        return False
+    return cached_shapes(cache, cfg["model"], int(cfg["lora_rank"])) is not None
 
 
 def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
@@ -94,8 +153,10 @@ def _measured_cpu(u, skip_first: int = 1) -> dict[str, float]:
     return {label: float(compare.cpu_charged(g).median()) for label, g in df.groupby("variant", sort=False)}
 
 
-def build(run_dir: str | Path) -> dict:
-    t = read(run_dir)
+def build(run_dir: str | Path, cache: Path | None = None, tables: RunTables | None = None) -> dict:
+    """prediction.json's document for a finished run; `cache`: the models cache holding (or to hold) the
+    adapter's shapes; `tables`: the run's tables when the caller already parsed its folder."""
+    t = tables if tables is not None else read(run_dir)
     run, u = t.runs[0], t.updates
     cfg, meta = run.config, run.meta
     if u.empty or (u["update_index"] > 1).sum() == 0:
@@ -116,7 +177,7 @@ def build(run_dir: str | Path) -> dict:
     out["regime"] = commratio.achieved(u, str(cfg.get("baseline") or "full-bf16"),
                                        profiles.from_doc(cfg["profile_doc"], cfg["profile_name"]) if emulated else None,
                                        workers, net.cc, cfg.get("regime"))
-    adapter = adapter_for(cfg["model"], int(cfg["lora_rank"]))
+    adapter = _adapter(cfg, cache)
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
     # A contended run's compute is fitted at CPU time too, and its bottlenecks are read there: wall
@@ -192,8 +253,8 @@ def dataparallel(u, cfg: dict) -> dict:
     return out
 
 
-def write(run_dir: str | Path) -> Path | None:
-    doc = build(run_dir)
+def write(run_dir: str | Path, cache: Path | None = None, tables: RunTables | None = None) -> Path | None:
+    doc = build(run_dir, cache, tables)
     if not doc:
         return None
     path = Path(run_dir) / FILE
@@ -205,7 +266,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m harness.projection.prediction RUN_DIR", file=sys.stderr)
         return 2
-    write(argv[1])
+    cache = os.environ.get("WAN_CACHE_DIR")
+    write(argv[1], Path(cache) if cache else None)
     return 0
 
 

@@ -48,6 +48,7 @@ from harness.net import doctor
 from harness.net import cgroups
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
+from harness.projection import prediction
 from harness.results import compare, report, tables as results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -601,15 +602,57 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
-def write_prediction(run_dir: Path) -> None:
+def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
-    Its own process: sizing the adapter builds the model on the meta device (torch; the harness stays
-    torch-free). A failure is one stderr line; the report then has no model section."""
+    In this process when the adapter's shapes are in the models cache (no torch, no process start);
+    else its own process, which sizes the adapter on the meta device (torch; the harness stays
+    torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
+    reads the folder once). A failure is one stderr line; the report then has no model section."""
+    cache = models_cache(run_dir.parent)
+    try:
+        if prediction.in_process(run_dir, cache):
+            prediction.write(run_dir, cache, tables)
+            return
+    except Exception as err:  # the report goes on without a model section, as after a failed process
+        print(f"harness run: no cost-model prediction for {run_dir}: {type(err).__name__}: {err}", file=sys.stderr)
+        return
     done = subprocess.run([sys.executable, "-m", "harness.projection.prediction", str(run_dir)], cwd=ROOT,
-                          env=python_env(models_cache(run_dir.parent), 1), capture_output=True, text=True, timeout=600)
+                          env=python_env(cache, 1), capture_output=True, text=True, timeout=600)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)
+
+
+def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None) -> dict | None:
+    """The run's wall seconds since meta.json's start, the seconds its cells spent in their training loops
+    (first update's start to last update's end, summed over cells: evaluations between updates included),
+    the held-out evaluations outside them (before the first update and after the last) and the rest: the
+    harness's fixed cost (models, namespaces, process starts, joins, teardown, tables, prediction, report
+    and figures)."""
+    try:
+        started = dt.datetime.fromisoformat(json.loads((run_dir / "meta.json").read_text())["started_utc"])
+    except (OSError, ValueError, KeyError):
+        return None
+    run_s = ((now or dt.datetime.now(dt.timezone.utc)) - started).total_seconds()
+    u, e = tables.updates, tables.evals
+    loop_s = eval_s = 0.0
+    if not u.empty and {"cell", "t_start_s", "t_end_s", "update_index"} <= set(u):
+        spans = u.groupby("cell").agg(start=("t_start_s", "min"), end=("t_end_s", "max"),
+                                      first=("update_index", "min"), last=("update_index", "max"))
+        loop_s = float((spans["end"] - spans["start"]).sum())
+        if not e.empty and {"cell", "version", "eval_s"} <= set(e):
+            bounds = e.join(spans, on="cell", how="inner")
+            outside = (bounds["version"] < bounds["first"]) | (bounds["version"] >= bounds["last"])
+            eval_s = float(bounds.loc[outside, "eval_s"].sum())
+    return {"run_s": run_s, "loop_s": loop_s, "eval_outside_loop_s": eval_s,
+            "overhead_s": max(run_s - loop_s - eval_s, 0.0)}
+
+
+def overhead_line(o: dict) -> str:
+    share = o["overhead_s"] / o["run_s"] if o["run_s"] > 0 else 0.0
+    evals = f"; held-out evaluations {o['eval_outside_loop_s']:.1f} s" if o.get("eval_outside_loop_s") else ""
+    return (f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run; "
+            f"loop {o['loop_s']:.1f} s{evals})")
 
 
 def finalize(run_dir: Path) -> None:
@@ -619,8 +662,13 @@ def finalize(run_dir: Path) -> None:
     try:
         tables = results.write_tables(run_dir)
         compare.write_summary(run_dir, tables)
-        write_prediction(run_dir)
+        write_prediction(run_dir, tables)
         report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
+        cost = overhead(run_dir, tables)
+        if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
+            doc = json.loads((run_dir / "meta.json").read_text())
+            atomic_write_json(run_dir / "meta.json", {**doc, "overhead": cost})
+            print(overhead_line(cost), file=sys.stderr)
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",
               file=sys.stderr)

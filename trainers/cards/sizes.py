@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from trainers.cards import Tensors
 
 FRAME_HEADER_BYTES = 44        # trainers/protocol/wire.py HEADER_BYTES
-CONTAINER_PREFIX_BYTES = 6     # trainers/compress/base.py _PREFIX: magic "HLOC", version, name length
+CONTAINER_PREFIX_BYTES = 6     # trainers/compress/container.py _PREFIX: magic "HLOC", version, name length
 CONTAINER_TABLE_LEN_BYTES = 4  # ... then the u32 table length
 TABLE_ZLIB_LEVEL = 6           # ... the JSON table is zlib-compressed at this level
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")  # what a payload may ship its values in
@@ -37,7 +37,7 @@ def tensor_table_bytes(tensors: Tensors, dtype: str, meta: Mapping[str, Any] | N
 
 def container_header_bytes(name: str, tensors: Tensors, segments: Segments,
                            meta: Mapping[str, Any] | None = None) -> int:
-    """Bytes of an `HLOC` payload before its body (`trainers/compress/base.py header_bytes`)."""
+    """Bytes of an `HLOC` payload before its body (`trainers/compress/container.py header_bytes`)."""
     table = {"tensors": [[n, list(s)] for n, s in tensors], "segments": [list(x) for x in segments],
              "meta": dict(meta or {})}
     return (CONTAINER_PREFIX_BYTES + len(name.encode("ascii")) + CONTAINER_TABLE_LEN_BYTES

@@ -14,8 +14,13 @@ Every budgeted compressor (spar, topk, powersgd: per-factor ranks, int8: its top
 each budget; `int8` with `-` is its dense layout. `powersgd (rank R)` is PowerSGD at one rank for
 every factor (the smallest whose payload reaches the budget, as PyTorch's hook runs it), and
 `spar @powersgd-bytes` gets exactly its byte count, for an equal-bytes comparison.
-Times are medians over `repeats` runs, each a fresh compressor (first step, no error-feedback
-history), with torch limited to `threads` threads.
+Errors are the first step's (a fresh compressor, no error-feedback history: what equal-bytes
+comparisons read). Times are the steady state the services run in: one encoder carrying its error
+feedback and one decoder decoding from a receive buffer, the first (warm-up) round not timed, CPU
+seconds at `threads` threads, medians over `repeats` rounds, each beside a memcpy of the fp32
+gradients' bytes measured in the same process (the `x memcpy` ratio holds on a busy machine).
+`torch powerSGD_hook (rank R)` is PyTorch's own hook at the rank of `powersgd (rank R)` (fp32 P and
+Q, so twice its bytes; trainers/compress/torch_hook.py), with `spar @hook-bytes` at its byte count.
 """
 from __future__ import annotations
 
@@ -51,12 +56,18 @@ class Row:
     payload_bytes: int
     fraction_of_full: float
     rel_error: float
-    encode_s: float
-    decode_s: float
+    encode_s: float         # steady-state CPU seconds per encode (median)
+    decode_s: float         # steady-state CPU seconds per decode (median; a hook row: 0, its call is encode_s)
+    memcpy_s: float = 0.0   # CPU seconds of a memcpy of the fp32 gradients, measured beside (median)
 
     @property
     def total_s(self) -> float:
         return self.encode_s + self.decode_s
+
+    @property
+    def total_x(self) -> float:
+        """Encode + decode as a multiple of the memcpy beside them."""
+        return self.total_s / self.memcpy_s if self.memcpy_s > 0 else float("nan")
 
 
 def model_shapes(model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK) -> dict[str, tuple[int, int]]:
@@ -107,22 +118,47 @@ def rel_error(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> flo
     return (num / den) ** 0.5
 
 
+def memcpy_timer(grads: dict[str, torch.Tensor]):
+    """A function returning the CPU seconds of one memcpy of the gradients' fp32 bytes (pages touched first)."""
+    src = torch.cat([t.detach().to(torch.float32).reshape(-1) for t in grads.values()])
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    return lambda: _cpu(lambda: dst.copy_(src))
+
+
 def measure(kind: str, grads: dict[str, torch.Tensor], name: str, label: str, repeats: int,
-            shown_as: str | None = None, **options) -> Row:
-    """Median encode and decode time of `name` with `options`; the row says `shown_as` (default: name)."""
+            shown_as: str | None = None, memcpy=None, **options) -> Row:
+    """`name` with `options`: the first step's payload and error, then the steady state's median encode
+    and decode CPU seconds over `repeats` rounds, each beside `memcpy()` (default: of these gradients);
+    the row says `shown_as` (default: name)."""
+    memcpy = memcpy or memcpy_timer(grads)
     full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
-    enc, dec = [], []
+    enc, dec = get_compressor(name, **options), get_compressor(name, **options)
+    payload = enc.encode(grads)                          # warm-up round: buffers, warm starts; not timed
+    first = len(payload), rel_error(get_compressor(name, **options).decode(payload), grads)
+    dec.decode(received(payload), reuse=True)
+    copies, enc_s, dec_s = [], [], []
     for _ in range(repeats):
-        c = get_compressor(name, **options)
-        t0 = time.perf_counter()
-        payload = c.encode(grads)
-        t1 = time.perf_counter()
-        out = get_compressor(name, **options).decode(payload)
-        t2 = time.perf_counter()
-        enc.append(t1 - t0)
-        dec.append(t2 - t1)
-    return Row(kind, shown_as or name, label, len(payload), len(payload) / full, rel_error(out, grads),
-               statistics.median(enc), statistics.median(dec))
+        copies.append(memcpy())
+        t0 = time.process_time()
+        payload = enc.encode(grads)
+        enc_s.append(time.process_time() - t0)
+        inbox = received(payload)                        # the socket's copy is the wire's, not the codec's
+        dec_s.append(_cpu(lambda: dec.decode(inbox, reuse=True)))
+    return Row(kind, shown_as or name, label, first[0], first[0] / full, first[1],
+               statistics.median(enc_s), statistics.median(dec_s), statistics.median(copies))
+
+
+def torch_hook_row(kind: str, grads: dict[str, torch.Tensor], label: str, rank: int, repeats: int, memcpy) -> Row:
+    """PyTorch's powerSGD_hook at `rank` (trainers/compress/torch_hook.py): its bytes, first-step error
+    and steady-state CPU per step (compression and decompression: the row's encode_s), beside `memcpy()`."""
+    from trainers.compress import torch_hook   # torch.distributed: only this row pays for it
+
+    full = full_adapter_bytes([tuple(t.shape) for t in grads.values()], "bf16")
+    copies: list[float] = []
+    figures = torch_hook.run_hook(grads, rank, repeats, between=lambda: copies.append(memcpy()))
+    return Row(kind, "torch powerSGD_hook (rank R)", label, figures.payload_bytes, figures.payload_bytes / full,
+               figures.rel_error, statistics.median(figures.cpu_s), 0.0, statistics.median(copies))
 
 
 def powersgd_rank_for(grads, budget_frac: float) -> int:
@@ -133,7 +169,8 @@ def powersgd_rank_for(grads, budget_frac: float) -> int:
 
 
 def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, threads: int = 1,
-        model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK, real_model: str = "tiny", progress=None) -> list[Row]:
+        model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK, real_model: str = "tiny", progress=None,
+        torch_hook: bool = True) -> list[Row]:
     torch.set_num_threads(threads)
     rows = []
 
@@ -146,8 +183,9 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
     for kind in kinds:
         grads = (synthetic_gradients(model_shapes(model, rank)) if kind == "synthetic"
                  else real_gradients(real_model))
+        memcpy = memcpy_timer(grads)
         cell = lambda name, label, shown_as=None, **opts: add(  # noqa: E731
-            measure(kind, grads, name, label, repeats, shown_as, **opts))
+            measure(kind, grads, name, label, repeats, shown_as, memcpy, **opts))
         cell("identity", "-")
         cell("identity", "-", "identity (bf16)", dtype="bf16")
         cell("int8", "-", budget="100%")                                # 100 %: every block, dense
@@ -160,11 +198,14 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
             cell("powersgd", label, budget=budget)
             psgd = cell("powersgd", label, "powersgd (rank R)", rank=powersgd_rank_for(grads, frac))
             cell("spar", label, "spar @powersgd-bytes", budget_bytes=psgd.payload_bytes)
+            if torch_hook:
+                hook = add(torch_hook_row(kind, grads, label, powersgd_rank_for(grads, frac), repeats, memcpy))
+                cell("spar", label, "spar @hook-bytes", budget_bytes=hook.payload_bytes)
     return rows
 
 
 def as_dicts(rows: list[Row]) -> list[dict]:
-    return [{**asdict(r), "total_s": r.total_s} for r in rows]
+    return [{**asdict(r), "total_s": r.total_s, "total_x": r.total_x} for r in rows]
 
 
 # ---- the memory floor ------------------------------------------------------------------------
@@ -260,7 +301,7 @@ def wire_ratios(payload: bytes, memcpy, repeats: int = 5) -> list[dict]:
             wire.MessageType.UPDATE, payload, check=check, sender=0, version=1, seq=0))))
         unframes.append(_cpu(lambda: _unframe(parts, check)))
     rows = [_row("wire in memory", len(payload), copies, frames, unframes)]
-    rows.append(_loopback(payload, memcpy, repeats))
+    rows.extend(_loopback(payload, memcpy, repeats))
     return rows
 
 
@@ -275,19 +316,25 @@ def _unframe(parts: list[memoryview], check: bytes) -> memoryview:
     return body
 
 
-def _loopback(payload: bytes, memcpy, repeats: int) -> dict:
-    """CPU seconds of Connection.send -> Connection.recv and of a bare sendall -> recv_into over two
-    loopback TCP connections, interleaved with the floor copy."""
+def _loopback(payload: bytes, memcpy, repeats: int) -> list[dict]:
+    """CPU seconds over two loopback TCP connections, interleaved with the floor copy, of:
+    Connection.send -> Connection.recv (a fresh receive buffer per frame, as before `reuse`), the same
+    with recv(reuse=True) (the connection's kept buffer), send_prepared of a body checksummed once
+    (a broadcast's per-worker cost: its one CRC is shared by every worker) -> recv(reuse=True), and a
+    bare sendall -> recv_into of the same bytes into a kept buffer (`bare_x`, x memcpy, on each row)."""
     (a, b), (x, y) = _tcp_pair(), _tcp_pair()
     sender = wire.Connection(a, token=TOKEN, sender=0, peer="w1")
     receiver = wire.Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 31)
     inbox = memoryview(bytearray(len(payload)))
+    prepared = wire.prepare_body(payload)
 
-    def framed():
-        t = threading.Thread(target=sender.send, args=(wire.MessageType.UPDATE, payload, 1))
-        t.start()
-        receiver.recv()
-        t.join()
+    def framed(send, body, reuse):
+        def go():
+            t = threading.Thread(target=send, args=(wire.MessageType.UPDATE, body, 1))
+            t.start()
+            receiver.recv(reuse=reuse)
+            t.join()
+        return go
 
     def bare():
         t = threading.Thread(target=x.sendall, args=(payload,))
@@ -297,19 +344,26 @@ def _loopback(payload: bytes, memcpy, repeats: int) -> dict:
             got += y.recv_into(inbox[got:])
         t.join()
 
-    copies, conns, bares = [], [], []
+    ways = {"wire loopback Connection": framed(sender.send, payload, False),
+            "wire loopback Connection reuse": framed(sender.send, payload, True),
+            "wire loopback prepared+reuse": framed(sender.send_prepared, prepared, True)}
+    copies, times, bares = [], {k: [] for k in ways}, []
     try:
+        for way in ways.values():
+            way()                                                      # warm-up: the kept buffer, socket buffers
+        bare()
         for _ in range(repeats):
             copies.append(memcpy())
-            conns.append(_cpu(framed))
+            for key, way in ways.items():
+                times[key].append(_cpu(way))
             bares.append(_cpu(bare))
     finally:
         for c in (sender, receiver):
             c.close()
         x.close(), y.close()
     floor = statistics.median(copies)
-    return _row("wire loopback Connection", len(payload), copies, conns, [0.0],
-                bare_x=statistics.median(bares) / floor)
+    return [_row(key, len(payload), copies, t, [0.0], bare_x=statistics.median(bares) / floor)
+            for key, t in times.items()]
 
 
 def _tcp_pair() -> tuple[socket.socket, socket.socket]:
@@ -327,8 +381,9 @@ def floor_lines(threads: int = 1, repeats: int = 5) -> list[str]:
              f"{threads} thread(s), median of {repeats}"]
 
     def show(r: dict) -> None:
-        bare = f"  (bare sendall->recv_into {r['bare_x']:.1f}x)" if "bare_x" in r else ""
-        lines.append(f"{r['cell']:26s} {r['payload_bytes']:>12,d} B  encode {r['encode_x']:6.1f}x  "
+        bare = (f"  (bare sendall->recv_into {r['bare_x']:.1f}x: Connection/bare {r['total_x'] / r['bare_x']:.2f}x)"
+                if "bare_x" in r else "")
+        lines.append(f"{r['cell']:31s} {r['payload_bytes']:>12,d} B  encode {r['encode_x']:6.1f}x  "
                      f"decode {r['decode_x']:6.1f}x  total {r['total_x']:6.1f}x memcpy "
                      f"({1e3 * r['memcpy_s']:.1f} ms CPU){bare}")
         print(lines[-1], flush=True)
@@ -336,7 +391,19 @@ def floor_lines(threads: int = 1, repeats: int = 5) -> list[str]:
     print(lines[0], flush=True)
     rows = floor_ratios(grads, threads=threads, repeats=repeats, progress=show)
     total = {r["cell"]: r["total_x"] for r in rows}
-    lines.append(f"spar / powersgd CPU time: {total['spar@1.6%'] / total['powersgd@1.6%']:.2f}x; load1 {_load1()} at end")
+    lines.append(f"spar / powersgd CPU time: {total['spar@1.6%'] / total['powersgd@1.6%']:.2f}x")
+    print(lines[-1], flush=True)
+    memcpy = memcpy_timer(grads)
+    rank = powersgd_rank_for(grads, 0.016)
+    hook = torch_hook_row("synthetic", grads, "1.60%", rank, repeats, memcpy)
+    same = measure("synthetic", grads, "spar", "1.60%", repeats, "spar @hook-bytes", memcpy,
+                   budget_bytes=hook.payload_bytes)
+    for r in (hook, same):
+        lines.append(f"{r.compressor:28s} {r.payload_bytes:>12,d} B  total {r.total_x:6.1f}x memcpy  "
+                     f"error {r.rel_error:.3f} (rank {rank})")
+        print(lines[-1], flush=True)
+    lines.append(f"spar / torch powerSGD_hook at equal bytes: CPU {same.total_x / hook.total_x:.2f}x, "
+                 f"error {same.rel_error / hook.rel_error:.2f}x; load1 {_load1()} at end")
     print(lines[-1], flush=True)
     return lines
 

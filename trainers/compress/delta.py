@@ -29,7 +29,7 @@ import lz4.block
 import torch
 import zstandard
 
-from trainers.compress.base import PayloadError
+from trainers.compress.container import PayloadError
 from trainers.protocol import dtypes
 
 MAGIC = b"HLDT"

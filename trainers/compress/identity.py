@@ -7,9 +7,10 @@ import torch
 
 from trainers import spec
 
-from trainers.compress.base import (DTYPES, Compressor, Segment, Unpacked, byte_view, check_wire_dtype,
-                                    container_head, contiguous_span, flatten, header_bytes, itemsize, require,
-                                    unflatten, zeros_for)
+from trainers.compress.base import check_wire_dtype, Compressor
+from trainers.compress.container import container_head, header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import contiguous_span, flatten, unflatten, zeros_for
+from trainers.protocol.dtypes import byte_view, DTYPES, itemsize
 
 
 class IdentityCompressor(Compressor):

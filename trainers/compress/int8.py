@@ -15,9 +15,9 @@ import torch
 
 from trainers import spec
 
-from trainers.compress.base import (BudgetedCompressor, OptionError, Segment, Unpacked, contiguous_span, flatten,
-                                    header_bytes,
-                                    require, unflatten)
+from trainers.compress.base import BudgetedCompressor, OptionError
+from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import contiguous_span, flatten, unflatten
 
 _LEVELS = 127        # symmetric int8: -127..127, so that negation is exact
 _BLOCK_EXTRA = 8     # bytes per sent block besides its values: int32 index + fp32 scale

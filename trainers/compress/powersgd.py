@@ -17,9 +17,11 @@ import torch
 
 from trainers import spec
 
-from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked, add_low_rank_,
-                                    check_wire_dtype, header_bytes, itemsize, ordered_state, require, rng_state,
-                                    set_rng_state, shape_groups, stacked, take_ordered, zeros_for)
+from trainers.compress.base import (BudgetedCompressor, check_wire_dtype, OptionError, ordered_state, rng_state,
+                                    set_rng_state, take_ordered)
+from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import add_low_rank_, shape_groups, stacked, zeros_for
+from trainers.protocol.dtypes import DTYPES, itemsize
 
 
 class PowerSGDCompressor(BudgetedCompressor):

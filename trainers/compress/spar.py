@@ -20,9 +20,11 @@ import torch
 
 from trainers import spec
 
-from trainers.compress.base import (DTYPES, BudgetedCompressor, OptionError, Segment, Unpacked,
-                                    add_low_rank_, check_wire_dtype, header_bytes, itemsize, ordered_state, require,
-                                    rng_state, set_rng_state, shape_groups, stacked, take_ordered)
+from trainers.compress.base import (BudgetedCompressor, check_wire_dtype, OptionError, ordered_state, rng_state,
+                                    set_rng_state, take_ordered)
+from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import add_low_rank_, shape_groups, stacked, strided_view
+from trainers.protocol.dtypes import DTYPES, itemsize
 
 _SIGMA_BYTES = 4
 _SELECTIONS = ("energy", "energy_per_byte")
@@ -86,13 +88,23 @@ class SparCompressor(BudgetedCompressor):
             for name in capped:
                 spectra[name].complete()
             counts = self._select(layout, spectra, budget)
-        while True:
-            segments = self._segments(m, layout, spectra, counts)
-            size = header_bytes(self.name, layout, [(s.key, s.dtype, s.array.numel()) for s in segments])
-            size += sum(s.array.numel() * itemsize(s.dtype) for s in segments)
-            if size <= budget:
-                return segments, {}
+        while self._payload_size(layout, counts) > budget:
             self._drop_weakest(layout, spectra, counts)
+        if all(isinstance(s, _GramSpectrum) for s in spectra.values()):
+            # the residual's own buffer: E <- M - sent is done here, each chunk while it is in cache
+            subtract = self.error_feedback and m is self.residuals
+            self._subtracted = subtract
+            return _gram_segments(m, layout, spectra, counts, self.dtype, subtract), {}
+        return self._segments(m, layout, spectra, counts), {}
+
+    def _payload_size(self, layout, counts: list[int]) -> int:
+        """Bytes of the payload these counts make (header, counts, sigma, left and right)."""
+        k = sum(counts)
+        left = sum(c * shape[0] for c, (_, shape) in zip(counts, layout))
+        right = sum(c * shape[1] for c, (_, shape) in zip(counts, layout))
+        specs = [("counts", "int16", len(counts)), ("sigma", "fp32", k), ("left", self.dtype, left),
+                 ("right", self.dtype, right)]
+        return header_bytes(self.name, layout, specs) + sum(n * itemsize(d) for _, d, n in specs)
 
     def _cost(self, shape: tuple[int, int]) -> int:
         return (shape[0] + shape[1]) * itemsize(self.dtype) + _SIGMA_BYTES
@@ -178,7 +190,12 @@ class SparCompressor(BudgetedCompressor):
         self._accumulate(p, out, 1.0, overwrite=True)
         return out
 
+    _subtracted = False     # `_compress` already took what it sent out of the residual (`_gram_segments`)
+
     def _subtract_sent(self, p: Unpacked, residuals) -> None:
+        if self._subtracted:
+            self._subtracted = False
+            return
         self._accumulate(p, residuals, -1.0, portable=False)     # the encoder's own E: BLAS is fine
 
     def _accumulate(self, p: Unpacked, out, alpha: float, overwrite: bool = False, portable: bool = True) -> None:
@@ -207,7 +224,8 @@ class SparCompressor(BudgetedCompressor):
 
 class _GramSpectrum:
     """Leading spectrum of a thin factor from its short-side Gram matrix: the top `len(energy)`
-    eigenpairs (all s of them once `complete()` has run)."""
+    eigenpairs (all s of them once `complete()` has run). Its triplets are formed per shape group
+    by `_gram_segments`."""
 
     def __init__(self, mat: torch.Tensor, gram: torch.Tensor, evals: torch.Tensor, evecs: torch.Tensor):
         self.mat, self.gram, self.energy, self.evecs = mat, gram, evals, evecs   # sigma^2 descending; columns
@@ -222,18 +240,6 @@ class _GramSpectrum:
         evals, evecs = torch.linalg.eigh(self.gram)
         self.energy, self.evecs = evals.flip(-1).clamp_min(0), evecs.flip(-1)
 
-    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(sigma (k,), left (k, a), right (k, b)). The long-side vectors are M^T u (or M v);
-        their norms are sigma measured on M itself, not the root of a Gram eigenvalue."""
-        short = self.evecs[:, :k].T                                     # (k, s) orthonormal rows
-        left_is_short = self.mat.shape[0] <= self.mat.shape[1]
-        # (k, long side) as rows, (k, s) @ (s, long): the (long, s) @ (s, k) product with its tall,
-        # k-wide output ran ~10x slower in MKL (0.9 ms for a 4864 x 64 factor at k = 2)
-        long = short @ (self.mat if left_is_short else self.mat.T)
-        norms = long.norm(dim=1)
-        unit = long / torch.where(norms > 0, norms, torch.ones_like(norms))[:, None]
-        return (norms, short, unit) if left_is_short else (norms, unit, short)
-
 
 class _SketchSpectrum:
     """Top-p triplets of Q Q^T M from the sketch B = Q^T M = Z diag(s) V^T (Z, s from B B^T)."""
@@ -246,7 +252,68 @@ class _SketchSpectrum:
         z = self.z[:, :k]
         sigma = self.energy[:k].sqrt()
         right = (z.T @ self.bmat) / torch.where(sigma > 0, sigma, torch.ones_like(sigma))[:, None]
-        return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b): see _GramSpectrum.top
+        return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b)
+
+
+# Factor bytes per chunk of `_gram_segments`: a chunk's long-side products and its residual update
+# run while it sits in the core's L2 cache (2 MiB here), so M is read from memory once for both.
+_CHUNK_BYTES = 1 << 20
+
+
+def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_GramSpectrum"], counts: list[int],
+                   dtype: str, subtract: bool) -> list[Segment]:
+    """The payload's segments for `counts` directions per factor, batched per shape group (one bmm per
+    chunk of factors instead of a product per factor): each direction's long-side vector M^T u (or
+    M v) with its norm, sigma, measured on M itself (not the root of a Gram eigenvalue), the unit
+    vectors in the wire dtype; `subtract`: M <- M - sum_j sigma_j left_j right_j^T of the values as sent (the
+    wire's rounding included: the residual keeps exactly what was not sent), chunk by chunk, while
+    the chunk is in cache. The products are (k, s) @ (s, long side), rows out: the (long, s) @ (s, k)
+    product with its tall, k-wide output ran ~10x slower in MKL."""
+    wire = DTYPES[dtype]
+    k_of = {name: k for (name, _), k in zip(layout, counts)}
+    picked: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    for names in shape_groups(m):
+        ks = [k_of[n] for n in names]
+        kmax = max(ks)
+        if kmax == 0:
+            continue
+        view = strided_view([m[n] for n in names])                                # (g, a, b) over M itself
+        inplace = view is not None
+        view = view if inplace else torch.stack([m[n] for n in names])             # a copy: subtract per factor
+        a, b = view.shape[1:]
+        left_is_short = a <= b
+        step = max(1, _CHUNK_BYTES // (4 * a * b))
+        for c0 in range(0, len(names), step):
+            chunk, sub, kc = names[c0:c0 + step], view[c0:c0 + step], ks[c0:c0 + step]
+            km = max(kc)
+            if km == 0:
+                continue
+            short = torch.zeros(len(chunk), km, min(a, b))                        # rows past a factor's k stay 0
+            for i, (n, k) in enumerate(zip(chunk, kc)):
+                if k:
+                    short[i, :k] = spectra[n].evecs[:, :k].T
+            long = torch.bmm(short, sub if left_is_short else sub.transpose(1, 2))   # (c, km, long side)
+            norms = torch.linalg.vector_norm(long, dim=2)
+            long /= torch.where(norms > 0, norms, torch.ones_like(norms))[:, :, None]
+            short_w, long_w = short.to(wire), long.to(wire)
+            if subtract:
+                left, right = (short_w, long_w) if left_is_short else (long_w, short_w)
+                scaled = left.to(torch.float32) * norms[:, :, None]                 # (c, km, a)
+                if inplace:
+                    sub.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
+                else:
+                    for i, n in enumerate(chunk):
+                        m[n].addmm_(scaled[i].T, right[i].to(torch.float32), alpha=-1.0)
+            for i, (n, k) in enumerate(zip(chunk, kc)):
+                if k:
+                    picked[n] = (norms[i, :k], *((short_w[i, :k], long_w[i, :k]) if left_is_short
+                                                 else (long_w[i, :k], short_w[i, :k])))
+    order = [picked[n] for n, _ in layout if n in picked]
+    cat = lambda xs, dt: torch.cat(xs).to(dt) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
+    return [Segment("counts", "int16", torch.tensor(counts, dtype=torch.int16)),
+            Segment("sigma", "fp32", cat([s for s, _, _ in order], torch.float32)),
+            Segment("left", dtype, cat([u.reshape(-1) for _, u, _ in order], wire)),
+            Segment("right", dtype, cat([v.reshape(-1) for _, _, v in order], wire))]
 
 
 # Leading eigenpairs per Gram matrix before a full eigh is needed, and the subspace iterations that

@@ -11,8 +11,10 @@ import torch
 
 from trainers import spec
 
-from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype,
-                                    contiguous_span, flatten, header_bytes, itemsize, require)
+from trainers.compress.base import BudgetedCompressor, check_wire_dtype
+from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import contiguous_span, flatten
+from trainers.protocol.dtypes import DTYPES, itemsize
 
 _INDEX_BYTES = 4  # int32 index: adapters up to 2^31 elements
 

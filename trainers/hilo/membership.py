@@ -484,7 +484,8 @@ class Membership:
     def broadcast(self, msg: bytes, version: int) -> dict[str, int]:
         """Send update `version` to every connected member at once; returns frame bytes written per worker."""
         peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
-        futures = {p.worker: self.pool.submit(p.conn.send, MessageType.UPDATE, msg, version) for p in peers}
+        body = wire.prepare_body(msg)   # one checksum of the body for every worker's frame
+        futures = {p.worker: self.pool.submit(p.conn.send_prepared, MessageType.UPDATE, body, version) for p in peers}
         written = {}
         for worker, fut in futures.items():
             try:

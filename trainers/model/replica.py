@@ -9,7 +9,7 @@ restarted worker can load a snapshot and replay the logged updates after it.
 
 Bit-exactness: AdamW runs its single-tensor, non-fused path (`foreach=False, fused=False`),
 which is elementwise and so independent of the thread count (decoupled weight decay included);
-decode is made deterministic by the compressors (see `trainers.compress.base.add_outer_`).
+decode is made deterministic by the compressors (see `trainers.compress.kernels.add_outer_`).
 Global-norm clipping (`max_grad_norm`) needs a reduction, whose order a multi-threaded sum would
 change with the thread count; `global_norm` sums fixed blocks of at most `NORM_BLOCK` elements
 (each reduced by one thread: below torch's parallel grain) in float64, in a fixed order, so every

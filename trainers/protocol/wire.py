@@ -55,6 +55,7 @@ an optional total deadline (the handshake's): a peer that trickles bytes is cut 
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import itertools
@@ -191,6 +192,70 @@ def frame_header(msg_type: MessageType, parts: list[memoryview], *, check: bytes
     for part in parts:
         crc = checksum(part, crc)
     return prefix + struct.pack("!I", crc)
+
+
+def _gf2_times(mat: tuple[int, ...], vec: int) -> int:
+    """A 32 x 32 matrix over GF(2) (its columns as ints) times a 32-bit vector."""
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _gf2_product(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(_gf2_times(a, col) for col in b)
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_operator(n: int) -> tuple[int, ...]:
+    """The GF(2) operator that advances a CRC-32C register over n zero bytes (kept per length: a
+    broadcast body's length repeats from update to update). zlib's crc32_combine, for the
+    Castagnoli polynomial (reflected 0x82F63B78)."""
+    op = (0x82F63B78, *(1 << k for k in range(31)))                  # one zero bit
+    for _ in range(3):
+        op = _gf2_product(op, op)                                       # one zero byte
+    result = None
+    while n:
+        if n & 1:
+            result = op if result is None else _gf2_product(op, result)
+        n >>= 1
+        if n:
+            op = _gf2_product(op, op)
+    return result or tuple(1 << k for k in range(32))
+
+
+def checksum_combine(crc_a: int, crc_b: int, len_b: int) -> int:
+    """CRC-32C of A followed by B from crc(A), crc(B) and len(B), without reading either."""
+    return _gf2_times(_zeros_operator(len_b), crc_a) ^ crc_b if len_b else crc_a
+
+
+@dataclass(frozen=True)
+class PreparedBody:
+    """A frame body with its CRC-32C computed once (`prepare_body`), to be sent on many connections
+    (`Connection.send_prepared`: each frame's checksum is the header's combined with this one, so a
+    broadcast to N workers reads its body once for checksums, not N times). Holds views of the
+    caller's buffers: they must stay unchanged until the last send returns."""
+    parts: tuple[memoryview, ...]
+    length: int
+    crc: int
+
+
+def prepare_body(body: Body) -> PreparedBody:
+    parts = body_parts(body)
+    crc = 0
+    for part in parts:
+        crc = checksum(part, crc)
+    return PreparedBody(tuple(parts), sum(len(p) for p in parts), crc)
+
+
+def prepared_header(msg_type: MessageType, body: PreparedBody, *, check: bytes, sender: int, version: int,
+                    seq: int) -> bytes:
+    """`frame_header` of a prepared body: the same 44 bytes, without a pass over the body."""
+    prefix = HEADER.pack(MAGIC, FORMAT_VERSION, int(msg_type), 0, check, sender, version, seq, body.length, 0)[:-4]
+    return prefix + struct.pack("!I", checksum_combine(checksum(prefix), body.crc, body.length))
 
 
 def encode_frame_parts(msg_type: MessageType, body: Body, *, check: bytes, sender: int, version: int,
@@ -539,6 +604,7 @@ class Connection:
         self._recv_seq = 0
         self.closed = False
         self._tcp_last: dict[str, int] = {}
+        self._kept: memoryview | None = None      # recv(reuse=True)'s buffer
 
     def tcp_delta(self) -> dict[str, int]:
         """TCP_INFO counters (tcp_info) since the previous call, the first call since the connection
@@ -556,6 +622,20 @@ class Connection:
                                        version=version, seq=self._send_seq)
             self.counter.add_seconds(time.perf_counter() - t0)
             written = send_parts(self.sock, parts)
+            self._send_seq += 1
+            self.sent_t = time.monotonic()
+        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
+        return written
+
+    def send_prepared(self, msg_type: MessageType, body: PreparedBody, version: int = 0) -> int:
+        """`send` of a body whose checksum was computed once (`prepare_body`): a broadcast sends one
+        PreparedBody to every connection. The bytes on the wire are the same as `send`'s."""
+        with self._send_lock:
+            t0 = time.perf_counter()
+            header = prepared_header(msg_type, body, check=self.check, sender=self.sender, version=version,
+                                     seq=self._send_seq)
+            self.counter.add_seconds(time.perf_counter() - t0)
+            written = send_parts(self.sock, [memoryview(header), *body.parts])
             self._send_seq += 1
             self.sent_t = time.monotonic()
         self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
@@ -606,8 +686,19 @@ class Connection:
         self._read_into(memoryview(buf), what, deadline, idle_s=idle_s)
         return bytes(buf)
 
+    def _body_buffer(self, n: int, reuse: bool) -> memoryview:
+        """A receive buffer for an n-byte body: a fresh one, or (reuse) this connection's kept buffer,
+        grown to the largest body seen so far (its end aligned as `recv_buffer` aligns it)."""
+        if not reuse:
+            return recv_buffer(n)
+        kept = self._kept
+        if kept is None or len(kept) < n:
+            kept = self._kept = recv_buffer(n)
+        start = len(kept) - n                    # the body ends where the kept buffer ends: aligned
+        return kept[start:]
+
     def recv(self, deadline: float | None = None, header_deadline: float | None = None,
-             idle_s: float | None = None) -> Frame:
+             idle_s: float | None = None, reuse: bool = False) -> Frame:
         """Read and validate one frame; raises WireError (PeerClosed on EOF).
 
         `deadline` (time.monotonic() seconds): the whole frame must have arrived by then, or
@@ -616,14 +707,20 @@ class Connection:
         that has not shown the token only a short while). The body is
         read into one buffer of the announced length, allocated only after the header passed
         its checks (the cap among them). `idle_s`: the liveness deadline, Silent when no byte arrives
-        for that long, between frames or within one (a slow link that keeps moving is never cut)."""
+        for that long, between frames or within one (a slow link that keeps moving is never cut).
+
+        `reuse`: the body is read into this connection's kept receive buffer instead of a fresh one
+        (no page faults of a new allocation per frame). Release contract: that body, and anything
+        that aliases it (a `decode` from it), is valid only until the next `recv(reuse=True)` on
+        this connection, which overwrites it; a caller that keeps a frame past that (a queue, a
+        replay log) must copy it or receive without reuse."""
         header = self._read_exact(HEADER_BYTES, "header", deadline if header_deadline is None else header_deadline,
                                   idle_s)
         t_header = time.monotonic()
         t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
             header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
-        body = recv_buffer(body_len)
+        body = self._body_buffer(body_len, reuse)
         running = checksum(header[:-4])
         self.counter.add_seconds(time.perf_counter() - t0)
         if self._read_into(body, "body", deadline, running, idle_s) != crc:

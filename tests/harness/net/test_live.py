@@ -71,7 +71,7 @@ def test_topology_namespaces_addresses_and_offloads(topo2):
     names = set(clean.leftovers(topo2.run_id))
     assert names == {f"wh{topo2.run_id}-{n}" for n in ("rt", "learner", "w1", "w2")}
     links = {l["ifname"]: l for l in ip_json(topo2.nodes["w2"].netns, "addr")}
-    assert links["eth0"]["addr_info"][0]["local"] == "10.88.2.2"
+    assert links["eth0"]["addr_info"][0]["local"] == "10.88.0.10" == topo2.nodes["w2"].address
     assert {l["ifname"] for l in ip_json(topo2.router_ns, "link")} >= {"p0", "p1", "p2"}
     assert _connect(topo2, "w1", "learner") and _connect(topo2, "learner", "w2", 7001)
     feats = ns_run(topo2.nodes["w1"].netns, ["ethtool", "-k", "eth0"]).stdout

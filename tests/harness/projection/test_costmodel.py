@@ -34,11 +34,11 @@ def adapter(model: str, rank: int) -> cm.Adapter:
 
 def test_mirrored_constants_equal_their_sources():
     from trainers.protocol import dtypes, wire
-    from trainers.compress import base, spar, topk
+    from trainers.compress import container, spar, topk
 
     assert cm.FRAME_HEADER_BYTES == wire.HEADER_BYTES
-    assert cm.CONTAINER_PREFIX_BYTES == base._PREFIX.size
-    assert cm.CONTAINER_TABLE_LEN_BYTES == base._U32.size
+    assert cm.CONTAINER_PREFIX_BYTES == container._PREFIX.size
+    assert cm.CONTAINER_TABLE_LEN_BYTES == container._U32.size
     assert cm.TOPK_INDEX_BYTES == topk._INDEX_BYTES
     assert cm.SPAR_SIGMA_BYTES == spar._SIGMA_BYTES
     for name, size in cm.DTYPE_BYTES.items():

@@ -35,7 +35,15 @@ def test_small_benchmark_covers_every_compressor_and_keeps_its_promises(tmp_path
             equal = cell["spar @powersgd-bytes"]
             assert equal["payload_bytes"] <= cell["powersgd (rank R)"]["payload_bytes"]
             assert equal["rel_error"] < cell["powersgd (rank R)"]["rel_error"]
-    assert "spar" in proc.stdout and "rel. error" in proc.stdout
+    assert "spar" in proc.stdout and "rel. error" in proc.stdout and "x memcpy" in proc.stdout
+    for r in rows:                          # steady state, each beside a memcpy measured in the same process
+        assert r["memcpy_s"] > 0 and r["total_x"] == pytest.approx(r["total_s"] / r["memcpy_s"])
+    for kind in ("synthetic", "real"):      # torch's own hook as an external row, spar beside it at its bytes
+        for budget in ("1.60%", "6.25%"):
+            cell = {r["compressor"]: r for r in rows if r["gradients"] == kind and r["budget"] == budget}
+            hook, same = cell["torch powerSGD_hook (rank R)"], cell["spar @hook-bytes"]
+            assert 0 < same["payload_bytes"] <= hook["payload_bytes"]
+            assert hook["encode_s"] > 0 and same["rel_error"] < hook["rel_error"]
 
 
 @pytest.mark.parametrize("args,needle", [(["--gradients", "fake"], "--gradients: 'fake'"),

@@ -171,7 +171,7 @@ def test_identity_replay_equals_exact_gradient_training():
 
 
 def test_value_dtypes_are_floating_names_of_the_one_table():
-    from trainers.compress.base import FLOAT_DTYPES
+    from trainers.spec import FLOAT_DTYPES
     from trainers.protocol.dtypes import DTYPES
 
     assert all(DTYPES[name].is_floating_point for name in FLOAT_DTYPES)
@@ -257,7 +257,7 @@ def test_a_budget_that_cannot_be_met_is_refused_in_one_line(name, needle, grads)
 
 def test_powersgd_rank_wins_over_the_budget_and_keeps_its_bytes(grads):
     """A set rank is PyTorch's hook at equal rank: every factor at that rank, whatever the budget."""
-    from trainers.compress.base import unpack
+    from trainers.compress.container import unpack
 
     a, b = get_compressor("powersgd", rank=2, budget="1.6%"), get_compressor("powersgd", rank=2, budget="50%")
     for g in grads[:3]:
@@ -268,7 +268,7 @@ def test_powersgd_rank_wins_over_the_budget_and_keeps_its_bytes(grads):
 
 def test_powersgd_budget_spends_directions_where_the_energy_is(grads):
     """A factor scaled up 100x gets at least as many directions as any other."""
-    from trainers.compress.base import unpack
+    from trainers.compress.container import unpack
 
     g = {n: t.clone() for n, t in grads[0].items()}
     loud = list(g)[3]
@@ -278,7 +278,7 @@ def test_powersgd_budget_spends_directions_where_the_energy_is(grads):
 
 
 def test_int8_dense_layout_when_the_budget_holds_every_block(grads):
-    from trainers.compress.base import unpack
+    from trainers.compress.container import unpack
 
     dense = unpack("int8", get_compressor("int8", budget="100%").encode(grads[0]), 1 << 28)
     sparse = unpack("int8", get_compressor("int8", budget="10%").encode(grads[0]), 1 << 28)

@@ -4,7 +4,7 @@ import struct
 import pytest
 import torch
 
-from trainers.compress.base import PayloadError
+from trainers.compress.container import PayloadError
 from trainers.compress.delta import CODECS, HEADER, DeltaSync, is_delta
 from trainers.protocol import wire
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trainers.compress import get_compressor
-from trainers.compress.base import contiguous_span, flatten, shape_groups, stacked, zeros_for
+from trainers.compress.kernels import contiguous_span, flatten, shape_groups, stacked, zeros_for
 from trainers.compress.topk import SAMPLE, top_indices
 
 

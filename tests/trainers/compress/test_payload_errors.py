@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.trainers.compress.common import options, warm_gradients
 from trainers.protocol import dtypes
 from trainers.compress import PayloadError, available, get_compressor
-from trainers.compress.base import MAGIC, Segment, pack, unpack
+from trainers.compress.container import MAGIC, pack, Segment, unpack
 
 NAMES = available()
 

@@ -7,7 +7,8 @@ import torch
 from tests.trainers.compress.common import warm_gradients
 from trainers.compress import get_compressor, spar
 from trainers.compress.bench import rel_error
-from trainers.compress.base import full_adapter_bytes, unpack
+from trainers.compress.base import full_adapter_bytes
+from trainers.compress.container import unpack
 from trainers.compress.spar import leading_eigenpairs
 
 
@@ -205,3 +206,16 @@ def test_a_factor_that_takes_every_leading_pair_gets_its_whole_spectrum(monkeypa
     assert unpack("spar", exact, 1 << 28).segments["counts"].tolist() == counts
     dec = get_compressor("spar", **opts)
     assert abs(rel_error(dec.decode(payload), m) - rel_error(dec.decode(exact), m)) < 1e-5
+
+
+def test_the_residual_keeps_what_was_not_sent_when_a_groups_factors_are_not_equally_spaced():
+    """Factors of one shape that do not lie equally spaced in the residual buffer (no strided view) have
+    what was sent taken out of the residual factor by factor: E = M - decode(payload) either way."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = {"l0.a": (8, 40), "l0.b": (40, 8), "l1.a": (8, 40), "l1.b": (24, 8), "l2.a": (8, 40), "l2.b": (40, 8)}
+    grads = {n: torch.randn(*s, generator=gen) for n, s in shapes.items()}
+    enc = get_compressor("spar", budget="20%")
+    payload = enc.encode(grads)
+    out = get_compressor("spar", budget="20%").decode(payload)
+    for n in grads:
+        assert torch.allclose(enc.residuals[n], grads[n] - out[n], atol=1e-5), n

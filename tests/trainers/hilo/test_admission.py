@@ -26,11 +26,14 @@ def flooded_run(tmp_path, flood, sources: list[str]) -> tuple[Cluster, dict, dic
     stop = threading.Event()
     with Cluster(tmp_path / "run", workers=2, autostart=False, method="full", updates=3) as c:
         base_fds, _ = baseline(c)
-        attackers = flood(c.address, sources, FLOOD, stop)
+        made = [0]
+        attackers = flood(c.address, sources, FLOOD, stop, made=made)
         started = {}
         try:
             end = time.monotonic() + WAIT_S
-            while fds(c.procs["learner"].pid) < base_fds + FLOOD // 2:  # the flood is in before the workers come
+            # the flood is in before the workers come: idle connections are held open (counted in the
+            # learner's fds); wrong-token ones are refused at once, so count those opened instead
+            while fds(c.procs["learner"].pid) < base_fds + FLOOD // 2 and made[0] < 4 * FLOOD:
                 assert time.monotonic() < end, "the flood never reached the learner"
                 time.sleep(0.01)
             for w in (1, 2):

@@ -17,8 +17,10 @@ import math
 
 import torch
 
-from trainers.compress.base import (DTYPES, BudgetedCompressor, Segment, Unpacked, check_wire_dtype, flatten,
-                                    header_bytes, itemsize, require, unflatten)
+from trainers.compress.base import BudgetedCompressor, check_wire_dtype
+from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.kernels import flatten, unflatten
+from trainers.protocol.dtypes import DTYPES, itemsize
 
 SEED_STRIDE = 1_000_003   # seed of update t: seed * SEED_STRIDE + t (distinct draws per run seed and update)
 

@@ -1,0 +1,29 @@
+"""The fixed cost a run reports (launch.overhead): its wall seconds split into training loops, the held-out
+evaluations outside them and the harness's own rest, from a recorded run folder."""
+import datetime as dt
+import json
+from pathlib import Path
+
+from harness.results import tables as results
+from harness.run import launch
+
+RUN = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-heldout"
+
+
+def test_a_runs_seconds_split_into_loop_evaluations_and_the_rest():
+    t = results.read(RUN)
+    meta = json.loads((RUN / "meta.json").read_text())
+    end = dt.datetime.fromisoformat(meta["finished_utc"])
+    o = launch.overhead(RUN, t, now=end)
+    assert o["run_s"] == (end - dt.datetime.fromisoformat(meta["started_utc"])).total_seconds()
+    spans = t.updates.groupby("cell").agg(a=("t_start_s", "min"), b=("t_end_s", "max"))
+    assert o["loop_s"] == float((spans["b"] - spans["a"]).sum()) > 0
+    assert 0 < o["eval_outside_loop_s"] <= t.evals["eval_s"].sum()
+    assert o["overhead_s"] == o["run_s"] - o["loop_s"] - o["eval_outside_loop_s"]
+    line = launch.overhead_line(o)
+    assert line.startswith(f"harness overhead: {o['overhead_s']:.1f} s outside the training loop (")
+
+
+def test_a_folder_without_a_start_time_reports_nothing(tmp_path):
+    (tmp_path / "meta.json").write_text("{}")
+    assert launch.overhead(tmp_path, results.read(RUN)) is None

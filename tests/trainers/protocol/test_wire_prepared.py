@@ -1,0 +1,92 @@
+"""A broadcast's one checksum and a connection's kept receive buffer: the bytes on the wire are those of
+an ordinary send, a corrupted prepared body is still caught, and recv(reuse=True) reads every frame
+into one kept, end-aligned buffer that the next reuse overwrites (the release contract)."""
+import os
+import socket
+import threading
+
+import pytest
+
+from trainers.protocol import wire
+from trainers.protocol.wire import Connection, MessageType, WireError
+
+TOKEN = "prepared-token"
+
+
+def connections():
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        a = socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+    return (Connection(a, token=TOKEN, sender=0, peer="w1"),
+            Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 24))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 40, 4096, 1_000_003])
+def test_combined_checksum_equals_the_checksum_of_the_joined_bytes(n):
+    head, body = os.urandom(40), os.urandom(n)
+    assert wire.checksum_combine(wire.checksum(head), wire.checksum(body), n) == wire.checksum(head + body)
+
+
+def test_a_prepared_header_is_byte_for_byte_the_ordinary_one():
+    parts = [os.urandom(1000), b"", os.urandom(77)]
+    check = wire.token_check(TOKEN)
+    for seq, version in ((0, 0), (5, 9), (2**31, 2**31 + 1)):
+        assert wire.prepared_header(MessageType.UPDATE, wire.prepare_body(parts), check=check, sender=0,
+                                    version=version, seq=seq) == \
+            wire.frame_header(MessageType.UPDATE, wire.body_parts(parts), check=check, sender=0, version=version,
+                              seq=seq)
+
+
+def test_one_prepared_body_reaches_several_connections_and_counts_like_send():
+    body = wire.prepare_body([os.urandom(5000), os.urandom(123)])
+    expected = b"".join(bytes(p) for p in body.parts)
+    pairs = [connections() for _ in range(3)]
+    try:
+        for version in (1, 2):
+            for s, _ in pairs:
+                assert s.send_prepared(MessageType.UPDATE, body, version) == wire.HEADER_BYTES + len(expected)
+            for _, r in pairs:
+                frame = r.recv()
+                assert (frame.type, frame.version, bytes(frame.body)) == (MessageType.UPDATE, version, expected)
+        s, r = pairs[0]
+        assert s.counter.total(direction="sent") == r.counter.total(direction="received") == 2 * (44 + len(expected))
+    finally:
+        for s, r in pairs:
+            s.close(), r.close()
+
+
+def test_a_prepared_body_changed_after_its_checksum_is_rejected_by_the_receiver():
+    buf = bytearray(os.urandom(2000))
+    body = wire.prepare_body(buf)
+    buf[100] ^= 0xFF                                  # the caller broke the contract: the CRC no longer holds
+    s, r = connections()
+    try:
+        s.send_prepared(MessageType.UPDATE, body, 1)
+        with pytest.raises(WireError, match="checksum mismatch"):
+            r.recv()
+    finally:
+        s.close(), r.close()
+
+
+def test_recv_reuse_reads_into_one_kept_end_aligned_buffer_that_the_next_reuse_overwrites():
+    s, r = connections()
+    first, second, small = os.urandom(100_000), os.urandom(100_000), os.urandom(10)
+    try:
+        sender = threading.Thread(target=lambda: [s.send(MessageType.UPDATE, body, 1) for body in (first, second, small)])
+        sender.start()
+        a = r.recv(reuse=True)
+        kept = bytes(a.body)
+        b = r.recv(reuse=True)
+        assert kept == first and bytes(b.body) == second
+        assert bytes(a.body) == second                # released: the same buffer, overwritten
+        c = r.recv(reuse=True)
+        sender.join()
+        assert bytes(c.body) == small
+        for frame in (a, b, c):
+            end = wire.torch.frombuffer(frame.body, dtype=wire.torch.uint8).data_ptr() + len(frame.body)
+            assert end % wire.RECV_ALIGN == 0
+        s.send(MessageType.UPDATE, first, 1)
+        fresh = r.recv()                              # without reuse: a buffer of its own
+        assert bytes(fresh.body) == first and bytes(c.body) == small
+    finally:
+        s.close(), r.close()
