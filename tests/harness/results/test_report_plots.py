@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import trainers.events
 
 from harness.results import style as style_mod
-from harness.results import compare, plots, report, tables as results
+from harness.results import compare, files, plots, report, tables as results
 
 from harness.run import launch
 from harness.cli import app
@@ -233,7 +233,7 @@ def test_finalize_reads_each_file_of_the_run_once(run_copy, monkeypatch):
         return wrapper
 
     monkeypatch.setattr(trainers.events, "read_events", counted(trainers.events.read_events))
-    monkeypatch.setattr(results, "read_json", counted(results.read_json))
+    monkeypatch.setattr(files, "read_json", counted(files.read_json))
     monkeypatch.setattr(pd, "read_csv", counted(pd.read_csv))
     launch.finalize(run_copy)
     raw = {p.relative_to(run_copy).as_posix() for p in (run_copy / "cells").rglob("*") if p.is_file()}
