@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load as st_load
 
-from harness.results.tables import read_cell
+from harness.results.files import read_cell
 from tests.trainers.hilo.cluster import Cluster
 from trainers.hilo.learner import SNAPSHOT_FILE
 from trainers.model.replica import snapshot_meta
