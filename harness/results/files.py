@@ -1,29 +1,41 @@
-"""A result folder, read and checked: where its runs are, and every file of a cell read once and
-validated against the schema (schema.py) before any table is built from it (tables.py).
+"""A result folder, read and checked: where its runs are, and every file of a cell read once, streamed
+row by row and checked against the schema (schema.py) before any table is built from it (tables.py).
 
 A run folder (`harness run`) holds `config.json`, `meta.json` and one folder per cell
 (`cells/<method>-s<seed>/`) with the services' event files (`events-<process>.jsonl`), the
 learner's `summary.json` and, on the emulated network, the link counters (`links.csv`).
 A sweep folder holds `sweep.json` and one run folder per grid point under `runs/`.
 
-Malformed files (a document that is not a JSON object, an event row without its time, a value out of
-its range, ...) raise ResultsError, whose one line names the file (and the row and field): `harness
+Every file is opened without blocking and must be a regular file (a FIFO, a device such as a link to
+/dev/zero, a folder: refused in one line, never read); documents are capped in size and JSON depth,
+event lines in length and depth. The learner's event file is streamed: its update rows go one at a
+time to the caller (`read_cell(on_update=...)`, which turns each into table rows at once) and only a
+small mark of each is kept, so memory follows the tables, not the file. Malformed files (a document
+that is not a JSON object, an event row without its time, a value out of its range, ...) raise
+ResultsError, whose one line names the file, the row (its line number) and the field: `harness
 report`/`plot` exit 2 with it. A run whose meta.json still says "running" while its owner process
 (meta.json "owner": pid and /proc start time) is gone is read as "interrupted". No torch.
 """
 from __future__ import annotations
 
+import io
 import json
-import math
+import os
 import platform
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import pandas as pd
 
 from harness.owner import owner_alive as owner_record_alive, process_start_time  # stdlib only
-from trainers import events, spec  # the event files' own reader; the run spec (both torch-free)
+from harness.results.schema import ResultsError, check_doc, check_row, is_number, json_depth_ok
+
+MAX_DOC_BYTES = 64 * 2**20      # config.json, meta.json, summary.json, links.csv: a few kB to a few MB
+MAX_LINE_BYTES = 4 * 2**20      # one event row: the learner's start row (all run parameters) is ~3 kB
+
+__all__ = ["ResultsError", "is_number"]   # schema's, re-exported: what a reader of a folder catches
 
 
 # ---- finding folders -------------------------------------------------------------------------
@@ -52,17 +64,49 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     return runs
 
 
-class ResultsError(ValueError):
-    """A results file that cannot be used; the message is one line naming the file."""
+# ---- opening and reading files ------------------------------------------------------------------
+
+def open_regular(path: Path) -> io.BufferedReader:
+    """`path` opened for reading if it is a regular file. Opened non-blocking, so that a FIFO (or a
+    device) is seen for what it is without waiting for a writer; FileNotFoundError passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ResultsError(f"{path}: not readable ({err.strerror or type(err).__name__})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+                "not a file")
+        raise ResultsError(f"{path}: not a regular file ({kind})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path, limit: int = MAX_DOC_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit` of them (more is a ResultsError)."""
+    with open_regular(path) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ResultsError(f"{path}: larger than {limit // 2**20} MiB, not a results document")
+    return data
 
 
 def read_json(path: Path, default=None):
-    """A JSON file (`default` when it does not exist); ResultsError when it is not JSON."""
+    """A JSON file (`default` when it does not exist); ResultsError when it is not JSON, too large or
+    too deeply nested."""
     try:
-        return json.loads(Path(path).read_text())
+        data = read_bytes(Path(path))
     except FileNotFoundError:
         return default
-    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+    if not json_depth_ok(data):
+        raise ResultsError(f"{path}: not readable as JSON (nested deeper than the results documents go)")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ResultsError(f"{path}: not readable as JSON ({why})") from None
 
@@ -75,116 +119,29 @@ def read_doc(path: Path) -> dict:
     return check_doc(Path(path), doc)
 
 
-def is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def check_rows(path: Path, rows: list) -> list[dict]:
-    """Event rows as the tables use them: objects with a numeric time `t`; update rows with an
-    integer version (learner: and seconds_per_update); the mappings they carry are mappings."""
-    for i, r in enumerate(rows, 1):
-        if not isinstance(r, dict):
-            raise ResultsError(f"{path}: row {i} is not a JSON object")
-        kind = r.get("kind")
-        if not isinstance(kind, str):
-            raise ResultsError(f"{path}: row {i}: 'kind' is {json.dumps(kind, default=str)[:40]}, not a string")
-        if not is_number(r.get("t")):
-            raise ResultsError(f"{path}: row {i} ({kind}) has no numeric time 't'")
-        if kind == "update":
-            if type(r.get("version")) is not int:
-                raise ResultsError(f"{path}: update row {i} has no integer 'version'")
-            if r.get("process") == "learner" and not is_number(r.get("seconds_per_update")):
-                raise ResultsError(f"{path}: update row {i} has no numeric 'seconds_per_update'")
-        for key in ("durations_s", "phases", "update_frame_bytes", "bytes", "rollout_arrival", "cpu_s", "machine"):
-            if r.get(key) is not None and not isinstance(r[key], dict):
-                raise ResultsError(f"{path}: row {i} ({kind}): {key!r} is not a JSON object")
-        check_fields(path, i, r)
-    return rows
-
-
-# Fields the tables compute with, per row kind: a number (or null) or the file is malformed.
-NUMERIC_FIELDS = {
-    "update": ("seconds_per_update", "update_payload_bytes", "loss", "lag", "harness_s", "reward_mean", "rows",
-               "batch", "payload_bytes_up", "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down",
-               "heldout_ppl", "payload_bytes", "payload_bytes_down", "process_cpu_s"),
-    "eval": ("version", "pass_at_1", "pass_at_k", "k", "n", "problems", "mean_reward", "reverse_kl", "objective",
-             "eval_s", "gold_prob"),
-    "heldout": ("version", "heldout_ppl"),
-    "joined": ("version", "worker"), "dropped": ("version", "worker"), "disconnected": ("version", "worker"),
-}
-# Of those, the durations and byte counts: finite and >= 0, or the file is malformed (a -5 s update
-# would read as a negative speed-up, NaN as a median that means nothing).
-NONNEGATIVE_FIELDS = frozenset({
-    "seconds_per_update", "harness_s", "eval_s", "process_cpu_s", "update_payload_bytes", "payload_bytes_up",
-    "wire_bytes_up", "claimed_bytes_up", "claimed_bytes_down", "payload_bytes", "payload_bytes_down", "rows"})
-DOC_TYPES = {  # per document: key -> the types its value may have (None always allowed)
-    "summary.json": {"updates": int, "updates_planned": int, "workers": int, "complete": bool, "consistent": bool,
-                     "status": str, "dropped": list, "state_hashes": dict, "eval": dict},
-    "meta.json": {"run_id": str, "status": str, "backend": str, "profile": str, "complete": bool, "emulation": bool,
-                  "cells": list, "cells_complete": list, "errors": list, "owner": dict, "netns_run_id": str},
-    "config.json": {"overrides": dict, "profile_doc": dict, "variants": list, "profile_name": str, "run_id": str},
-}
-
-
-def check_fields(path: Path, i: int, r: dict) -> None:
-    """The numeric fields of row `i` (NUMERIC_FIELDS) are numbers or null; durations and byte counts
-    (NONNEGATIVE_FIELDS) finite and >= 0."""
-    for key in NUMERIC_FIELDS.get(r.get("kind"), ()):
-        v = r.get(key)
-        if v is not None and not is_number(v):
-            raise ResultsError(f"{path}: row {i} ({r.get('kind')}): {key!r} is {json.dumps(v)[:40]}, not a number")
-        if v is not None and key in NONNEGATIVE_FIELDS and not _finite_nonnegative(v):
-            raise ResultsError(f"{path}: row {i} ({r.get('kind')}): {key!r} is {v}, not a finite number >= 0")
-
-
-def _finite_nonnegative(v) -> bool:
-    try:
-        return math.isfinite(v) and v >= 0
-    except OverflowError:  # an integer beyond any float: no duration or byte count is that large
-        return False
-
-
-def check_doc(path: Path, doc: dict) -> dict:
-    """A run or cell document's fields have the types the tables use (DOC_TYPES; config.json: every
-    run-spec parameter its spec type, a list of them where it is a comma-list parameter);
-    ResultsError naming the file and field."""
-    types = DOC_TYPES.get(path.name, {})
-    for key, v in doc.items():
-        if v is None:
-            continue
-        if key in types:
-            ok, want = _is_a(v, (types[key],)), _type_names((types[key],))
-        elif path.name == "config.json" and key in PARAM_NAMES:
-            ok, want = _param_ok(spec.get(key), v)
-        else:
-            continue
-        if not ok:
-            raise ResultsError(f"{path}: {key!r} is {json.dumps(v, default=str)[:40]}, not {want}")
-    return doc
-
-
-PARAM_NAMES = frozenset(p.name for p in spec.PARAMS)
-
-
-def _param_ok(p: spec.Param, v) -> tuple[bool, str]:
-    one = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}.get(p.type, (str, int, float, bool))
-    if isinstance(v, list):
-        return p.many and all(_is_a(x, one) for x in v), f"a list of {_type_names(one)}"
-    return _is_a(v, one), _type_names(one)
-
-
-def _is_a(v, want: tuple) -> bool:
-    if isinstance(v, bool):
-        return bool in want
-    if isinstance(v, int) and float in want:
-        return True
-    return type(v) in want
-
-
-def _type_names(want: tuple) -> str:
-    names = {"dict": "a mapping", "list": "a list", "str": "a string", "int": "an integer", "float": "a number",
-             "bool": "a boolean"}
-    return " or ".join(names.get(t.__name__, t.__name__) for t in want if not (t is int and float in want))
+def iter_rows(path: Path, workers: int | None = None) -> Iterator[dict]:
+    """The rows of an event file, one at a time, each checked (schema.check_row; `workers`: the
+    run's, for worker ids). As trainers/events.py reads them: a torn last line (the process was killed
+    mid-write) and a line that is not JSON are skipped; a line longer than MAX_LINE_BYTES or nested
+    deeper than the schema allows is a ResultsError naming its row."""
+    with open_regular(path) as fh:
+        n = 0
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            n += 1
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE_BYTES:
+                    raise ResultsError(f"{path}: row {n} is longer than {MAX_LINE_BYTES // 2**20} MiB")
+                return   # the torn last line
+            if not json_depth_ok(line):
+                raise ResultsError(f"{path}: row {n} is nested deeper than event rows go")
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            yield check_row(path, n, row, workers)
 
 
 LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
@@ -192,8 +149,10 @@ LINK_COLUMNS = ("t_s", "node", "direction", "bytes")
 
 def read_links(path: Path) -> pd.DataFrame:
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(io.BytesIO(read_bytes(path)))
     except (OSError, ValueError) as err:  # pandas' EmptyDataError / ParserError are ValueErrors
+        if isinstance(err, ResultsError):
+            raise
         raise ResultsError(f"{path}: not readable as CSV ({str(err).splitlines()[0]})") from None
     missing = [c for c in LINK_COLUMNS if c not in df.columns]
     if missing:
@@ -228,37 +187,72 @@ def effective_meta(meta: dict) -> dict:
 
 # ---- one cell: every file read once ------------------------------------------------------------
 
+class UpdateMark(NamedTuple):
+    """What is kept of each learner update row once the tables have taken it (tables.py: membership,
+    the cell's updates done, join time, the evaluations' training seconds)."""
+    version: int
+    t: float
+    seconds_per_update: float | None
+    contributors: int | None     # workers whose rollouts it trained on (len(rollout_arrival)), None if unsaid
+
+
 @dataclass(frozen=True)
 class CellFiles:
-    """The raw files of one cell folder, each read once."""
+    """The files of one cell folder, each read once. The learner's update rows are not kept (the
+    caller's `on_update` took each as it was read): `updates` holds a mark of each."""
     dir: Path
-    learner: list[dict]              # events-learner.jsonl rows
+    learner: list[dict]              # events-learner.jsonl rows other than updates (start, joined, eval, ...)
     workers: dict[str, list[dict]]   # worker name -> events-w<i>.jsonl rows
     summary: dict                    # the learner's summary.json ({} if absent)
     links: pd.DataFrame | None       # links.csv (link counters), None off the emulated network
     harness: list[dict] = ()         # events-harness.jsonl: what the harness did (lost workers, restarts)
-
-    @property
-    def t0(self) -> float:
-        """The cell's time origin: its learner's first event (monotonic seconds, shared by the host)."""
-        return self.learner[0]["t"] if self.learner else 0.0
+    updates: list[UpdateMark] = field(default_factory=list)   # the learner's update rows, in file order
+    t0: float = 0.0                  # the learner's first event (monotonic seconds, shared by the host)
 
 
-def _events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
+def _events(path: Path, workers: int | None = None) -> list[dict]:
     try:
-        return check_rows(path, events.read_events(path))
-    except OSError as err:  # a directory where the file should be, an unreadable file
-        raise ResultsError(f"{path}: not readable ({err.strerror or type(err).__name__})") from None
+        return list(iter_rows(path, workers))
+    except FileNotFoundError:
+        return []
 
 
-def read_cell(cell: Path) -> CellFiles:
-    learner, links = cell / "events-learner.jsonl", cell / "links.csv"
-    workers = {p.stem[len("events-"):]: _events(p) for p in sorted(cell.glob("events-w*.jsonl"))}
-    # a resumed learner's file holds the versions after its snapshot twice: the later life's count
-    return CellFiles(dir=cell, learner=events.superseded_dropped(_events(learner)), workers=workers,
-                     summary=read_doc(cell / "summary.json"),
-                     links=read_links(links) if links.exists() else None,
-                     harness=_events(cell / "events-harness.jsonl"))
+UpdateSink = Callable[[CellFiles, dict], None]
 
+
+def read_cell(cell: Path, on_update: UpdateSink | None = None, on_resumed: Callable[[int], None] | None = None,
+              workers: int | None = None) -> CellFiles:
+    """The files of one cell; the learner's event file streamed: each update row goes to
+    `on_update(cell files so far, row)` as it is read (the cell files hold the summary, links, worker
+    and harness rows and the learner's rows before it) and leaves a mark. A resumed learner's file
+    holds the versions after its snapshot twice: at its `resumed` row the marks past the snapshot are
+    dropped and `on_resumed(version)` tells the caller to drop its rows too (the later life's count).
+    `workers`: the run's worker count, the bound on worker ids in the rows."""
+    links = cell / "links.csv"
+    worker_rows = {p.stem[len("events-"):]: _events(p, workers) for p in sorted(cell.glob("events-w*.jsonl"))}
+    summary = read_doc(cell / "summary.json")
+    link_df = read_links(links) if links.exists() else None
+    harness = _events(cell / "events-harness.jsonl", workers)
+    rows: list[dict] = []
+    marks: list[UpdateMark] = []
+    so_far = None
+    path = cell / "events-learner.jsonl"
+    try:
+        for r in iter_rows(path, workers):
+            if so_far is None:
+                so_far = CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, float(r["t"]))
+            if r["kind"] == "update":
+                arrivals = r.get("rollout_arrival")
+                marks.append(UpdateMark(r["version"], r["t"], r.get("seconds_per_update"),
+                                        len(arrivals) if arrivals else None))
+                if on_update is not None:
+                    on_update(so_far, r)
+                continue
+            if r["kind"] == "resumed" and type(r.get("version")) is int:
+                marks[:] = [m for m in marks if m.version <= r["version"]]
+                if on_resumed is not None:
+                    on_resumed(r["version"])
+            rows.append(r)
+    except FileNotFoundError:
+        pass
+    return so_far or CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, 0.0)

@@ -231,11 +231,14 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables 
     (and `extra`); the runs are parsed here unless `tables` (already read by the caller) is given."""
     out = Path(out) if out is not None else Path(path)
     tables = tables if tables is not None else read([path, *extra])
-    out.mkdir(parents=True, exist_ok=True)
-    captions = _write_figures(path, tables, out / "figures")
-    md, _ = build(tables, captions)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(to_html(md, out, title=out.name))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        captions = _write_figures(path, tables, out / "figures")
+        md, _ = build(tables, captions)
+        (out / "report.md").write_text(md)
+        (out / "report.html").write_text(to_html(md, out, title=out.name))
+    except OSError as err:   # a read-only or full disk, a file where the folder should be
+        raise ResultsError(f"{out}: cannot write the report ({err.strerror or type(err).__name__})") from None
     return out / "report.md"
 
 

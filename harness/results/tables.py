@@ -54,6 +54,10 @@ Malformed files: files.py (ResultsError, one line naming the file, row and field
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -195,41 +199,59 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
     return out
 
 
-def update_rows(cell: CellFiles, info: dict) -> list[dict]:
-    learner = [r for r in cell.learner if r.get("kind") == "update"]
-    worker_rows = [w for rows in cell.workers.values() for w in rows]
-    # the data-parallel family trains a language model: its training-batch metric is the LM loss
-    metric = ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
-              "distill_loss" if info.get("objective") == "distill" else "reward_mean")
-    rows = []
-    link_totals = worker_link_totals(cell.links)
-    for r in learner:
-        v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
-        rolls = [w for w in worker_rows if w.get("kind") == "rollouts" and w.get("batch") == batch]
-        applies = [w for w in worker_rows if w.get("kind") == "update" and w.get("version") == v]
-        row = {**info, "update_index": v, "complete": bool(cell.summary.get("complete")),
-               "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
-               "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
-               "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
-        row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
-        row.update({f"worker_{p}_s": events.median(w.get("durations_s", {}).get(p) for w in rolls + applies
-                                             if p in w.get("durations_s", {})) for p in WORKER_PHASES})
-        row.update(load_columns(r, rolls))
-        row.update(ledger_columns(r, rolls, link_totals))
-        frames = r.get("update_frame_bytes") or {}
-        row.update(payload_bytes_down=r.get("update_payload_bytes"), wire_bytes_down=sum(frames.values()),
-                   payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
-                   wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
-                   lag=r.get("lag"), train_loss=r.get("loss"), reward_mean=r.get("reward_mean"))
-        row.update(train_metric=row["reward_mean"] if metric == "reward_mean" else row["train_loss"],
-                   train_metric_name=metric)
-        row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/dataparallel/aggregator.py)
-        row.update({k: r[k] for k in METHOD_FIELDS if k in r})  # trainers/hilo/learner.py encode_adapter
-        overlaps = [w["overlap"] for w in applies if is_number(w.get("overlap"))]  # dp workers' rows at a sync
-        if overlaps:
-            row["overlap"] = sum(overlaps) / len(overlaps)
-        rows.append(row)
-    return rows
+def train_metric_name(info: dict) -> str:
+    """The training batch's own figure: the data-parallel family trains a language model (the LM
+    loss), distill reports its loss, grpo its mean reward."""
+    return ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
+            "distill_loss" if info.get("objective") == "distill" else "reward_mean")
+
+
+@dataclass(frozen=True)
+class WorkerRows:
+    """A cell's worker rows, indexed once: rollouts by batch, applied updates by version (file order)."""
+    rolls: dict
+    applies: dict
+
+    @classmethod
+    def of(cls, cell: CellFiles) -> "WorkerRows":
+        rolls, applies = defaultdict(list), defaultdict(list)
+        for rows in cell.workers.values():
+            for w in rows:
+                if w.get("kind") == "rollouts":
+                    rolls[w.get("batch")].append(w)
+                elif w.get("kind") == "update":
+                    applies[w.get("version")].append(w)
+        return cls(rolls, applies)
+
+
+def update_row(cell: CellFiles, info: dict, r: dict, workers: WorkerRows, link_totals: dict[str, pd.Series],
+               metric: str) -> dict:
+    """The `updates` row of one learner update row (columns: the module docstring); `info`, the
+    cell's coordinates, is added by the caller (Chunked) except `cell`, which names them."""
+    v, batch, d = r["version"], r.get("batch", r["version"] - 1), r.get("durations_s", {})
+    rolls, applies = workers.rolls.get(batch, []), workers.applies.get(v, [])
+    row = {"cell": info["cell"], "update_index": v, "complete": bool(cell.summary.get("complete")),
+           "contributors": len(r["rollout_arrival"]) if r.get("rollout_arrival") else None,
+           "consistent": bool(cell.summary.get("consistent")), "seconds_per_update": r["seconds_per_update"],
+           "t_end_s": r["t"] - cell.t0, "t_start_s": r["t"] - cell.t0 - r["seconds_per_update"]}
+    row.update({f"{p}_s": d.get(p, 0.0) for p in LEARNER_PHASES})
+    row.update({f"worker_{p}_s": events.median(w.get("durations_s", {}).get(p) for w in rolls + applies
+                                         if p in w.get("durations_s", {})) for p in WORKER_PHASES})
+    row.update(load_columns(r, rolls))
+    row.update(ledger_columns(r, rolls, link_totals))
+    frames = r.get("update_frame_bytes") or {}
+    row.update(payload_bytes_down=r.get("update_payload_bytes"), wire_bytes_down=sum(frames.values()),
+               payload_bytes_up=sum(w.get("payload_bytes", 0) for w in rolls),
+               wire_bytes_up=sum(sum(w.get("bytes", {}).get("sent", {}).values()) for w in rolls),
+               lag=r.get("lag"), train_loss=r.get("loss"), reward_mean=r.get("reward_mean"))
+    row.update(train_metric=row["reward_mean"] if metric == "reward_mean" else row["train_loss"],
+               train_metric_name=metric)
+    row.update({k: r[k] for k in DP_FIELDS if k in r})  # data-parallel aggregator rows (trainers/dataparallel/aggregator.py)
+    row.update({k: r[k] for k in METHOD_FIELDS if k in r})  # trainers/hilo/learner.py encode_adapter
+    overlaps = [w["overlap"] for w in applies if is_number(w.get("overlap"))]  # dp workers' rows at a sync
+    if overlaps:
+        row["overlap"] = sum(overlaps) / len(overlaps)
+    return row
 
 
 # event key -> column: the eval event's "objective" is the objective's value, renamed so that it
@@ -242,7 +264,7 @@ def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
     """One row per held-out evaluation of the learner's policy at a version (trainers/tasks/heldout.py).
     `wall_s` = the training seconds up to that version: the sum of its updates' seconds per update
     (evaluation ran after the loop, so no evaluation time is in it)."""
-    spu = {r["version"]: r["seconds_per_update"] for r in cell.learner if r.get("kind") == "update"}
+    spu = {m.version: m.seconds_per_update for m in cell.updates}
     out = []
     for r in cell.learner:
         if r.get("kind") != "eval":
@@ -253,18 +275,20 @@ def eval_rows(cell: CellFiles, info: dict) -> list[dict]:
     return out
 
 
-def phase_rows(cell: CellFiles, info: dict) -> list[dict]:
-    """One row per (process, update, phase) span: what the Gantt timeline draws."""
-    out = []
-    for process, rows in {"learner": cell.learner, **cell.workers}.items():
-        for r in rows:
-            if r.get("kind") not in ("update", "rollouts"):
-                continue
-            update = r.get("version") if r["kind"] == "update" else r.get("batch", 0) + 1
-            for phase, (a, b) in (r.get("phases") or {}).items():
-                out.append({**info, "process": process, "update_index": update, "phase": phase,
-                            "start_s": a - cell.t0, "end_s": b - cell.t0})
-    return out
+# The columns a phase row carries besides its span: the cell's names, not every run parameter (a phase
+# table has about six rows per update and process; join the cells or updates table on run_id + cell).
+PHASE_COORDS = ("run_id", "method", "budget_frac", "variant", "seed", "cell")
+
+
+def phase_rows(process: str, r: dict, info: dict, t0: float) -> list[dict]:
+    """One row per phase span of one event row (a learner's or worker's update, a worker's
+    rollouts): what the Gantt timeline draws. `info`: the cell's PHASE_COORDS (added by Chunked but
+    for `cell`)."""
+    if r.get("kind") not in ("update", "rollouts"):
+        return []
+    update = r.get("version") if r["kind"] == "update" else r.get("batch", 0) + 1
+    return [{"cell": info["cell"], "process": sys.intern(process), "update_index": update, "phase": sys.intern(str(phase)),
+             "start_s": a - t0, "end_s": b - t0} for phase, (a, b) in (r.get("phases") or {}).items()]
 
 
 def link_rows(cell: CellFiles, info: dict) -> list[dict]:
@@ -324,15 +348,16 @@ def membership(cell: CellFiles) -> dict:
                          and r.get("worker") == h.get("worker") and r.get("t", 0) > h["t"]), None)
             restarts.append({"worker": h.get("worker"), "version": h.get("version"), "after": h.get("after"),
                              "rejoined_version": back})
-    counts = [len(r["rollout_arrival"]) for r in cell.learner if r.get("kind") == "update" and r.get("rollout_arrival")]
+    counts = [m.contributors for m in cell.updates if m.contributors]
     return {"drops": drops, "restarts": restarts, "lost": sorted(lost, key=str), "workers_min": min(counts, default=None)}
 
 
-def join_seconds(learner: list[dict]) -> float | None:
+def join_seconds(cell: CellFiles) -> float | None:
     """A cell's join time: seconds from the learner's `start` event (listening) to the last `joined`
     before its first update; None without those events (the data-parallel aggregator's, an old run)."""
-    start, first, joined = (_event_times(learner, kind) for kind in ("start", "update", "joined"))
-    joined = [t for t in joined if not first or t <= first[0]]
+    start, joined = (_event_times(cell.learner, kind) for kind in ("start", "joined"))
+    first = cell.updates[0].t if cell.updates else None
+    joined = [t for t in joined if first is None or t <= first]
     return max(joined) - start[0] if start and joined else None
 
 
@@ -347,8 +372,12 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     m = membership(cell)
     failure = next((h.get("reason") for h in cell.harness if h.get("kind") == "cell_failed"), None)
     learner_exit = next((h.get("how") for h in cell.harness if h.get("kind") == "learner_exit"), None)
-    logged = max((r["version"] for r in cell.learner if r.get("kind") == "update"), default=0)
-    done = max(logged, s.get("updates") if type(s.get("updates")) is int else 0)
+    logged = max((m.version for m in cell.updates), default=0)
+    claimed = s.get("updates") if type(s.get("updates")) is int else 0
+    if claimed and not cell.updates and (cell.dir / "events-learner.jsonl").exists():
+        raise ResultsError(f"{cell.dir / 'events-learner.jsonl'}: no update row, but summary.json says "
+                           f"{claimed} updates were done")
+    done = max(logged, claimed)
     planned = s.get("updates_planned")
     if planned is None:
         start = next((r for r in cell.learner if r.get("kind") == "start"), {})
@@ -366,7 +395,7 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     return {**info, "complete": complete, "status": status, "degraded": degraded,
             "consistent": bool(s.get("consistent")), "updates_done": done,
             "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
-            "workers_min": m["workers_min"], "join_s": join_seconds(cell.learner),
+            "workers_min": m["workers_min"], "join_s": join_seconds(cell),
             "drops": m["drops"], "restarts": m["restarts"],
             "note": cell_note(m, workers, failure, learner_exit),
             "link_bytes_down": link_bytes.get("down"), "link_bytes_up": link_bytes.get("up")}
@@ -405,8 +434,117 @@ class RunTables:
     evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per cell x evaluated version (held out)
 
 
+CHUNK_ROWS = 8192   # table rows held as dicts before they become columns
+
+
+def _libc_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):   # not glibc: nothing to hand back
+        return None
+
+
+MALLOC_TRIM = _libc_malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc malloc_trim): a chunk's row dicts, once
+    freed, leave holes between the column arrays that live on, which the process would otherwise keep
+    as resident memory (a 100,000-update file: 4 kB of RSS per row without, about 1 kB with)."""
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
+
+
+class Chunked:
+    """A table's rows turned into columns every CHUNK_ROWS rows, so that memory follows the table, not
+    a list of row dicts; the cell's coordinates (`info_of[cell]`, constant over a cell) are added as
+    columns once, at the end. A table of at most one chunk is exactly
+    pd.DataFrame([{**info, **row}, ...]); a longer one has the same columns, values and dtypes."""
+
+    def __init__(self, info_of: dict[str, dict]):
+        self.info_of = info_of
+        self.rows: list[dict] = []
+        self.parts: dict[str, list[pd.Series]] = {}
+        self.lengths: list[int] = []
+
+    def add(self, rows: list[dict]) -> None:
+        self.rows += rows
+        if len(self.rows) >= CHUNK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        df, self.rows = pd.DataFrame(self.rows), []
+        release_freed_memory()
+        for c in df.columns:
+            if c not in self.parts:   # a column new in this chunk: missing (NaN) in the earlier ones
+                self.parts[c] = [pd.Series(np.nan, index=range(n)) for n in self.lengths]
+            self.parts[c].append(df[c].copy())
+        for c in set(self.parts) - set(df.columns):
+            self.parts[c].append(pd.Series(np.nan, index=range(len(df))))
+        self.lengths.append(len(df))
+
+    def drop_after(self, cell: str, version: int, process: str | None = None) -> None:
+        """Drop this cell's rows past `version` (of `process` only, when given): a resumed learner's
+        superseded updates."""
+        def gone(r) -> bool:
+            return r["cell"] == cell and r["update_index"] > version and process in (None, r.get("process"))
+        self.rows = [r for r in self.rows if not gone(r)]
+        for i in range(len(self.lengths)):
+            mask = (self.parts["cell"][i] == cell) & (self.parts["update_index"][i] > version)
+            if process is not None:
+                mask &= self.parts["process"][i] == process
+            for c in self.parts:
+                self.parts[c][i] = self.parts[c][i][~mask].reset_index(drop=True)
+            self.lengths[i] = int((~mask).sum())
+
+    def frame(self) -> pd.DataFrame:
+        if not self.parts:
+            return pd.DataFrame([{**self.info_of[r["cell"]], **r} for r in self.rows])
+        if self.rows:
+            self._flush()
+        cells = pd.concat(self.parts["cell"], ignore_index=True)
+        keys = list(dict.fromkeys(k for info in self.info_of.values() for k in info))
+        out = {k: cells if k == "cell" else cells.map({c: info.get(k) for c, info in self.info_of.items()})
+               for k in keys}
+        for c in [c for c in self.parts if c != "cell"]:   # one column at a time: its chunks freed as it is joined
+            out[c] = pd.concat(self.parts.pop(c), ignore_index=True)
+        self.parts = {}
+        columns = [v.infer_objects() if v.dtype == object else v for v in out.values()]
+        return pd.concat(columns, axis=1, keys=list(out))   # one block per column: no consolidating copy
+
+
+class CellTables:
+    """One cell's update and learner phase rows, made as files.read_cell streams its learner's event
+    file (`update` for each update row, `resumed` at a resumed learner's row)."""
+
+    def __init__(self, coords: dict, cfg: dict, planned: dict, updates: Chunked, phases: Chunked):
+        self.coords, self.cfg, self.planned, self.updates, self.phases = coords, cfg, planned, updates, phases
+        self.info: dict | None = None
+
+    def start(self, cell: CellFiles) -> dict:
+        """The cell's coordinates (from the rows before its first update: the learner's start row)."""
+        if self.info is None:
+            self.info = {**self.coords, **cell_info(cell, self.cfg, self.planned), "cell": cell.dir.name}
+            self.phase_info = {k: self.info[k] for k in PHASE_COORDS if k in self.info}
+            self.updates.info_of[cell.dir.name] = self.info
+            self.phases.info_of[cell.dir.name] = self.phase_info
+            self.workers, self.link_totals = WorkerRows.of(cell), worker_link_totals(cell.links)
+            self.metric = train_metric_name(self.info)
+        return self.info
+
+    def update(self, cell: CellFiles, r: dict) -> None:
+        self.start(cell)
+        self.updates.add([update_row(cell, self.info, r, self.workers, self.link_totals, self.metric)])
+        self.phases.add(phase_rows("learner", r, self.phase_info, cell.t0))
+
+    def resumed(self, version: int) -> None:
+        if self.info is not None:
+            self.updates.drop_after(self.info["cell"], version)
+            self.phases.drop_after(self.info["cell"], version, process="learner")
+
+
 def read_run(run_dir: str | Path) -> RunTables:
-    """The tables of one run folder, every file of it read once."""
+    """The tables of one run folder, every file of it read once (the learner's event files streamed)."""
     run_dir = Path(run_dir)
     calibration = run_dir / "calibration.json"
     run = Run(run_dir, read_doc(run_dir / "config.json"), effective_meta(read_doc(run_dir / "meta.json")),
@@ -417,22 +555,25 @@ def read_run(run_dir: str | Path) -> RunTables:
     except (AttributeError, KeyError, TypeError, ValueError) as err:  # config.json's profile, seeds, variants
         raise ResultsError(f"{run_dir / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
     live = run.meta.get("status") == "running"
-    updates, phases, links, cells, evals = [], [], [], [], []
+    workers = coords.get("workers") if type(coords.get("workers")) is int else None
+    updates, phases, links, cells, evals = Chunked({}), Chunked({}), [], [], []
     for cell_dir in cell_dirs(run_dir, planned):
-        cell = read_cell(cell_dir)
+        builder = CellTables(coords, run.config, planned, updates, phases)
         try:
-            info = {**coords, **cell_info(cell, run.config, planned), "cell": cell_dir.name}
-            updates += update_rows(cell, info)
-            phases += phase_rows(cell, info)
+            cell = read_cell(cell_dir, on_update=builder.update, on_resumed=builder.resumed, workers=workers)
+            info = builder.start(cell)
+            for name, rows in cell.workers.items():
+                for r in rows:
+                    phases.add(phase_rows(name, r, builder.phase_info, cell.t0))
             links += link_rows(cell, info)
             cells.append(cell_row(cell, info, run_live=live))
             evals += eval_rows(cell, info)
         except ResultsError:
             raise
-        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as err:  # a shape check_rows lets through
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as err:  # a shape the schema lets through
             raise ResultsError(f"{cell_dir}: malformed results ({type(err).__name__}: {err})") from None
     frame = pd.DataFrame
-    return RunTables([run], frame(updates), frame(phases), frame(links), frame(cells), frame(evals))
+    return RunTables([run], updates.frame(), phases.frame(), frame(links), frame(cells), frame(evals))
 
 
 def read(paths: str | Path | Iterable[str | Path]) -> RunTables:
