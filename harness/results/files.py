@@ -211,10 +211,7 @@ class CellFiles:
 
 
 def _events(path: Path, workers: int | None = None) -> list[dict]:
-    try:
-        return list(iter_rows(path, workers))
-    except FileNotFoundError:
-        return []
+    return list(iter_rows(path, workers)) if os.path.lexists(path) else []
 
 
 UpdateSink = Callable[[CellFiles, dict], None]
@@ -237,22 +234,19 @@ def read_cell(cell: Path, on_update: UpdateSink | None = None, on_resumed: Calla
     marks: list[UpdateMark] = []
     so_far = None
     path = cell / "events-learner.jsonl"
-    try:
-        for r in iter_rows(path, workers):
-            if so_far is None:
-                so_far = CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, float(r["t"]))
-            if r["kind"] == "update":
-                arrivals = r.get("rollout_arrival")
-                marks.append(UpdateMark(r["version"], r["t"], r.get("seconds_per_update"),
-                                        len(arrivals) if arrivals else None))
-                if on_update is not None:
-                    on_update(so_far, r)
-                continue
-            if r["kind"] == "resumed" and type(r.get("version")) is int:
-                marks[:] = [m for m in marks if m.version <= r["version"]]
-                if on_resumed is not None:
-                    on_resumed(r["version"])
-            rows.append(r)
-    except FileNotFoundError:
-        pass
+    for r in iter_rows(path, workers) if os.path.lexists(path) else ():
+        if so_far is None:
+            so_far = CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, float(r["t"]))
+        if r["kind"] == "update":
+            arrivals = r.get("rollout_arrival")
+            marks.append(UpdateMark(r["version"], r["t"], r.get("seconds_per_update"),
+                                    len(arrivals) if arrivals else None))
+            if on_update is not None:
+                on_update(so_far, r)
+            continue
+        if r["kind"] == "resumed" and type(r.get("version")) is int:
+            marks[:] = [m for m in marks if m.version <= r["version"]]
+            if on_resumed is not None:
+                on_resumed(r["version"])
+        rows.append(r)
     return so_far or CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, 0.0)

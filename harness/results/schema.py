@@ -82,6 +82,10 @@ ROWS: dict[str, dict[str, Range]] = {
     "resumed": {"version": VERSION},
     "restart": {"version": VERSION},
 }
+# The durations and byte counts among them: a negative or non-finite one would read as a negative
+# speed-up or a median that means nothing.
+NONNEGATIVE_FIELDS = frozenset(k for fields in ROWS.values() for k, r in fields.items()
+                               if r in (SECONDS, BYTES, COUNT) or k == "seconds_per_update")
 # Mappings a row may carry: field -> the range of each of its values (phases: [start, end] pairs).
 MAPPINGS: dict[str, Range | None] = {
     "durations_s": SECONDS, "cpu_s": SECONDS, "update_frame_bytes": BYTES, "rollout_arrival": FINITE,
