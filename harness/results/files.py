@@ -30,12 +30,11 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 import pandas as pd
 
 from harness.owner import owner_alive as owner_record_alive, process_start_time  # stdlib only
+# ResultsError and is_number are schema's; readers of a folder take them from here with the rest
 from harness.results.schema import ResultsError, check_doc, check_row, is_number, json_depth_ok
 
 MAX_DOC_BYTES = 64 * 2**20      # config.json, meta.json, summary.json, links.csv: a few kB to a few MB
 MAX_LINE_BYTES = 4 * 2**20      # one event row: the learner's start row (all run parameters) is ~3 kB
-
-__all__ = ["ResultsError", "is_number"]   # schema's, re-exported: what a reader of a folder catches
 
 
 # ---- finding folders -------------------------------------------------------------------------

@@ -5,8 +5,10 @@
     df = tables.load(["results/a", "results/sweep1"])   # one table over many runs or sweeps
 
 Every file of a run is read once per `read` (files.read_cell); the comparison (compare.py), the report
-and the figures take the RunTables instead of reading again. This module imports only files.py and
-wording.py of the results side (compare, report, plots import it).
+and the figures take the RunTables instead of reading again. The learner's update rows become table
+rows as its event file streams in, gathered as columns every CHUNK_ROWS rows (`Chunked`), so memory
+follows the tables, not the file. This module imports only files.py and wording.py of the results
+side (compare, report, plots import it).
 
 Columns of `updates` (units in names: seconds, bytes, bit/s):
     run_id, profile, backend, emulated, rate_bit_s, delay_s, loss_frac, workers, pipeline,
@@ -428,7 +430,7 @@ class RunTables:
     """Every table of one or more runs, parsed once: what the comparison, report and figures read."""
     runs: list[Run]
     updates: pd.DataFrame   # one row per cell x update (columns: see the module docstring)
-    phases: pd.DataFrame    # one row per process x update x phase span
+    phases: pd.DataFrame    # one row per process x update x phase span: PHASE_COORDS, process, update_index, phase, start_s, end_s
     links: pd.DataFrame     # one row per link counter sample: node, direction, t_s, bytes, throughput_bit_s
     cells: pd.DataFrame     # one row per cell: status, consistent, updates done/planned, link byte totals
     evals: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per cell x evaluated version (held out)
