@@ -96,11 +96,11 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
     import json
     from dataclasses import asdict
 
-    from harness.results.tables import find_runs
+    from harness.results import files
 
     if figures_dir:
         readers.check_output_dir(figures_dir, "--figures")
-    targets = [r for r in find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
+    targets = [r for r in files.find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
     fitted, checks = validate(fit_run, targets)
     if as_json:
         print(json.dumps({"fitted_on": str(fit_run), "compute": asdict(fitted.compute),

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import tables as results
+from harness.results.files import ResultsError
+from harness.results.tables import Run
 from harness.results.compare import FRAME_HEADER_BYTES   # trainers/protocol/wire.py HEADER_BYTES
 
 PREDICTION_FILE = "prediction.json"
@@ -92,19 +93,19 @@ def section(updates: pd.DataFrame) -> list[str]:
             *([*notes, ""] if notes else [])]
 
 
-def read_prediction(run: results.Run) -> dict:
+def read_prediction(run: Run) -> dict:
     path = Path(run.dir) / PREDICTION_FILE
     if not path.is_file():
         return {}
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise results.ResultsError(f"{path}: not a JSON document ({err})") from None
+        raise ResultsError(f"{path}: not a JSON document ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("variants", {}), dict):
-        raise results.ResultsError(f"{path}: expected an object with a 'variants' object")
+        raise ResultsError(f"{path}: expected an object with a 'variants' object")
     problem = _prediction_problem(doc)
     if problem:
-        raise results.ResultsError(f"{path}: {problem}")
+        raise ResultsError(f"{path}: {problem}")
     return doc
 
 
@@ -155,7 +156,7 @@ def _regime_problem(reg) -> str | None:
     return None
 
 
-def model_section(runs: list[results.Run]) -> list[str]:
+def model_section(runs: list[Run]) -> list[str]:
     """"Cost model vs measured": each variant's predicted and measured seconds per update, the error,
     and its bottleneck with the evidence in words; [] when no run has a prediction.json."""
     head = ["run", "method", "predicted s/update", "measured s/update", "error", "bottleneck"]
@@ -188,7 +189,7 @@ def dp_rows(run: str, doc: dict) -> list[list[str]]:
             for method, v in doc.get("dataparallel", {}).items()]
 
 
-def dp_section(rows: list[list[str]], runs: list[results.Run]) -> list[str]:
+def dp_section(rows: list[list[str]], runs: list[Run]) -> list[str]:
     if not rows:
         return []
     note = next(d["dataparallel_note"] for d in map(read_prediction, runs) if d.get("dataparallel_note"))

@@ -25,9 +25,10 @@ from typing import Iterable
 import pandas as pd
 
 from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, regime_report, rivals
-from harness.results import tables as results, verdict
-from harness.results import workers_report
+from harness.results import verdict, workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
+from harness.results.files import ResultsError
+from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from trainers import spec
 
@@ -81,7 +82,7 @@ def _heldout(r) -> str:
     return f"held-out {r['heldout_name']} {text}" + ("" if "(n=" in text else f" (n={_count(n)})")
 
 
-def _run_header(run: results.Run) -> list[str]:
+def _run_header(run: Run) -> list[str]:
     meta = run.meta
     status = meta.get("status", "unknown")
     flag = "" if meta.get("complete") else f" — **INCOMPLETE ({status})**: partial results"
@@ -185,7 +186,7 @@ def figures_section(captions: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str, pd.DataFrame]:
+def build(tables: RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str, pd.DataFrame]:
     """(markdown, comparison table) over every run in `tables`."""
     cells = tables.cells
     comp = compare.comparison(tables.updates, cells, tables.evals)
@@ -224,21 +225,24 @@ def build(tables: results.RunTables, captions: list[tuple[str, str]] = ()) -> tu
     return "\n".join(md), comp
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
           out: str | Path | None = None) -> Path:
     """report.md, report.html and figures/ in `out` (default `path`), covering every run under `path`
     (and `extra`); the runs are parsed here unless `tables` (already read by the caller) is given."""
     out = Path(out) if out is not None else Path(path)
-    tables = tables if tables is not None else results.read([path, *extra])
-    out.mkdir(parents=True, exist_ok=True)
-    captions = _write_figures(path, tables, out / "figures")
-    md, _ = build(tables, captions)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(to_html(md, out, title=out.name))
+    tables = tables if tables is not None else read([path, *extra])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        captions = _write_figures(path, tables, out / "figures")
+        md, _ = build(tables, captions)
+        (out / "report.md").write_text(md)
+        (out / "report.html").write_text(to_html(md, out, title=out.name))
+    except OSError as err:   # a read-only or full disk, a file where the folder should be
+        raise ResultsError(f"{out}: cannot write the report ({err.strerror or type(err).__name__})") from None
     return out / "report.md"
 
 
-def _write_figures(path, tables: results.RunTables, folder: Path) -> list[tuple[str, str]]:
+def _write_figures(path, tables: RunTables, folder: Path) -> list[tuple[str, str]]:
     """Every figure into `folder`; (PNG file name, caption) for the report. A run with no update yet
     has no figure (its report still says what happened)."""
     from harness.results import plots  # matplotlib: only where figures are drawn

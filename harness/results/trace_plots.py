@@ -15,7 +15,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.results import tables as results
+from harness.results.files import ResultsError
+from harness.results.tables import Run, RunTables
 from harness.results.style import style
 from trainers import spec
 
@@ -23,7 +24,7 @@ NODE = "w1"
 
 
 def _t0(cell_dir: Path) -> float | None:
-    """The cell's time origin (its learner's first event, monotonic seconds), as tables.CellFiles.t0."""
+    """The cell's time origin (its learner's first event, monotonic seconds), as files.CellFiles.t0."""
     path = cell_dir / "events-learner.jsonl"
     try:
         with path.open() as fh:
@@ -32,7 +33,7 @@ def _t0(cell_dir: Path) -> float | None:
         return None
 
 
-def schedule(run: results.Run) -> pd.DataFrame:
+def schedule(run: Run) -> pd.DataFrame:
     """Every cell's applied steps of w1's links: cell, direction, t_s (cell clock: its learner's first
     event), rate_bit_s, and offset_s = when the cell's schedule started on that clock (<= 0: the
     trace starts with the cell, before its learner has built its model)."""
@@ -42,7 +43,7 @@ def schedule(run: results.Run) -> pd.DataFrame:
         try:
             df = pd.read_csv(path)
         except (OSError, ValueError, pd.errors.EmptyDataError) as err:
-            raise results.ResultsError(f"{path}: not a schedule file ({err})") from None
+            raise ResultsError(f"{path}: not a schedule file ({err})") from None
         if t0 is None or df.empty:
             continue
         start = df["due_t_s"].iloc[0] - df["at_s"].iloc[0] - t0
@@ -53,7 +54,7 @@ def schedule(run: results.Run) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
+def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
     """[("trace", figure, caption)] for a single run with schedule files; [] otherwise."""
     if len(t.runs) != 1 or t.updates.empty:
         return []
@@ -115,7 +116,7 @@ def traced_links(profile_doc: dict | None) -> str | None:
     return " and ".join(f"{n}'s" for n in names) + " links" if names else None
 
 
-def followed(runs: list[results.Run]) -> dict | None:
+def followed(runs: list[Run]) -> dict | None:
     """How these runs' worker links changed during a cell, for the link_throughput caption: None when
     they held one rate (or none); else {"kind": "trace" | "schedule", "who": which links, "figure":
     whether this report draws the ``trace`` figure (one run with w1's steps logged), "runs": how many}.

@@ -78,3 +78,28 @@ def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
     return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
+
+
+def cell_note(m: dict, workers: int | None, failure: str | None, learner_exit: str | None) -> str:
+    """One line on what happened to a cell's processes ("" when nothing did)."""
+    bits = []
+    for d in m["drops"]:
+        where = "never joined" if d["reason"] == "never joined" else (
+            f"dropped at version {d['version']}"
+            + (f" (lost at version {d['disconnected_version']})"
+               if d.get("disconnected_version") not in (None, d["version"]) else "")
+            + (f": {d['reason']}" if d.get("reason") else ""))
+        left = (f"; {d['remaining']} of {workers} workers remained"
+                + (f" from update {d['version'] + 1}" if isinstance(d.get("version"), int) else "")
+                if d.get("remaining") is not None and workers else "")
+        back = f"; rejoined at version {d['rejoined_version']}" if d.get("rejoined_version") is not None else ""
+        bits.append(f"w{d['worker']} {where}{left}{back}")
+    for r in m["restarts"]:
+        back = (f", rejoined at version {r['rejoined_version']}" if r.get("rejoined_version") is not None
+                else ", did not rejoin")
+        bits.append(f"w{r['worker']} restarted at version {r['version']} ({r.get('after')}){back}")
+    if learner_exit:
+        bits.append(f"learner {learner_exit}")
+    if failure:
+        bits.append(f"cell stopped (--on-drop fail): {failure}")
+    return "; ".join(bits)

@@ -306,11 +306,11 @@ def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
 
 
 def is_complete(run_dir: Path) -> bool:
-    from harness.results.tables import ResultsError, read_json
+    from harness.results import files
 
     try:
-        meta = read_json(run_dir / "meta.json", {})
-    except ResultsError:  # unreadable: run the grid point again
+        meta = files.read_json(run_dir / "meta.json", {})
+    except files.ResultsError:  # unreadable: run the grid point again
         return False
     return isinstance(meta, dict) and bool(meta.get("complete"))
 
@@ -352,13 +352,11 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
-    from harness.results import report
-    from harness.results.tables import COMBINED_MARKER, ResultsError, find_runs, read
+    from harness.results import files, report, tables
 
     try:
-        tables = read([out])  # parsed once, for the report and its figures
-        report.write(out, tables=tables)
-    except (FileNotFoundError, ResultsError) as err:  # no run got far enough, or a malformed file
+        report.write(out, tables=tables.read([out]))  # parsed once, for the report and its figures
+    except (FileNotFoundError, files.ResultsError) as err:  # no run got far enough, or a malformed file
         print(f"harness sweep: no combined report: {err}", file=sys.stderr)
         return EXIT_FAILED
     if as_json:
@@ -385,19 +383,17 @@ def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
 
 
 def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
-    from harness.results import report
-    from harness.results.tables import COMBINED_MARKER, ResultsError, find_runs, read
+    from harness.results import files, report, tables
 
     try:
-        runs = find_runs(paths)
+        runs = files.find_runs(paths)
         folder = report_folder(paths, out, runs)
-        tables = read(paths)
-        target = report.write(paths[0], tables=tables, out=folder)
-    except (FileNotFoundError, ResultsError) as err:  # a malformed file: one line naming it, exit 2
+        target = report.write(paths[0], tables=tables.read(paths), out=folder)
+    except (FileNotFoundError, files.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
     combined = not (len(runs) == 1 and folder.resolve() == runs[0].resolve())
     if combined:  # a folder of its own: say which runs it holds, and where it is (stdout is the report)
-        atomic_write_json(folder / COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
+        atomic_write_json(folder / files.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
     if not quiet:
         print(target.read_text())
         if combined:
@@ -406,14 +402,13 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
 
 
 def plot_cmd(paths: list[str], quiet: bool) -> int:
-    from harness.results import plots
-    from harness.results.tables import find_runs
+    from harness.results import files, plots
 
     try:
-        find_runs(paths)
-        files = plots.write(paths[0], extra=paths[1:])
-    except (FileNotFoundError, ValueError) as err:  # ResultsError (a malformed file) is a ValueError
+        files.find_runs(paths)
+        written = plots.write(paths[0], extra=paths[1:])
+    except (FileNotFoundError, ValueError) as err:  # files.ResultsError (a malformed file) is a ValueError
         raise ConfigError(str(err)) from None
     if not quiet:
-        print("\n".join(map(str, files)))
+        print("\n".join(map(str, written)))
     return EXIT_OK

@@ -31,10 +31,12 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -51,7 +53,7 @@ from trainers.model.rollout import Rollouts, concat
 from trainers.hilo import stack
 from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
-from trainers.model.replica import snapshot_meta
+from trainers.model.replica import OptimConfig, read_snapshot, snapshot_step
 from trainers.objectives import available as objectives, get_objective
 from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
@@ -474,21 +476,66 @@ def params_json(params: RunParams) -> str:
     return json.dumps(params.to_json(), sort_keys=True)
 
 
+KEPT_VERSION = re.compile(r"[0-9]{8}")   # policy/<version>/<name>: the version as learner_snapshot writes it
+
+
 def check_resume(blob: bytes, params: RunParams) -> int:
     """The version a learner snapshot resumes at; a one-line ValueError when the bytes are not a
-    learner snapshot of a run with exactly these parameters."""
-    meta = snapshot_meta(blob)
+    learner snapshot of a run with exactly these parameters. Checked whole before any model is built
+    (replica.read_snapshot: digest, finite values, AdamW state in range), then as a learner's: its run
+    parameters an object equal to these, the version within the run and equal to AdamW's step count
+    (the learner steps once per version), the optimizer config these parameters build, and every kept
+    policy `policy/<version>/<name>` at a version up to the snapshot's with the adapter's layout."""
+    meta, tensors = read_snapshot(blob)
     if "params" not in meta:
         raise ValueError("not a learner snapshot (it holds no run parameters)")
-    theirs, mine = json.loads(meta["params"]), json.loads(params_json(params))
+    try:
+        theirs = json.loads(meta["params"])
+    except ValueError:
+        theirs = None
+    if not isinstance(theirs, dict):
+        raise ValueError(f"the snapshot's run parameters are not a JSON object ({meta['params'][:40]!r})")
+    mine = json.loads(params_json(params))
     differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
     if differ:
         raise ValueError("a snapshot of a run with other parameters: " + ", ".join(
-            f"{k}={theirs.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3]))
+            f"{k}={str(theirs.get(k))[:40]!r} there, {mine.get(k)!r} here" for k in differ[:3]))
     version = int(meta["version"])
     if version > params.updates:
         raise ValueError(f"the snapshot is at version {version}, past the run's {params.updates} updates")
+    if snapshot_step(tensors) != version:
+        raise ValueError(f"the snapshot says version {version} but its AdamW state has taken "
+                         f"{snapshot_step(tensors)} steps")
+    optim = OptimConfig(lr=params.lr, weight_decay=params.weight_decay, max_grad_norm=params.max_grad_norm)
+    if json.loads(meta["optim"]) != asdict(optim):
+        raise ValueError(f"the snapshot's optimizer config {meta['optim'][:120]} is not the one these parameters build")
+    adapter = {k[len("adapter/"):]: tuple(t.shape) for k, t in tensors.items() if k.startswith("adapter/")}
+    for key, t in tensors.items():
+        if key.startswith("extra/policy/"):
+            _, _, kept, name = (key.split("/", 3) + ["", ""])[:4]
+            if not KEPT_VERSION.fullmatch(kept) or int(kept) > version or adapter.get(name) != tuple(t.shape):
+                raise ValueError(f"snapshot entry {key!r} is not a kept policy of this adapter at a version "
+                                 f"up to {version}")
     return version
+
+
+def check_resume_fits(blob: bytes, built: stack.Stack) -> None:
+    """The snapshot (already through `check_resume`) loads into the run's built replica and a fresh
+    compressor of its method: layout, optimizer config, compressor state; a one-line ValueError, and
+    nothing of the run's own state touched."""
+    built.replica.check_snapshot(blob)
+    if built.method.replay:
+        _, tensors = read_snapshot(blob)
+        state = {k[len("extra/compressor/"):]: t for k, t in tensors.items() if k.startswith("extra/compressor/")}
+        shapes = {n: tuple(t.shape) for n, t in built.replica.params.items()}
+        for key, t in state.items():   # the error-feedback residual: one per adapter tensor, of its shape
+            if key.startswith("residual/") and shapes.get(key.split("/", 2)[-1]) != tuple(t.shape):
+                raise ValueError(f"the snapshot's compressor state {key!r} is not the residual of an adapter tensor")
+        try:
+            built.method.make_compressor().load_state_dict(state)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"the snapshot's compressor state does not fit {built.method.name} "
+                             f"({' '.join(str(exc).split())[:160]})") from None
 
 
 def kept_policies(extra: dict) -> list[tuple[int, dict]]:
@@ -561,6 +608,11 @@ def main(argv=None) -> int:
         built = stack.build(params, teacher=True)
     except ValueError as e:
         p.error(str(e))
+    if resume is not None:
+        try:
+            check_resume_fits(resume, built)
+        except ValueError as e:
+            p.error(f"--resume {args.resume}: {e}")
     learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
                       max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections,

@@ -15,6 +15,14 @@ change with the thread count; `global_norm` sums fixed blocks of at most `NORM_B
 (each reduced by one thread: below torch's parallel grain) in float64, in a fixed order, so every
 replica computes the same norm and the same scale at any thread count.
 
+A snapshot carries a digest (SHA-256 over every tensor's name, dtype, shape and bytes and over the
+other metadata) and is checked whole before anything is loaded from it: the digest, the format, a
+version of plain ASCII digits, an optimizer config this code accepts, each adapter tensor with its
+AdamW moments of the same shape and a step count, every floating tensor finite, exp_avg_sq >= 0 and
+the step a whole number >= 0, the same for every tensor. A file that fails any of these is one
+ValueError line: it is never loaded in part. The digest catches damage, not a forger (anyone can
+recompute it); the range checks stop what a forger could write.
+
 Snapshots may carry extra named tensors and metadata (`snapshot(extra=..., meta=...)`; `restore`
 returns the extras, `snapshot_meta` reads the metadata): the learner's own snapshot file adds its
 compressor's state (`Compressor.state_dict`: error-feedback residual, warm starts, generators) and
@@ -26,13 +34,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-SNAPSHOT_FORMAT = "replica-v1"
+SNAPSHOT_FORMAT = "replica-v2"   # v2: the digest (DIGEST_KEY) over the tensors and the metadata
+DIGEST_KEY = "digest"
+PLAIN_INT = re.compile(r"(0|[1-9][0-9]{0,17})")   # a version as the snapshot writes it: ASCII digits, no sign
+MOMENTS = ("exp_avg", "exp_avg_sq", "step")       # AdamW's per-tensor state, beside each adapter/<name>
 _SCHEDULES = ("constant", "cosine")
 
 
@@ -160,15 +172,13 @@ class Replica:
             tensors[f"step/{name}"] = state["step"].reshape(1)
         meta = {**(meta or {}), "format": SNAPSHOT_FORMAT, "version": str(self.version),
                 "optim": json.dumps(asdict(self.optim_config), sort_keys=True)}
+        meta[DIGEST_KEY] = snapshot_digest(tensors, meta)
         return st_save(tensors, metadata=meta)
 
     def restore(self, blob: bytes) -> dict[str, torch.Tensor]:
-        """Load a snapshot of a replica with the same layout and optimizer config; returns its extras."""
-        meta, tensors = _read_snapshot(blob)
-        if json.loads(meta["optim"]) != asdict(self.optim_config):
-            raise ValueError(f"snapshot optimizer config {meta['optim']} differs from this replica's")
-        self._check_layout({n[len("adapter/"):]: tuple(t.shape) for n, t in tensors.items()
-                            if n.startswith("adapter/")}, "snapshot")
+        """Load a snapshot of a replica with the same layout and optimizer config; returns its extras.
+        The whole file is checked first (`check_snapshot`): a bad one raises and changes nothing."""
+        meta, tensors = self.check_snapshot(blob)
         with torch.no_grad():
             for name, p in self.params.items():
                 p.copy_(_get(tensors, f"adapter/{name}", p.shape))
@@ -178,6 +188,16 @@ class Replica:
                     "exp_avg_sq": _get(tensors, f"exp_avg_sq/{name}", p.shape).to(p.dtype).clone()}
         self.version = int(meta["version"])
         return {k[len("extra/"):]: t.clone() for k, t in tensors.items() if k.startswith("extra/")}
+
+    def check_snapshot(self, blob: bytes) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+        """(metadata, tensors) of a snapshot this replica can load: checked whole (`read_snapshot`),
+        with this replica's optimizer config and adapter layout; one-line ValueError otherwise."""
+        meta, tensors = read_snapshot(blob)
+        if json.loads(meta["optim"]) != asdict(self.optim_config):
+            raise ValueError(f"snapshot optimizer config {meta['optim']} differs from this replica's")
+        self._check_layout({n[len("adapter/"):]: tuple(t.shape) for n, t in tensors.items()
+                            if n.startswith("adapter/")}, "snapshot")
+        return meta, tensors
 
     def _check_layout(self, shapes: dict[str, tuple[int, ...]], what: str) -> None:
         mine = {n: tuple(p.shape) for n, p in self.params.items()}
@@ -223,23 +243,91 @@ def _update(h, name: str, t: torch.Tensor) -> None:
 def snapshot_meta(blob: bytes) -> dict[str, str]:
     """A snapshot's metadata (format, version, optim and what `snapshot(meta=...)` added), after the
     whole snapshot has been read and checked; a blob that is not one raises ValueError in one line."""
-    return _read_snapshot(blob)[0]
+    return read_snapshot(blob)[0]
 
 
-def _read_snapshot(blob: bytes) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+def snapshot_digest(tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> str:
+    """SHA-256 over the metadata but the digest itself (sorted JSON) and every tensor's name, dtype,
+    shape and bytes, in name order."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != DIGEST_KEY}, sort_keys=True).encode())
+    for name in sorted(tensors):
+        _update(h, name, tensors[name])
+    return h.hexdigest()
+
+
+def read_snapshot(blob: bytes) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """(metadata, tensors) of a replica snapshot, checked whole (the module doc: digest, format,
+    version, optimizer config, layout, finite values, AdamW state in range); one-line ValueError."""
     try:
         blob = bytes(blob)
         tensors = st_load(blob)
         meta = _snapshot_metadata(blob)
     except Exception as exc:
-        raise ValueError(f"unreadable replica snapshot ({type(exc).__name__}: {exc})") from None
-    if meta.get("format") != SNAPSHOT_FORMAT or not str(meta.get("version", "")).isdigit() or "optim" not in meta:
-        raise ValueError(f"not a {SNAPSHOT_FORMAT} snapshot (metadata {dict(list(meta.items())[:3])})")
+        why = " ".join(str(exc).split())[:200]
+        raise ValueError(f"unreadable replica snapshot ({type(exc).__name__}: {why})") from None
+    if meta.get("format") != SNAPSHOT_FORMAT:
+        raise ValueError(f"not a {SNAPSHOT_FORMAT} snapshot (format {str(meta.get('format'))[:40]!r})")
+    if meta.get(DIGEST_KEY) != snapshot_digest(tensors, meta):
+        raise ValueError("the snapshot's digest does not match its contents: the file was changed or damaged "
+                         "after it was written")
+    if not PLAIN_INT.fullmatch(str(meta.get("version", ""))):
+        raise ValueError(f"snapshot version {str(meta.get('version'))[:40]!r} is not a plain decimal integer")
+    _check_optim(meta.get("optim"))
+    _check_tensors(tensors)
     return meta, tensors
 
 
+def _check_optim(text) -> OptimConfig:
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise TypeError(f"a {type(doc).__name__}, not an object")
+        return OptimConfig(**doc)
+    except (TypeError, ValueError) as exc:   # JSONDecodeError is a ValueError; unknown keys a TypeError
+        raise ValueError(f"snapshot optimizer config is not usable ({' '.join(str(exc).split())[:120]})") from None
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor]) -> None:
+    """Each adapter/<name> with exp_avg/<name>, exp_avg_sq/<name> of its shape and a one-element
+    step/<name>; nothing else but extra/*; floating tensors finite; exp_avg_sq >= 0; every step the
+    same whole number >= 0."""
+    names = {k[len("adapter/"):] for k in tensors if k.startswith("adapter/")}
+    if not names:
+        raise ValueError("snapshot holds no adapter tensor")
+    for key, t in tensors.items():
+        kind, _, name = key.partition("/")
+        if kind != "extra" and (kind not in ("adapter", *MOMENTS) or name not in names):
+            raise ValueError(f"snapshot entry {key!r} belongs to no adapter tensor")
+        if t.dtype.is_floating_point and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"snapshot entry {key!r} holds NaN or infinite values")
+    steps = set()
+    for name in sorted(names):
+        adapter = tensors[f"adapter/{name}"]
+        if not adapter.dtype.is_floating_point:
+            raise ValueError(f"snapshot entry 'adapter/{name}' is {adapter.dtype}, not a floating tensor")
+        for kind in ("exp_avg", "exp_avg_sq"):
+            t = _get(tensors, f"{kind}/{name}", adapter.shape)
+            if not t.dtype.is_floating_point:
+                raise ValueError(f"snapshot entry '{kind}/{name}' is {t.dtype}, not a floating tensor")
+        if bool((tensors[f"exp_avg_sq/{name}"] < 0).any()):
+            raise ValueError(f"snapshot entry 'exp_avg_sq/{name}' has negative values (AdamW's second moment "
+                             "is a mean of squares)")
+        step = _get(tensors, f"step/{name}", (1,)).double().item()
+        if not (step >= 0 and step == int(step)):
+            raise ValueError(f"snapshot entry 'step/{name}' is {step:g}, not a whole number >= 0")
+        steps.add(int(step))
+    if len(steps) > 1:
+        raise ValueError(f"snapshot step counts differ between adapter tensors ({sorted(steps)[:4]})")
+
+
+def snapshot_step(tensors: dict[str, torch.Tensor]) -> int:
+    """The AdamW step count of a checked snapshot's tensors (the same for every adapter tensor)."""
+    return int(next(t for k, t in tensors.items() if k.startswith("step/")).double().item())
+
+
 def _snapshot_metadata(blob: bytes) -> dict[str, str]:
-    # safetensors layout: u64 header length, then a JSON header whose "__metadata__" holds ours.
+    # safetensors layout: u64 header length, then a JSON header whose "__metadata__" holds ours
+    # (st_load has already checked the layout, and that the metadata maps strings to strings).
     n = int.from_bytes(blob[:8], "little")
     header = json.loads(blob[8:8 + n])
     meta = header.get("__metadata__") or {}

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.results import ledger, tables
+from harness.results import files, ledger, tables
 
 
 def _links():
@@ -84,5 +84,5 @@ def test_model_section_names_each_bottleneck_and_the_error(tmp_path):
 
 
 def test_a_malformed_prediction_names_the_file(tmp_path):
-    with pytest.raises(tables.ResultsError, match="prediction.json"):
+    with pytest.raises(files.ResultsError, match="prediction.json"):
         ledger.model_section([_run(tmp_path, "{not json")])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import regime_plots, regime_report, report, tables as results, verdict
+from harness.results import files, regime_plots, regime_report, report, tables as results, verdict
 
 SWEEP = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "sweep-comm-ratio"
 PAPER = 18.9 / 14.1
@@ -125,6 +125,6 @@ def test_a_malformed_prediction_is_one_line_naming_the_field(tmp_path, field, va
     else:
         doc[head] = value
     (run / "prediction.json").write_text(json.dumps(doc))
-    with pytest.raises(results.ResultsError) as err:
+    with pytest.raises(files.ResultsError) as err:
         report.build(results.read(run))
     assert named in str(err.value) and "prediction.json" in str(err.value) and "\n" not in str(err.value)

@@ -20,10 +20,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import trainers.events
 
 from harness.results import style as style_mod
-from harness.results import compare, plots, report, tables as results
+from harness.results import compare, files, plots, report, tables as results
 
 from harness.run import launch
 from harness.cli import app
@@ -234,9 +233,7 @@ def test_finalize_reads_each_file_of_the_run_once(run_copy, monkeypatch):
             return fn(path, *args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(trainers.events, "read_events", counted(trainers.events.read_events))
-    monkeypatch.setattr(results, "read_json", counted(results.read_json))
-    monkeypatch.setattr(pd, "read_csv", counted(pd.read_csv))
+    monkeypatch.setattr(files, "open_regular", counted(files.open_regular))   # every results file opens here
     launch.finalize(run_copy)
     raw = {p.relative_to(run_copy).as_posix() for p in (run_copy / "cells").rglob("*") if p.is_file()}
     assert set(reads) == raw | {"config.json", "meta.json"}

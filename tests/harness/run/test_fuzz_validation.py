@@ -212,11 +212,11 @@ BAD_AMOUNTS = (-5, -1e-9, float("nan"), float("inf"))  # -5 s per update used to
 
 
 def _update_fields(run: Path) -> list[tuple[Path, str]]:
-    """(events file, field) for every duration or byte count (tables.NONNEGATIVE_FIELDS) that an
+    """(events file, field) for every duration or byte count (schema.NONNEGATIVE_FIELDS) that an
     update or eval row of `run` carries."""
     import json
 
-    from harness.results import tables
+    from harness.results import schema
 
     out = []
     for path in sorted(run.rglob("events-*.jsonl")):
@@ -224,7 +224,7 @@ def _update_fields(run: Path) -> list[tuple[Path, str]]:
         for line in path.read_text().splitlines():
             r = json.loads(line) if line.strip() else {}
             if r.get("kind") in ("update", "eval"):
-                keys |= {k for k in r if k in tables.NONNEGATIVE_FIELDS and r[k] is not None}
+                keys |= {k for k in r if k in schema.NONNEGATIVE_FIELDS and r[k] is not None}
         out += [(path, k) for k in sorted(keys)]
     return out
 

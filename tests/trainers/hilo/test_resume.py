@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load as st_load
 
-from harness.results.tables import read_cell
+from harness.results.files import read_cell
 from tests.trainers.hilo.cluster import Cluster
 from trainers.hilo.learner import SNAPSHOT_FILE
 from trainers.model.replica import snapshot_meta
@@ -103,9 +103,9 @@ def test_a_learner_resumed_from_its_snapshot_continues_bit_identically(tmp_path,
     assert same_snapshot((c.run_dir / SNAPSHOT_FILE).read_bytes(), final)
     assert eval_rows(c) == evals and sorted(evals) == [0, 4, 8]
     # what the report reads: every version once, the resumed life's row where both lives wrote one
-    rows = [r for r in read_cell(c.run_dir).learner if r["kind"] == "update"]
-    assert [r["version"] for r in rows] == list(range(1, UPDATES + 1))
-    assert rows[resumed_at:] == second
+    marks = read_cell(c.run_dir).updates
+    assert [m.version for m in marks] == list(range(1, UPDATES + 1))
+    assert [m.t for m in marks[resumed_at:]] == [r["t"] for r in second]
 
 
 def test_resume_refuses_a_snapshot_of_another_run(tmp_path, capsys, monkeypatch):
