@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from harness.net import calibrate, doctor, profiles, shaper, topology
+from harness.net import calibrate, cgroups, doctor, profiles, shaper, topology
 from harness.net.linkstats import LinkSampler
 from harness.net.sockets import SocketSampler
 from harness.owner import owner_record
@@ -82,6 +82,7 @@ class WrapConfig:
     calibrate_s: float = 1.0
     timeout_s: float | None = None
     master_port: int = DEFAULT_PORT
+    cpu_shares: dict[str, float] = field(default_factory=dict)   # node -> CPUs (--worker-cpu, the profile's cpu)
 
     @property
     def run_dir(self) -> Path:
@@ -149,10 +150,17 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
         raise ConfigError(f"{_LINK_FLAGS[err.key]}: {err}") from None
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
+    try:
+        shares = cgroups.shares(parsed["worker_cpu"], prof, nodes)
+    except (spec.SpecError, ValueError) as err:
+        raise ConfigError(str(err).replace("workers", "nodes")) from None
+    if shares and not parsed["emulation"]:
+        raise ConfigError("--worker-cpu: CPU shares go with the emulated nodes; with --no-emulation there are none")
     rid = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-wrap-n{nodes}-{secrets.token_hex(2)}"
     cfg = WrapConfig(command=tuple(command), nodes=nodes, profile=prof, emulation=parsed["emulation"],
                      backend=parsed["backend"], run_id=rid, out_dir=out_dir, label=label or " ".join(command),
-                     on_fail=on_fail, calibrate_s=calibrate_s, timeout_s=timeout_s, master_port=master_port)
+                     on_fail=on_fail, calibrate_s=calibrate_s, timeout_s=timeout_s, master_port=master_port,
+                     cpu_shares=shares)
     if cfg.run_dir.exists() and (not cfg.run_dir.is_dir() or any(cfg.run_dir.iterdir())):
         raise ConfigError(f"--run-id: {rid!r} is taken: {cfg.run_dir} already exists (choose another --run-id)")
     return cfg
@@ -166,6 +174,8 @@ def preflight(cfg: WrapConfig) -> None:
         raise PreflightFailed("harness wrap: building the emulated network needs root (network namespaces); "
                               "run as root, or add --no-emulation to run the job on localhost, unshaped")
     missing = doctor.problems(cfg.backend, profile=cfg.profile, workers=cfg.nodes, out_dir=cfg.out_dir, root=True)
+    if cfg.cpu_shares and (why := cgroups.problem()):
+        missing.append(f"--worker-cpu: {why}")
     if missing:
         raise PreflightFailed("\n".join(missing))
 
@@ -188,9 +198,12 @@ def job_env(cfg: WrapConfig, rank: int, master_addr: str) -> dict[str, str]:
                 WAN_RUN_DIR=str(cfg.run_dir), WAN_EVENTS=str(cfg.run_dir / "nodes" / node / "events.jsonl"))
 
 
-def _child_setup(netns: str | None):
-    """Between fork and exec: enter the node's namespace; SIGKILL when the harness's thread dies."""
+def _child_setup(netns: str | None, cgroup_procs: Path | None = None):
+    """Between fork and exec: join the node's CPU-share cgroup (before exec, so every process the job
+    starts is inside it), enter the node's namespace; SIGKILL when the harness's thread dies."""
     def setup() -> None:
+        if cgroup_procs is not None:
+            cgroup_procs.write_text("0")   # "0": the writing process itself
         if netns is not None:
             topology.setns(netns)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -200,8 +213,8 @@ def _child_setup(netns: str | None):
 class Job:
     """The N processes of a wrapped command; `stop()` always leaves none running."""
 
-    def __init__(self, cfg: WrapConfig, topo: topology.Topology | None):
-        self.cfg, self.topo = cfg, topo
+    def __init__(self, cfg: WrapConfig, topo: topology.Topology | None, groups: cgroups.CpuGroups | None = None):
+        self.cfg, self.topo, self.groups = cfg, topo, groups
         self.procs: dict[str, subprocess.Popen] = {}
         self.exits: dict[str, int] = {}
         self.stopped: set[str] = set()   # the harness ended them (--on-fail stop, a timeout, an interrupt)
@@ -212,10 +225,12 @@ class Job:
             folder = self.cfg.run_dir / "nodes" / node
             folder.mkdir(parents=True, exist_ok=True)
             netns = self.topo.nodes[node].netns if self.topo else None
+            group = self.groups.groups.get(node) if self.groups else None
             with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
                 self.procs[node] = subprocess.Popen(list(self.cfg.command), env=job_env(self.cfg, rank, master),
                                                     stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                                    preexec_fn=_child_setup(netns), start_new_session=True)
+                                                    preexec_fn=_child_setup(netns, group and group / "cgroup.procs"),
+                                                    start_new_session=True)
 
     def poll(self) -> list[str]:
         """Nodes whose process ended since the last poll, their codes recorded."""
@@ -356,7 +371,9 @@ def execute(cfg: WrapConfig, announce=lambda text: None) -> tuple[Path, int]:
             with contextlib.ExitStack() as stack:
                 for s in samplers:
                     stack.enter_context(s)
-                job = Job(cfg, topo)
+                groups = stack.enter_context(cgroups.CpuGroups(cfg.cpu_shares)) if cfg.cpu_shares else None
+                job = Job(cfg, topo, groups)
+                doc["cpu_shares"] = cfg.cpu_shares
                 doc["job_started_wall"] = time.time()
                 announce(f"running `{' '.join(cfg.command)}` on {cfg.nodes} nodes -> {run_dir}")
                 try:
@@ -365,6 +382,8 @@ def execute(cfg: WrapConfig, announce=lambda text: None) -> tuple[Path, int]:
                 finally:
                     job.stop()
                     doc["job_ended_wall"] = time.time()
+                    if groups is not None:
+                        doc["cpu_throttled"] = groups.throttled()
             doc["errors"] += [line for s in samplers for line in s.errors]
     except OSError as err:
         status = "failed"

@@ -99,6 +99,8 @@ def test_a_bad_command_is_one_line_and_creates_nothing(tmp_path, command, says):
     (["--on-fail", "retry"], "--on-fail: 'retry' must be one of stop, wait"),
     (["--no-emulation", "--bw", "10mbit"], "--bw: shape the emulated link"),
     (["--bw", "fast"], "--bw"),
+    (["--worker-cpu", "1,0.5,0.25"], "--worker-cpu: '1,0.5,0.25' gives 3 shares for 2 nodes"),
+    (["--no-emulation", "--worker-cpu", "0.5"], "--worker-cpu: CPU shares go with the emulated nodes"),
 ])
 def test_a_bad_flag_is_one_line_and_creates_nothing(tmp_path, flags, says):
     flags = flags if "--nodes" in flags else [*flags, "--nodes", "2"]
@@ -156,6 +158,27 @@ def test_on_fail_stop_ends_the_others_and_names_the_node(tmp_path):
     assert "FAILED**: node w2 exit code 3" in (run / "report.md").read_text()
     assert (run / "nodes" / "w2" / "stderr.log").read_text() == "dying\n"
     assert left_behind(run, "sleep 301") == []
+
+
+@pytest.mark.root
+def test_worker_cpu_puts_each_node_s_job_and_its_children_in_its_share(tmp_path):
+    """--worker-cpu: each node's process joins its CPU-share cgroup before exec, so a child it starts is
+    inside too; the quota is the one asked for, and no group is left after the run."""
+    from harness.net import cgroups
+
+    if (why := cgroups.problem()) is not None:
+        pytest.skip(f"no cgroup cpu controller: {why}")
+    job = "sh -c 'cat /proc/self/cgroup' | grep -E 'cpu[,:]|^0::' | head -1"
+    done = harness("wrap", *FAST, "--nodes", "2", "--worker-cpu", "1,0.5", "--out", str(tmp_path), "--", "sh", "-c", job)
+    assert done.returncode == 0, done.stderr
+    run = run_folder(done)
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["cpu_shares"] == {"w1": 1.0, "w2": 0.5}
+    assert set(meta["cpu_throttled"]) == {"w1", "w2"}
+    for node in ("w1", "w2"):
+        line = (run / "nodes" / node / "stdout.log").read_text()
+        assert f"/{cgroups.TOP}/" in line and line.strip().endswith(f"/{node}"), line   # the child (cat) too
+    assert not [g for g, owner in cgroups.parents() if owner["pid"] == meta["owner"]["pid"]]   # ours removed
 
 
 @pytest.mark.root
