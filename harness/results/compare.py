@@ -85,8 +85,16 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "consistent": bool(len(cells) and cells["consistent"].all()),
             "complete": bool(len(cells) and cells["complete"].all()),
             "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
-            **_cpu_quartiles(cpu_charged(g)), **_contention(g),
+            **_cpu_quartiles(cpu_charged(g)), **_contention(g), "slowed": slowed_on_purpose(g),
             "_seed_spu": _seed_medians(g, spu), "_seed_spu_cpu": _seed_medians(g, cpu_charged(g))}
+
+
+def slowed_on_purpose(g: pd.DataFrame) -> bool:
+    """Were workers of these rows slowed on purpose (a CPU share, --straggler)? Then CPU time would
+    erase the slowness the run set out to measure (a throttled or sleeping worker's wall exceeds its
+    CPU just as a contended one's does), so its speed is read on the wall clock."""
+    straggler = g["straggler"].notna().any() if "straggler" in g else False
+    return bool(straggler or ("cpu_limited" in g and g["cpu_limited"].fillna(False).astype(bool).any()))
 
 
 def _cpu_quartiles(cpu) -> dict:
@@ -258,15 +266,24 @@ HEADLINE = {"cpu": ("speedup_cpu", "speedup_cpu_lo", "speedup_cpu_hi", "s_per_up
             "wall": ("speedup_seed_mean", "speedup_ci_lo", "speedup_ci_hi", "s_per_update_median")}
 
 
+def _run_slowed(df: pd.DataFrame, keys: list[str]) -> list[bool]:
+    """Per row: were workers slowed on purpose in any variant under the same coordinates?"""
+    return [bool(_same(df, keys, [r[k] for k in keys])["slowed"].any()) if "slowed" in df else False
+            for _, r in df.iterrows()]
+
+
 def _with_headline(df: pd.DataFrame, base: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The speedup to lead with: `speedup_headline` [speedup_headline_lo, speedup_headline_hi] on the
-    clock `speedup_headline_basis` names, "cpu" where the run was contended (`run_contended`), else
-    "wall": the geometric mean over paired seeds of the per-seed speedups and its t interval
+    clock `speedup_headline_basis` names, "cpu" where the run was contended (`run_contended`) and no
+    worker was slowed on purpose (`run_slowed`: a CPU share or a straggler, which CPU time would not
+    count), else "wall": the geometric mean over paired seeds of the per-seed speedups and its t interval
     (speedup_cpu [speedup_cpu_lo, speedup_cpu_hi], or speedup_seed_mean [speedup_ci_lo, speedup_ci_hi]),
     so the point is the centre of its own interval; without a paired seed, the ratio of the two
     medians on that clock and no interval. The wall figures stay beside it."""
     df["run_contended"] = _run_contended(df, keys)
-    df["speedup_headline_basis"] = ["cpu" if f is True else "wall" for f in df["run_contended"]]
+    df["run_slowed"] = _run_slowed(df, keys)
+    df["speedup_headline_basis"] = ["cpu" if f is True and not slow else "wall"
+                                    for f, slow in zip(df["run_contended"], df["run_slowed"])]
     heads = []
     for _, r in df.iterrows():
         mean, lo, hi, median = HEADLINE[r["speedup_headline_basis"]]
@@ -326,6 +343,7 @@ def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str],
     if updates is not None and not updates.empty:
         evals = quality.with_cpu_seconds(evals, updates, cpu_charged)
     busy = df[df["contended"] == True] if "contended" in df else df.iloc[0:0]  # noqa: E712 (None: unknown)
+    busy = busy[~busy["slowed"].astype(bool)] if "slowed" in busy else busy   # slowed on purpose: wall clock
     basis = {quality.coord_key([r[k] for k in on]): "cpu" for _, r in busy.iterrows()}
     q = quality.quality_table(evals, on, basis)
     on = [k for k in keys if k in q] + ["variant"]

@@ -97,7 +97,14 @@ def run_coords(run_dir: Path, cfg: dict, meta: dict) -> dict:
             "rate_bit_s": get("rate", units.parse_rate) if cfg.get("emulation", True) else None,
             "delay_s": get("delay", units.parse_time), "loss_frac": get("loss", units.parse_percent),
             "workers": cfg.get("workers"), "pipeline": cfg.get("pipeline"),
-            "run_complete": bool(meta.get("complete")), **spec_columns(cfg)}
+            "cpu_limited": cpu_limited(cfg), "run_complete": bool(meta.get("complete")), **spec_columns(cfg)}
+
+
+def cpu_limited(cfg: dict) -> bool:
+    """Did the run give a worker a CPU share (--worker-cpu, or a profile's cpu key)?"""
+    doc = cfg.get("profile_doc") or {}
+    nodes = [doc.get("defaults") or {}, *(w or {} for w in (doc.get("workers") or {}).values())]
+    return bool(cfg.get("worker_cpu")) or any(isinstance(n, dict) and n.get("cpu") is not None for n in nodes)
 
 
 def spec_columns(cfg: dict) -> dict:

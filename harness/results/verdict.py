@@ -34,7 +34,9 @@ def speed(r) -> tuple[str, str]:
         s, lo, hi = _num(r.get("speedup_seed_mean")) or _num(r.get("speedup")), r.get("speedup_ci_lo"), r.get("speedup_ci_hi")
     if s is None:
         return "no speedup (no baseline under the same link)", "has no speedup to state"
-    clock = "CPU time (the machine was contended)" if basis == "cpu" else "wall-clock"
+    clock = ("CPU time (the machine was contended)" if basis == "cpu" else
+             "wall-clock (workers were slowed on purpose: a CPU share or --straggler, which CPU time would not count)"
+             if r.get("run_slowed") is True or r.get("run_slowed") == 1 else "wall-clock")
     other = (f"; wall-clock {_num(r.get('speedup_seed_mean')):.2f}x{_ci(r.get('speedup_ci_lo'), r.get('speedup_ci_hi'))}"
              if basis == "cpu" and _num(r.get("speedup_seed_mean")) else
              f"; CPU time {_num(r.get('speedup_cpu')):.2f}x{_ci(r.get('speedup_cpu_lo'), r.get('speedup_cpu_hi'))}"

@@ -211,6 +211,21 @@ def test_one_contended_variant_puts_both_sides_of_the_comparison_on_cpu_time():
     assert comp["run_contended"].tolist() == [True, True] and set(comp["speedup_headline_basis"]) == {"cpu"}
 
 
+@pytest.mark.parametrize("slowed", [{"straggler": "w2:exp:500ms"}, {"cpu_limited": True}])
+def test_workers_slowed_on_purpose_keep_a_contended_run_on_the_wall_clock(slowed):
+    """A CPU share or an injected delay is what such a run measures; CPU time would erase it (a
+    throttled or sleeping worker's wall exceeds its CPU like a contended one's), so the headline and
+    time to quality stay on the wall clock, and the verdict says why."""
+    from harness.results import verdict
+
+    comp = compare.comparison(*_heldout(**slowed))
+    spar = comp[comp["variant"] == "spar@12.8%"].iloc[0]
+    assert spar["run_contended"] and spar["run_slowed"] and spar["speedup_headline_basis"] == "wall"
+    assert spar["speedup_headline"] == spar["speedup_seed_mean"]
+    assert set(comp.filter(like="_seconds_basis").stack()) <= {"wall"}
+    assert "slowed on purpose" in verdict.speed(spar)[0]
+
+
 def test_rows_without_load_columns_keep_the_wall_headline():
     u, cells = _heldout()
     old = u.drop(columns=[c for c in u if c.endswith("cpu_s") or c in ("load1", "cores", "steal_frac")])
