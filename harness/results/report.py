@@ -82,6 +82,10 @@ def _heldout(r) -> str:
     return f"held-out {r['heldout_name']} {text}" + ("" if "(n=" in text else f" (n={_count(n)})")
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
 def _run_header(run: Run) -> list[str]:
     meta = run.meta
     status = meta.get("status", "unknown")
@@ -93,6 +97,12 @@ def _run_header(run: Run) -> list[str]:
              f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
              f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
              f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
+    cost = meta.get("overhead")
+    if isinstance(cost, dict) and all(_finite(cost.get(k)) for k in ("overhead_s", "run_s")) and cost["run_s"] > 0:
+        until = " until this report (its own writing and figures come after)" if cost.get("until") == "report" else ""
+        lines.append(f"  - harness overhead: {cost['overhead_s']:.1f} s of the run's {cost['run_s']:.1f} s were outside "
+                     f"the training loops ({cost['overhead_s'] / cost['run_s']:.0%}){until}: model cache, namespaces "
+                     "and shaping, process starts and joins, tables, prediction, report")
     errors = meta.get("errors") or []
     for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
         lines.append(f"  - **error**: {' '.join(str(err).split())}")

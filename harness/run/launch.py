@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.run.config import ConfigError, RunConfig, Variant
+from harness.run.config import RunConfig, Variant
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
 from trainers import spec
 from harness.owner import owner_record
@@ -127,17 +127,6 @@ def meta(cfg: RunConfig, backend: str) -> dict:
 
 
 # ---- processes -------------------------------------------------------------------------------
-
-def check_run_id_free(cfg: RunConfig, name: str, advice: str) -> None:
-    """A given run id must name a new results folder: a second run under it would overwrite the
-    first's config.json and cells and mix their event files. `name` is the flag or variable the
-    user set (--run-id, RUN_ID); ConfigError, one line, before anything is built."""
-    run_dir = Path(cfg.run_dir)
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        raise ConfigError(f"{name}: {cfg.run_id!r} is taken: {run_dir} already holds a run ({advice})")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"{name}: {cfg.run_id!r}: {run_dir} exists and is not a folder")
-
 
 def cache_dir(cfg: RunConfig) -> Path:
     return Path(cfg.models_dir) if cfg.models_dir else models_cache(Path(cfg.out_dir))
@@ -447,11 +436,6 @@ def check_privileges(cfg: RunConfig) -> None:
         raise PreflightFailed(why)
 
 
-def new_run_id(cfg: RunConfig) -> str:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{cfg.variants[0].slug}-w{cfg.workers}-{secrets.token_hex(2)}"
-
-
 def models_to_build(cfg: RunConfig) -> list[dict]:
     """One cell's service values per distinct pre-trained model set the run loads: the student's base
     (`PRETRAINED_MODELS` with `base_steps` > 0) and, for distill, the teacher. Neither depends on the
@@ -655,6 +639,11 @@ def overhead_line(o: dict) -> str:
             f"loop {o['loop_s']:.1f} s{evals})")
 
 
+def _set_meta(run_dir: Path, **fields) -> None:
+    doc = json.loads((run_dir / "meta.json").read_text())
+    atomic_write_json(run_dir / "meta.json", {**doc, **fields})
+
+
 def finalize(run_dir: Path) -> None:
     """Tables, summary, report and figures from the folder alone (also for partial runs); the
     folder's files are parsed once and the tables handed to each."""
@@ -663,11 +652,13 @@ def finalize(run_dir: Path) -> None:
         tables = results.write_tables(run_dir)
         compare.write_summary(run_dir, tables)
         write_prediction(run_dir, tables)
+        if (cost := overhead(run_dir, tables)) is not None:   # the report states the cost so far
+            _set_meta(run_dir, overhead={**cost, "until": "report"})
+            tables.runs[0].meta["overhead"] = {**cost, "until": "report"}
         report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
         cost = overhead(run_dir, tables)
         if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
-            doc = json.loads((run_dir / "meta.json").read_text())
-            atomic_write_json(run_dir / "meta.json", {**doc, "overhead": cost})
+            _set_meta(run_dir, overhead=cost)
             print(overhead_line(cost), file=sys.stderr)
     except Exception as err:  # a partial run may have too little to plot; the raw files stay
         print(f"harness run: could not build every artefact for {run_dir}: {type(err).__name__}: {err}",

@@ -27,3 +27,23 @@ def test_a_runs_seconds_split_into_loop_evaluations_and_the_rest():
 def test_a_folder_without_a_start_time_reports_nothing(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
     assert launch.overhead(tmp_path, results.read(RUN)) is None
+
+
+def test_the_report_states_the_fixed_cost_meta_json_holds(tmp_path):
+    """report.md's run line carries the overhead meta.json records: the cost until the report on the
+    run's first write (the report's own writing comes after), the whole cost on a rebuild."""
+    import shutil
+
+    from harness.results import report
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    meta = json.loads((run / "meta.json").read_text())
+    for until, says in (("report", "until this report"), (None, "outside the training loops (")):
+        cost = {"run_s": 200.0, "loop_s": 150.0, "eval_outside_loop_s": 10.0, "overhead_s": 40.0}
+        (run / "meta.json").write_text(json.dumps({**meta, "overhead": {**cost, **({"until": until} if until else {})}}))
+        report.write(run)
+        text = (run / "report.md").read_text()
+        line = next(x for x in text.splitlines() if "harness overhead" in x)
+        assert "40.0 s of the run's 200.0 s" in line and "(20%)" in line and says in line
+        assert ("until this report" in line) == (until == "report")
