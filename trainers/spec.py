@@ -63,7 +63,7 @@ QUALITY_METRICS = ("auto", "pass_at_k", "pass_at_1", "gold_prob", "objective")  
 # from here; the run spec turns each into a flag.
 COMMON_OPTIONS: dict[str, Any] = {"error_feedback": True, "max_decoded_elements": 1 << 28}  # ~1 GiB of fp32
 BUDGET_OPTIONS: dict[str, Any] = {"budget": "1.6%", "budget_bytes": None, "reference_dtype": "bf16"}
-# `harness run`'s default budget: the paper's directions per factor at the run's default rank (issue 21).
+# `harness run`'s default budget: the paper's directions per factor at the run's default rank.
 # The paper's 1.6 % of a rank-64 bf16 adapter buys ~1 direction per factor; a direction of a p x r factor
 # costs ~1/r of it, so at rank 8 the same directions cost 64/8 x 1.6 % = 12.8 % (1.6 % at rank 8 buys
 # ~0.09 per factor, 10x harsher than the paper). The compressors' own default stays 1.6 % (of any adapter).
@@ -360,7 +360,7 @@ PARAMS: list[Param] = [
           "name overrides it)", choices=("none", "low-rank", "full-rank")),
     Param("lordo_qhm_residual", str, "reduced", "lordo full-rank QHM: what its term applies: reduced (G + E, E "
           "reduced by what the term applied: each residual once), gradient (this step's) or reapplied (G + E with E "
-          "kept: the code before issue 22); a lordo-*-fullrank-<reading> name overrides it",
+          "kept: an earlier version of the code); a lordo-*-fullrank-<reading> name overrides it",
           choices=("reduced", "gradient", "reapplied")),
     Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0),
     Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step"),

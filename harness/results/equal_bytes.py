@@ -1,4 +1,4 @@
-"""Equal-bytes views (issue 22): quality against the bytes a method has communicated, per update and
+"""Equal-bytes views: quality against the bytes a method has communicated, per update and
 cumulative, so that a method that sends more is not read as better. One figure per family, two
 panels each, drawn by `plots.render` like every other figure (name, Figure, caption):
 

@@ -10,7 +10,7 @@ From the `evals` table (harness/results/tables.py: one row per cell x evaluated 
   decides because a coarse one can hide a loss (pass@4 saturates where P(gold) still moves);
 - **quality** of a variant = its final held-out figure, mean over seeds with a 95 % confidence
   interval (Student's t, seeds as the samples);
-- **paired difference** (issue 21): the seeds are paired by design (the same initial adapter, the same
+- **paired difference**: the seeds are paired by design (the same initial adapter, the same
   rollout seeds, the same evaluation dice), so per seed d = variant's final - the baseline's final,
   and the difference is mean(d) ± t(0.975, n-1) sd(d) / sqrt(n). Its **resolution** is the smallest
   difference this design detects with 80 % power at the 5 % level, (t(0.975, n-1) + t(0.80, n-1))

@@ -1,4 +1,4 @@
-"""The baselines a practitioner would pick instead of a HiLo compressor, side by side (issue 22).
+"""The baselines a practitioner would pick instead of a HiLo compressor, side by side.
 
 Two rivals ship the adapter itself, not a gradient: `delta` (full sync, only the elements of the
 bf16 adapter that changed since the last shipped version: what RL frameworks ship) and `rank-R`

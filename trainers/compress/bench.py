@@ -418,7 +418,7 @@ def tradeoff_lines(budgets=("1.6%", "6.25%"), steps: int = 6) -> list[str]:
     rank-64 tiny adapter, `steps` AdamW steps of next-token loss, error feedback carried), 1 thread:
     per cell the mean per-step relative error / the error of the summed updates / encode+decode CPU
     seconds per step. "gram, exact eigh" is the default with its leading-eigenpair count raised past
-    the rank (every spectrum by eigh, as before issue 24)."""
+    the rank (every spectrum by eigh, as an earlier spar did)."""
     torch.set_num_threads(1)
     traj = real_trajectory("tiny", 64, steps + 1)[1:]            # one trajectory, its zero step dropped
     lines = [f"load1 {_load1()} at start; rank-64 tiny adapter, {steps} steps, error feedback, 1 thread"]

@@ -4,7 +4,7 @@ same data, one variable changed:
 - `stagnation` (the review's falsifier for LoRDO's global projection): without the full-rank QHM
   term the pseudo-gradient lies in span(Q), so the next Q spans the same subspace and the overlap
   mean(sigma^2(Q_{t+1}^T Q_t)) stays at 1; with it, Q keeps moving. QHM none vs full-rank.
-- `qhm-residual` (issue 22): the full-rank QHM term before the fix (`reapplied`: G + E with E kept,
+- `qhm-residual`: the full-rank QHM term before the fix (`reapplied`: G + E with E kept,
   the same residual applied at every step) vs after it (`reduced`: G + E, E reduced by what the
   term applied), and the other reading (`gradient`: this step's gradient only).
 

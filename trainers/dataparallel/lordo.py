@@ -7,7 +7,7 @@ window runs with Q = I (dense: Adam plus the full-rank term, s x l moments, no e
 first sync ships dense pseudo-gradients (and dense moments when states are due), and the aggregator's
 top-r of their average is the first Q, which every worker receives and moves its moments into
 (trainers/optim/lordo.py "Dense first window"); `random`: a seeded random basis, the same on every
-worker and on the aggregator, no bytes (the code before issue 22's last part).
+worker and on the aggregator, no bytes (an earlier version of this code).
 
 Uploads (per low-rank p x q matrix, s = min(p, q), l = max(p, q), fp32):
 - without the full-rank QHM term theta moves only inside span(Q) between syncs, so the

@@ -1,4 +1,4 @@
-"""Low-rank DDP, the two readings (issue 22); names say which one a result used.
+"""Low-rank DDP, the two readings; names say which one a result used.
 
 `lowrank-ddp-projected` (GaLore-style communication; `lowrank-ddp` is its name in results written
 before the split and stays valid): every step each worker uploads Q^T G of the low-rank matrices

@@ -45,7 +45,7 @@ from trainers.model.models import build_base_model, build_tokenizer
 from trainers.model.rollout import encode_prompt
 
 # Bump when the training recipe changes, so that old cache files are not reused (bases and teachers).
-# 3: the held-out split is by logic (issue 21), so the warm-up pools changed.
+# 3: the held-out split is by logic, so the warm-up pools changed.
 RECIPE_VERSION = 3
 BASE_SEED = 0            # the base's init and data seed: one base for every run seed
 BASE_LR = 1e-3           # AdamW peak lr of the supervised warm-up (the teacher docstring's tiny recipe)

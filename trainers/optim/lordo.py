@@ -21,7 +21,7 @@ R, the full-rank term's input (`qhm_residual`; docs/ALGORITHMS.md says why the d
     gradient   R = G, this step's (clipped) gradient: QHM's "(1 - nu) g_t"; E is applied only
                through the projection, but G's own out-of-span part is applied now by the term
                AND carried in E (so once more when Q captures it); Q barely moves (overlap ~0.99)
-    reapplied  R = G' = G + E with E kept whole: the code before issue 22, where the same residual
+    reapplied  R = G' = G + E with E kept whole: an earlier version of this code, where the same residual
                (||E|| / ||G|| measured at 3-6) is applied by the term at every step while it is also
                carried to the next; kept as a named variant for the paired comparison
 

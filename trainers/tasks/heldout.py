@@ -8,7 +8,7 @@ of the problem itself, not of a seed or a count, so it holds for every stream at
 workers' rollout batches, the supervised warm-up of the student's base and of the teacher, and
 any seed. Training streams drop held-out problems and top up; the held-out set keeps one problem
 per canonical form (distinct classes). Disjointness is by construction; tests/trainers/tasks/
-test_heldout.py checks it over 20,000 training draws per task. (Before issue 21 the key was the
+test_heldout.py checks it over 20,000 training draws per task. (Formerly the key was the
 prompt text: hilo-kk's 64 held-out puzzles all had a logically identical training puzzle.)
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ HELDOUT_BUCKETS = 8
 HELDOUT_SEED = 0x5EED_0E7A  # the held-out set's generator seed (any fixed value; no run seed)
 # The held-out evaluation's sampling seed: one for every method AND every run seed (common random
 # numbers), so version 0, a policy every seed shares, scores the same in each, and the seed-to-seed
-# spread of an improvement is training's, not the evaluator's dice (issue 10's "3 sd" measure).
+# spread of an improvement is training's, not the evaluator's dice (the report's "3 sd" measure).
 EVAL_SAMPLING_SEED = 0xE7A1
 MAX_ROUNDS = 10_000  # top-up rounds before a task is judged too small to split
 # Rounds in a row that add nothing before a task is judged too small: 200 rounds of n draws found no
