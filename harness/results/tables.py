@@ -7,7 +7,11 @@
 Every file of a run is read once per `read` (files.read_cell); the comparison (compare.py), the report
 and the figures take the RunTables instead of reading again. The learner's update rows become table
 rows as its event file streams in, gathered as columns every CHUNK_ROWS rows (`Chunked`), so memory
-follows the tables, not the file. This module imports only files.py and wording.py of the results
+follows the tables, not the file. String columns of `updates` and `phases` are pandas Categoricals
+(one byte a row: most are the cell's coordinates, the same on every row of a cell), but `method`,
+which consumers map through functions; ==, groupby, unique, the CSV text are as for strings. A
+table of several runs (`read`) joins runs with different categories as plain strings.
+This module imports only files.py and wording.py of the results
 side (compare, report, plots import it).
 
 Columns of `updates` (units in names: seconds, bytes, bit/s):
@@ -66,6 +70,7 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from harness import units  # pure parsing, no kernel
 from harness.results.files import CellFiles, ResultsError, effective_meta, find_runs, is_number, read_cell, read_doc
@@ -444,6 +449,9 @@ class RunTables:
 
 
 CHUNK_ROWS = 2048   # table rows held as dicts before they become columns
+# String columns of `updates` kept as strings, not categories: consumers map them through functions
+# (spec.is_data_parallel, spec.takes_budget), which on a Categorical would return a Categorical.
+STRING_COLUMNS = ("method",)
 
 
 def _libc_malloc_trim():
@@ -468,10 +476,12 @@ class Chunked:
     """A table's rows turned into columns every CHUNK_ROWS rows, so that memory follows the table, not
     a list of row dicts; the cell's coordinates (`info_of[cell]`, constant over a cell) are added as
     columns once, at the end. A table of at most one chunk is exactly
-    pd.DataFrame([{**info, **row}, ...]); a longer one has the same columns, values and dtypes."""
+    pd.DataFrame([{**info, **row}, ...]) (string columns made categories when `categorical`, but
+    `strings`); a longer one has the same columns, values and dtypes."""
 
-    def __init__(self, info_of: dict[str, dict]):
+    def __init__(self, info_of: dict[str, dict], categorical: bool = False, strings: tuple[str, ...] = ()):
         self.info_of = info_of
+        self.categorical, self.strings = categorical, strings
         self.rows: list[dict] = []
         self.parts: dict[str, list[pd.Series]] = {}
         self.lengths: list[int] = []
@@ -484,6 +494,8 @@ class Chunked:
     def _flush(self) -> None:
         df, self.rows = pd.DataFrame(self.rows), []
         release_freed_memory()
+        if self.categorical:
+            df = as_categories(df, self.strings)
         for c in df.columns:
             if c not in self.parts:   # a column new in this chunk: missing (NaN) in the earlier ones
                 self.parts[c] = [pd.Series(np.nan, index=range(n)) for n in self.lengths]
@@ -508,18 +520,46 @@ class Chunked:
 
     def frame(self) -> pd.DataFrame:
         if not self.parts:
-            return pd.DataFrame([{**self.info_of[r["cell"]], **r} for r in self.rows])
+            df = pd.DataFrame([{**self.info_of[r["cell"]], **r} for r in self.rows])
+            return as_categories(df, self.strings) if self.categorical else df
         if self.rows:
             self._flush()
-        cells = pd.concat(self.parts["cell"], ignore_index=True)
+        cells = _joined(self.parts.pop("cell"))
         keys = list(dict.fromkeys(k for info in self.info_of.values() for k in info))
-        out = {k: cells if k == "cell" else cells.map({c: info.get(k) for c, info in self.info_of.items()})
-               for k in keys}
-        for c in [c for c in self.parts if c != "cell"]:   # one column at a time: its chunks freed as it is joined
-            out[c] = pd.concat(self.parts.pop(c), ignore_index=True)
-        self.parts = {}
+        out = {k: cells if k == "cell" else self._constant(cells, k) for k in keys}
+        for c in list(self.parts):   # one column at a time: its chunks freed as it is joined
+            out[c] = _joined(self.parts.pop(c))
         columns = [v.infer_objects() if v.dtype == object else v for v in out.values()]
         return pd.concat(columns, axis=1, keys=list(out))   # one block per column: no consolidating copy
+
+    def _constant(self, cells: pd.Series, key: str) -> pd.Series:
+        """A cell coordinate as a column: each row takes its cell's value (a category when the table
+        is categorical and every value is a string: one byte a row, not the string's)."""
+        values = {c: info.get(key) for c, info in self.info_of.items()}
+        if self.categorical and key not in self.strings and isinstance(cells.dtype, pd.CategoricalDtype) and \
+                all(isinstance(values.get(c), str) for c in cells.cat.categories):
+            names = sorted({values[c] for c in cells.cat.categories})
+            code_of = np.array([names.index(values[c]) for c in cells.cat.categories], dtype=np.int32)
+            codes = np.where(cells.cat.codes.to_numpy() < 0, -1, code_of[cells.cat.codes.to_numpy()])
+            return pd.Series(pd.Categorical.from_codes(codes, pd.Index(names, dtype=cells.cat.categories.dtype)))
+        return cells.astype(object).map(values) if isinstance(cells.dtype, pd.CategoricalDtype) else cells.map(values)
+
+
+def as_categories(df: pd.DataFrame, strings: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Every string column of `df` but `strings` as a pandas Categorical (its values, ==, groupby,
+    unique and the CSV text unchanged; one byte a row for a few distinct strings, not the string's
+    bytes and offset)."""
+    for c in df.columns:
+        if c not in strings and isinstance(df[c].dtype, pd.StringDtype):
+            df[c] = df[c].astype("category")
+    return df
+
+
+def _joined(parts: list[pd.Series]) -> pd.Series:
+    """A column's chunks as one column; categorical chunks keep one sorted set of categories."""
+    if parts and all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+        return pd.Series(union_categoricals(parts, sort_categories=True))
+    return pd.concat(parts, ignore_index=True)
 
 
 class CellTables:
@@ -565,7 +605,7 @@ def read_run(run_dir: str | Path) -> RunTables:
         raise ResultsError(f"{run_dir / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
     live = run.meta.get("status") == "running"
     workers = coords.get("workers") if type(coords.get("workers")) is int else None
-    updates, phases, links, cells, evals = Chunked({}), Chunked({}), [], [], []
+    updates, phases, links, cells, evals = Chunked({}, True, STRING_COLUMNS), Chunked({}, True), [], [], []
     for cell_dir in cell_dirs(run_dir, planned):
         builder = CellTables(coords, run.config, planned, updates, phases)
         try:
