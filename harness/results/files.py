@@ -193,6 +193,7 @@ class UpdateMark(NamedTuple):
     t: float
     seconds_per_update: float | None
     contributors: int | None     # workers whose rollouts it trained on (len(rollout_arrival)), None if unsaid
+    left_out: int = 0            # members whose contributions it went on without (--quorum: len(left_out))
 
 
 @dataclass(frozen=True)
@@ -238,8 +239,9 @@ def read_cell(cell: Path, on_update: UpdateSink | None = None, on_resumed: Calla
             so_far = CellFiles(cell, rows, worker_rows, summary, link_df, harness, marks, float(r["t"]))
         if r["kind"] == "update":
             arrivals = r.get("rollout_arrival")
+            left = r.get("left_out")
             marks.append(UpdateMark(r["version"], r["t"], r.get("seconds_per_update"),
-                                    len(arrivals) if arrivals else None))
+                                    len(arrivals) if arrivals else None, len(left) if isinstance(left, list) else 0))
             if on_update is not None:
                 on_update(so_far, r)
             continue

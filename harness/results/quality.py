@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
+from harness.results.wording import figure
 from trainers import events
 
 if TYPE_CHECKING:
@@ -325,7 +326,8 @@ def ttq_verdict(r: dict, ratios: list[float]) -> str:
     """faster / slower: the ratio's 95 % interval lies below / above 1 (and no censored seed says the
     opposite); indistinguishable; with fewer than 2 seeds where both reached, the censored seeds
     decide only when every seed points one way ("slower (censored)": the baseline reached where the
-    method did not, never the other way round), else "censored" with the reason."""
+    method did not, never the other way round), "too few seeds for an interval" when no seed was
+    censored on one side only, else "censored" with the reason."""
     wins, losses = r["only_method"], r["only_baseline"]
     if r["lo"] is not None:
         v = "faster" if r["hi"] < 1 else "slower" if r["lo"] > 1 else "indistinguishable"
@@ -338,6 +340,8 @@ def ttq_verdict(r: dict, ratios: list[float]) -> str:
         return "faster (censored)"
     if losses and not wins and all(x > 1 for x in ratios):
         return "slower (censored)"
+    if not (wins or losses):   # every seed either both reached (too few of them) or neither did
+        return "too few seeds for an interval"
     return "censored: too few seeds reached it"
 
 
@@ -464,7 +468,8 @@ def _figure_columns(g: pd.DataFrame, base: pd.DataFrame, figures: dict, decision
         out.update({f"heldout_diff_{k}": out[f"diff_{decision}_{k}"] for k in ("mean", "ci95", "sd", "n")})
         out.update({f"gain_kept{k}": out[f"gain_kept_{decision}{k}"] for k in ("", "_lo", "_hi", "_verdict")})
     out["metrics_disagree"] = len({v[0] for v in said.values()}) > 1
-    out["metrics_disagree_note"] = ("; ".join(f"{n} says {v} ({m:+.3f} ± {h:.3f})" for n, (v, m, h) in said.items())
+    out["metrics_disagree_note"] = ("; ".join(f"{n} says {v} ({figure(m, '+')} ± {figure(h)})"
+                                              for n, (v, m, h) in said.items())
                                     if out["metrics_disagree"] else None)
     return out
 

@@ -206,7 +206,7 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str,
     names = sorted({b for b in comp["baseline"] if isinstance(b, str)} - {spec.NO_BASELINE}) \
         if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
-    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs), "## Runs", ""]
+    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs, cells), "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",

@@ -53,7 +53,9 @@ running | the learner's own words), complete, degraded (a worker was lost and ne
 the learner dropped it, or it never joined), consistent, updates_done (the learner's update
 events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
 contributors of an update), join_s (seconds from the learner listening to the last worker joining
-before the first update), drops / restarts (lists of dicts, see `membership`), note (one line
+before the first update), drops / restarts (lists of dicts, see `membership`), left_out (contributions
+its updates went on without, summed over updates: --quorum), stale_dropped (rollouts that came after
+their update had gone on, dropped: the learner's stale_rollouts events), note (one line
 saying what happened to the cell's workers), link byte totals.
 
 Malformed files: files.py (ResultsError, one line naming the file, row and field).
@@ -411,6 +413,8 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
             "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
             "workers_min": m["workers_min"], "join_s": join_seconds(cell),
             "drops": m["drops"], "restarts": m["restarts"],
+            "left_out": sum(u.left_out for u in cell.updates),
+            "stale_dropped": sum(1 for r in cell.learner if r.get("kind") == "stale_rollouts"),
             "note": cell_note(m, workers, failure, learner_exit),
             "link_bytes_down": link_bytes.get("down"), "link_bytes_up": link_bytes.get("up")}
 

@@ -9,16 +9,18 @@ Per method (and link), against the run's baseline:
 - **time to quality**: at each fraction of the baseline's seed-mean gain (one target common to every
   method), the paired ratio of training seconds (method / baseline) or how many seeds were censored;
 - **regime**: how much of full sync's update the link carried (regime_report.py), against the paper's.
-Then one sentence per method in words, and a line when speed and quality point different ways
-("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is not shown
-faster to 75 % of full-bf16's quality"). Numbers come from compare.py / quality.py; this module only words them.
+Then one sentence per method in words, and a line when the resolved halves point different ways
+("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is slower to 75 %
+of full-bf16's quality"); an unresolved half is said as such ("its time to 75 % of full-bf16's
+quality is not resolved with 3 seeds"), never as a disagreement, and no share of a baseline gain that
+is not resolved above 0 is given. Numbers come from compare.py / quality.py; this module only words them.
 """
 from __future__ import annotations
 
 import pandas as pd
 
 from harness.results import compare, regime_report, tables as results
-from harness.results.wording import CI_MIN_SEEDS, interval as _ci, link, num as _num
+from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _ci, link, num as _num
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
              "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
@@ -47,7 +49,9 @@ def speed(r) -> tuple[str, str]:
     line = f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {int(n or 0)} paired seeds{other}"
     if not resolved:
         clause = (f"is no faster per update at this resolution ({s:.2f}x, its interval includes 1)"
-                  if lo_ is not None else f"is {s:.2f}x per update (one seed: no interval)")
+                  if lo_ is not None else
+                  f"is {s:.2f}x faster per update (one seed: no interval)" if s >= 1 else
+                  f"is {1 / s:.2f}x slower per update (one seed: no interval)")
     else:
         clause = f"is {s:.2f}x faster per update" if s > 1 else f"is {1 / s:.2f}x slower per update"
     return line, clause
@@ -68,6 +72,14 @@ def _share_words(share, lo, hi, verdict: str | None, n: int) -> str:
     return text + (f" ({SHARE_WORDS.get(verdict, verdict)})" if verdict else "")
 
 
+def baseline_learned(r) -> bool:
+    """Whether the baseline's held-out gain is resolved above 0 over the paired seeds: Fieller's
+    interval for the share is bounded (quality.gain_share) only when the baseline's gain's own 95 %
+    interval excludes 0; with one seed there is no interval, and a gain of 0 is none."""
+    return _num(r.get("gain_kept")) is not None and _num(r.get("gain_kept_lo")) is not None \
+        and _num(r.get("gain_kept_hi")) is not None
+
+
 def quality_(r, base_name: str) -> tuple[str, str]:
     """(words for the quality line, the summary's clause)."""
     if _num(r.get("heldout_mean")) is None:
@@ -76,16 +88,22 @@ def quality_(r, base_name: str) -> tuple[str, str]:
     diff, half = _num(r.get("heldout_diff_mean")), _num(r.get("heldout_diff_ci95"))
     verdict = r.get("heldout_verdict")
     n = int(_num(r.get("heldout_diff_n")) or 0)
-    diff_words = ("" if diff is None else f"{diff:+.3f}" + (
-        f" ± {half:.3f} ({n} paired seeds)" if half is not None and n >= CI_MIN_SEEDS
+    diff_words = ("" if diff is None else _fig(diff, "+") + (
+        f" ± {_fig(half)} ({n} paired seeds)" if half is not None and n >= CI_MIN_SEEDS
         else f" (n={n} seeds: too few for an interval)"))
     verdict = verdict if n >= CI_MIN_SEEDS else None
-    share = _share_words(r.get("gain_kept"), r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict"), n)
+    learned = baseline_learned(r)
+    share = _share_words(r.get("gain_kept"), r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict"),
+                         n) if learned else ""
+    gain = _num(r.get("baseline_improvement")) or 0.0
     res = _num(r.get("heldout_resolution"))
-    line = (f"held-out {name}: " + (f"{share} of `{base_name}`'s gain; " if share else
-                                    f"`{base_name}` gained nothing to keep ({_num(r.get('baseline_improvement')) or 0:+.3f}); ")
-            + f"paired difference {diff_words}" + (f": **{verdict}**" if verdict else "")
-            + (f", resolution {res:.3f}" if res else ""))
+    line = (f"held-out {name}: " + (
+        f"{share} of `{base_name}`'s gain; " if share else
+        f"`{base_name}` did not learn measurably ({_fig(gain, '+')}, not resolved above 0"
+        f"{f' with {n} paired seeds' if n else ''}): no share of its gain to keep; ")
+            + (f"paired difference {diff_words}" if diff_words else "no paired difference (no seed in common)")
+            + (f": **{verdict}**" if verdict else "")
+            + (f", resolution {_fig(res)}" if res else ""))
     if isinstance(r.get("metrics_disagree_note"), str) and r.get("metrics_disagree"):
         line += f". Metrics disagree: {r['metrics_disagree_note']}"
     if share:
@@ -98,6 +116,8 @@ def quality_(r, base_name: str) -> tuple[str, str]:
             f"is indistinguishable in held-out {name}"
     else:
         clause = ""
+    if not learned:
+        clause = (clause + " (" if clause else "") + f"`{base_name}` did not learn measurably" + (")" if clause else "")
     return line, clause
 
 
@@ -119,8 +139,11 @@ def _ttq_cell(r, pct: int) -> tuple[str, str | None]:
     both = int(_num(r.get(f"ttq{pct}_ratio_n")) or 0)
     ci = (_ci(r.get(f"ttq{pct}_ratio_lo"), r.get(f"ttq{pct}_ratio_hi")) if both >= CI_MIN_SEEDS
           else f" (n={both}: too few for an interval)")
-    return (f"{pct} %: {ratio:.2f}x the baseline's {basis} time{ci}{beside} ({seeds}"
-            f"{', ' + verdict if verdict else ''})"), verdict
+    if verdict and verdict.startswith("too few"):   # the interval's absence is said once, with the seeds
+        ci, seeds, verdict_words = "", f"{seeds}: {verdict}", ""
+    else:
+        verdict_words = f", {verdict}" if verdict else ""
+    return f"{pct} %: {ratio:.2f}x the baseline's {basis} time{ci}{beside} ({seeds}{verdict_words})", verdict
 
 
 def ttq(r, base_name: str) -> tuple[str, str]:
@@ -136,10 +159,10 @@ def ttq(r, base_name: str) -> tuple[str, str]:
     ratio = _num(r.get(f"ttq{pct}_ratio"))
     words = (f"{ratio:.2f}x the time" if ratio is not None and cells[pct][1] and cells[pct][1].startswith("indist")
              else f"{reached} of {reached + censored} seeds reached it")
-    return line, _ttq_clause(cells[pct][1], pct, base_name, words)
+    return line, _ttq_clause(cells[pct][1], pct, base_name, words, reached + censored)
 
 
-def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> str:
+def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds: int) -> str:
     """The summary's words for one time-to-quality verdict (quality.py: faster / slower /
     indistinguishable, each maybe "(censored)" or "(censored seeds disagree)", or "censored: why")."""
     target = f"{pct} % of `{base_name}`'s quality"
@@ -149,18 +172,39 @@ def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str) -> st
         return f"is faster to {target}"
     if verdict.startswith("slower"):
         return f"is slower to {target}"
+    unresolved = f"its time to {target} is not resolved with {seeds} seed{'s' if seeds != 1 else ''}"
     if verdict.startswith("indistinguishable"):
-        return f"is not shown faster to {target} ({words}; the interval includes 1)"
-    return f"is not shown faster to {target} ({words})"
+        return f"{unresolved} ({words}; the interval includes 1)"
+    return f"{unresolved} ({words})"
 
 
-def _disagree(speed_clause: str, quality_clause: str, ttq_clause: str) -> str:
-    """A sentence when the halves point different ways (faster per update, but worse or not faster to quality)."""
-    faster = "faster per update" in speed_clause and "no faster" not in speed_clause
-    behind = ("(worse)" in quality_clause or "is worse" in quality_clause
-              or any(w in ttq_clause for w in ("not shown faster", "slower")))
-    return (" Speed and quality point different ways: faster per update, but not shown as fast to the same "
-            "quality (or it keeps less of it)." if faster and behind else "")
+def _resolved_faster(r) -> bool:
+    """The headline speedup per update is above 1 with an interval that excludes 1."""
+    s = _num(r.get("speedup_headline"))
+    lo, hi = _num(r.get("speedup_headline_lo")), _num(r.get("speedup_headline_hi"))
+    if s is None:
+        s, lo, hi = (_num(r.get("speedup_seed_mean")) or _num(r.get("speedup")), _num(r.get("speedup_ci_lo")),
+                     _num(r.get("speedup_ci_hi")))
+    return s is not None and lo is not None and hi is not None and lo > 1
+
+
+def _disagree(r, base_name: str) -> str:
+    """A sentence when the two halves' resolved results point different ways: faster per update
+    (its interval above 1), yet resolved worse in held-out quality or resolved slower to quality. An
+    unresolved half (an interval that includes 1 or 0, too few seeds) disagrees with nothing."""
+    if not _resolved_faster(r):
+        return ""
+    n = int(_num(r.get("heldout_diff_n")) or 0)
+    behind = []
+    if n >= CI_MIN_SEEDS and r.get("heldout_verdict") == "worse":
+        behind.append(f"worse in held-out {r.get('heldout_name') or 'quality'}")
+    pct = HEADLINE_FRACTION if f"ttq{HEADLINE_FRACTION}_target" in r else next(
+        (p for p in FRACTIONS if f"ttq{p}_target" in r), None)
+    v = r.get(f"ttq{pct}_verdict") if pct is not None else None
+    if isinstance(v, str) and v.startswith("slower"):
+        behind.append(f"slower to {pct} % of `{base_name}`'s quality")
+    return (f" Speed and quality point different ways: faster per update, but {' and '.join(behind)}."
+            if behind else "")
 
 
 def method_block(r, base_name: str, where: str) -> list[str]:
@@ -170,16 +214,55 @@ def method_block(r, base_name: str, where: str) -> list[str]:
     clauses = [c for c in (s_clause, q_clause, t_clause) if c]
     summary = f"`{r['variant']}`{where} " + (", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1
                                              else clauses[0]) + "."
-    return [f"- **{summary}**{_disagree(s_clause, q_clause, t_clause)}",
+    return [f"- **{summary}**{_disagree(r, base_name)}",
             f"  - speed: {s_line}",
             *([f"  - quality: {q_line}"] if q_line else []),
             *([f"  - {t_line}"] if t_line else [])]
 
 
-def verdict(comp: pd.DataFrame, runs: list[results.Run]) -> list[str]:
-    """The verdict block: the regime, then one block per method (and link) against its baseline."""
+def incomplete(runs: list[results.Run]) -> str:
+    """The verdict's first line for runs that stopped before finishing (meta.json's status: interrupted,
+    failed, running), "" when every run completed: the figures after it cover only what was recorded."""
+    bad = [r for r in runs if not r.meta.get("complete")]
+    if not bad:
+        return ""
+    items = ", ".join(f"`{r.dir.name}` ({r.meta.get('status', 'unknown')}"
+                      + (f": {r.meta['status_note']}" if r.meta.get("status_note") else "") + ")" for r in bad)
+    return (f"**INCOMPLETE**: {items} stopped before finishing; what follows covers only the cells and updates "
+            "recorded before it stopped (the Cells section says which).")
+
+
+def quorum(cells: pd.DataFrame | None) -> str:
+    """A line for cells run with `--quorum K` below their worker count: each update went on with the
+    first K contributions, so the figures are not those of every worker contributing; per variant, how
+    many contributions its updates went without and how many arrived late and were dropped stale."""
+    if cells is None or cells.empty or not {"quorum", "workers"} <= set(cells):
+        return ""
+    q, w = pd.to_numeric(cells["quorum"], errors="coerce"), pd.to_numeric(cells["workers"], errors="coerce")
+    part = cells.assign(q=q, w=w)[(q > 0) & (q < w)]
+    if part.empty:
+        return ""
+    groups = []
+    for (k, n), g in part.groupby(["q", "w"], sort=True):
+        each = []
+        for variant, gv in g.groupby("variant", sort=False):
+            total = int((pd.to_numeric(gv["updates_done"], errors="coerce").fillna(0) * n).sum())
+            left = int(pd.to_numeric(gv.get("left_out", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+            stale = int(pd.to_numeric(gv.get("stale_dropped", pd.Series(dtype=float)), errors="coerce").fillna(0).sum())
+            share = f" ({100 * left / total:.0f} %)" if total else ""
+            each.append(f"`{variant}` went without {left} of {total} contributions{share}, {stale} dropped stale")
+        groups.append(f"each update went on with the first {int(k)} of {int(n)} workers' contributions "
+                      f"(--quorum {int(k)}), not every worker's: " + "; ".join(each))
+    return "**Quorum**: " + "; ".join(groups) + "."
+
+
+def verdict(comp: pd.DataFrame, runs: list[results.Run], cells: pd.DataFrame | None = None) -> list[str]:
+    """The verdict block: whether the run finished, the regime, the quorum (when updates went on
+    without some workers), then one block per method (and link) against its baseline."""
+    status = incomplete(runs)
+    head = ["## Verdict", "", status, ""] if status else ["## Verdict", ""]
     if comp.empty or "baseline" not in comp:
-        return []
+        return head if status else []
     keys = [k for k in compare.coords(comp) if k in comp]
     links = comp[keys].astype(str).drop_duplicates() if keys else comp.iloc[:1]
     blocks = []
@@ -187,6 +270,8 @@ def verdict(comp: pd.DataFrame, runs: list[results.Run]) -> list[str]:
         where = f" ({link(r)})" if len(links) > 1 else ""
         blocks += method_block(r, str(r["baseline"]), where)
     if not blocks:
-        return []
-    regime = regime_report.headline(runs) or NO_REGIME
-    return ["## Verdict", "", regime, "", *blocks, ""]
+        return head if status else []
+    regime = regime_report.headline(runs) or (
+        "**Regime**: not recorded: the run stopped before its prediction was written." if status else NO_REGIME)
+    partial = quorum(cells)
+    return [*head, regime, "", *([partial, ""] if partial else []), *blocks, ""]

@@ -19,6 +19,12 @@ def num(v) -> float | None:
     return None if none(v) else float(v)
 
 
+def figure(v: float, sign: str = "") -> str:
+    """A held-out figure or difference: 3 decimals, or 2 significant digits where 3 decimals would
+    print 0.000 for a figure that is not 0 (a tiny model's P(gold) moves by 1e-6)."""
+    return f"{v:{sign}.3f}" if v == 0 or abs(v) >= 5e-4 else f"{v:{sign}.2g}"
+
+
 def rate(bit_s: float) -> str:
     """62.5e6 -> '62.5mbit' (units.format_rate's wording)."""
     for unit, div in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):

@@ -12,7 +12,8 @@ per update (totals over the cell / the updates it applied):
 - idle: waiting for the learner's next update (the learner waits on the slowest worker: the others idle);
 - wait: sending and receiving (send_rollouts, send_update, receive): the link.
 
-The straggler of a cell is the worker with the most compute + straggle per update: the one the others idle for.
+The straggler of a cell is the worker with the most compute + straggle per update: the one the others idle for,
+unless `--quorum K` below the worker count let each update go on without the slowest contributions.
 Nothing is written for runs that limit no worker and inject no delay.
 """
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _uneven(config: dict) -> bool:
 def section(runs) -> list[str]:
     """The report's "Workers" section (markdown lines); [] when no run has uneven compute or a straggler."""
     head = ["run", "cell", "worker", "CPU share (throttled s/update)", "injected delay", "compute s/update (CPU s)", "straggle s/update",
-            "idle s/update", "wait s/update (send + receive)", ""]
+            "idle s/update", "wait s/update (send + receive)", "slowest"]
     rows, notes = [], []
     for run in runs:
         if not _uneven(run.config):
@@ -85,6 +86,8 @@ def section(runs) -> list[str]:
             injected = spec.parse_straggler(run.config.get("straggler"))
         except spec.SpecError:
             injected = {}
+        quorum, workers = run.config.get("quorum"), run.config.get("workers")
+        partial = type(quorum) is int and type(workers) is int and 0 < quorum < workers
         for cell_dir in sorted((run.dir / "cells").glob("*")):
             times = worker_times(cell_dir)
             for w in times:
@@ -101,7 +104,9 @@ def section(runs) -> list[str]:
                 s = slow[0]
                 notes.append(f"- {cell_dir.name}: the straggler was {s['worker']} ({s['compute_s'] + s['straggle_s']:.3f} "
                              f"s/update of compute + injected delay vs {statistics.median(others):.3f} median of the "
-                             "others); the others idled for it")
+                             "others); " + (f"the learner did not wait for it: each update went on with the first "
+                                            f"{quorum} of {workers} workers' contributions (--quorum)"
+                                            if partial else "the others idled for it"))
     if not rows:
         return []
     return ["## Workers: uneven compute and stragglers", "",

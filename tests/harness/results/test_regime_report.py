@@ -86,9 +86,10 @@ def _row(**kw):
 
 def test_the_verdict_says_when_the_halves_point_different_ways():
     block = "\n".join(verdict.method_block(_row(), "full-bf16", ""))
-    assert ("`spar@12.8%` is 1.90x faster per update, keeps 68 % of `full-bf16`'s gain in P(gold) (worse) and is not "
-            "shown faster to 75 % of `full-bf16`'s quality (1.10x the time; the interval includes 1).") in block
-    assert "Speed and quality point different ways" in block
+    assert ("`spar@12.8%` is 1.90x faster per update, keeps 68 % of `full-bf16`'s gain in P(gold) (worse) and its "
+            "time to 75 % of `full-bf16`'s quality is not resolved with 3 seeds (1.10x the time; the interval "
+            "includes 1).") in block
+    assert "Speed and quality point different ways: faster per update, but worse in held-out P(gold)." in block
     assert "    - 75 %: 1.10x the baseline's CPU time [0.80, 1.50]" in block   # one line per target fraction
     assert "keeps 68 % [55, 81 %] (less than all of it)" in block
     assert "1.90x [1.50, 2.40] per update on CPU time (the machine was contended)" in block

@@ -95,7 +95,7 @@ def test_the_verdict_says_when_a_speed_figure_is_not_a_result():
     row = {"speedup_headline": 1.16, "speedup_headline_lo": None, "speedup_headline_hi": None, "speedup_seeds": 1,
            "speedup_headline_basis": "cpu", "speedup_seed_mean": 1.4}
     line, clause = verdict.speed(row)
-    assert clause == "is 1.16x per update (one seed: no interval)"
+    assert clause == "is 1.16x faster per update (one seed: no interval)"
     assert line.startswith("1.16x per update on CPU time (the machine was contended)") and "wall-clock 1.40x" in line
     row.update(speedup_headline_lo=0.51, speedup_headline_hi=1.49, speedup_seeds=3, speedup_headline_basis="wall",
                speedup_cpu=1.1, speedup_cpu_lo=0.9, speedup_cpu_hi=1.3)

@@ -1,0 +1,156 @@
+"""The verdict's words (harness/results/verdict.py): speed and quality said to disagree only when both
+results are resolved, no share of a baseline gain that is not resolved above 0, a run that stopped
+said first, the quorum said, and each figure's words complete."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from harness.results import compare, report, tables as results, verdict, workers_report
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
+
+
+def _row(**kw) -> dict:
+    """A comparison row: 1.9x faster per update [1.5, 2.4], quality indistinguishable, time to quality
+    0.73x with an interval that includes 1 (the shape of the default run)."""
+    row = {"variant": "spar@12.8%", "method": "spar", "baseline": "full-bf16", "speedup_headline": 1.9,
+           "speedup_headline_lo": 1.5, "speedup_headline_hi": 2.4, "speedup_headline_basis": "wall",
+           "speedup_seed_mean": 1.9, "speedup_ci_lo": 1.5, "speedup_ci_hi": 2.4, "speedup_seeds": 3,
+           "heldout_mean": 0.4, "heldout_name": "P(gold)", "heldout_diff_mean": -0.01, "heldout_diff_ci95": 0.03,
+           "heldout_diff_n": 3, "heldout_verdict": "indistinguishable", "heldout_resolution": 0.03,
+           "gain_kept": 0.95, "gain_kept_lo": 0.7, "gain_kept_hi": 1.2, "gain_kept_verdict": "keeps all of it"}
+    for pct in (50, 75, 90):
+        row.update({f"ttq{pct}_target": 0.3, f"ttq{pct}_reached": 3, f"ttq{pct}_censored": 0, f"ttq{pct}_ratio": 0.73,
+                    f"ttq{pct}_ratio_lo": 0.4, f"ttq{pct}_ratio_hi": 1.3, f"ttq{pct}_ratio_n": 3,
+                    f"ttq{pct}_seconds_basis": "wall", f"ttq{pct}_verdict": "indistinguishable"})
+    return {**row, **kw}
+
+
+def _block(**kw) -> str:
+    return "\n".join(verdict.method_block(_row(**kw), "full-bf16", ""))
+
+
+def test_unresolved_time_to_quality_is_said_unresolved_not_a_disagreement():
+    text = _block()
+    assert "point different ways" not in text
+    assert "its time to 75 % of `full-bf16`'s quality is not resolved with 3 seeds (0.73x the time" in text
+
+
+def test_speed_and_quality_disagree_only_when_both_are_resolved():
+    slower = _block(ttq75_ratio=1.6, ttq75_ratio_lo=1.2, ttq75_ratio_hi=2.1, ttq75_verdict="slower")
+    assert "Speed and quality point different ways: faster per update, but slower to 75 % of `full-bf16`'s" in slower
+    worse = _block(heldout_verdict="worse", gain_kept_verdict="keeps less")
+    assert "Speed and quality point different ways: faster per update, but worse in held-out P(gold)." in worse
+    # per update not resolved (its interval includes 1): nothing to disagree with
+    assert "point different ways" not in _block(speedup_headline_lo=0.9, heldout_verdict="worse",
+                                                 ttq75_verdict="slower")
+    # worse with too few seeds for a verdict: not resolved either
+    assert "point different ways" not in _block(heldout_verdict="worse", heldout_diff_n=2)
+
+
+def _flat_baseline_evals() -> tuple:
+    """run-heldout with held-out figures ~1e-6 that move by +-3e-8 (a tiny model's P(gold)): the
+    baseline's gain is positive on average, its interval includes 0."""
+    t = results.read(FIXTURES / "run-heldout")
+    ev = t.evals.copy()
+    last = ev.groupby(["variant", "seed"])["version"].transform("max") == ev["version"]
+    gain = {("full-bf16", 1): 3e-8, ("full-bf16", 2): -1e-8, ("full-bf16", 3): 2e-8,
+            ("spar@12.8%", 1): 2e-8, ("spar@12.8%", 2): -2e-8, ("spar@12.8%", 3): 3e-8}
+    moved = np.array([gain[(v, s)] if at_end else 0.0 for v, s, at_end in zip(ev["variant"], ev["seed"], last)])
+    for m in ("pass_at_1", "pass_at_k"):
+        ev[m] = 1e-6 + moved
+    return t, ev
+
+
+def test_no_share_of_a_baseline_gain_not_resolved_above_zero():
+    t, ev = _flat_baseline_evals()
+    comp = compare.comparison(t.updates, t.cells, ev)
+    r = comp[comp["variant"] == "spar@12.8%"].iloc[0]
+    assert r["gain_kept"] is not None and r["gain_kept_lo"] is None    # a share exists, its interval does not
+    text = "\n".join(verdict.method_block(r, "full-bf16", ""))
+    assert "keeps" not in text and "% of `full-bf16`'s gain" not in text
+    assert "`full-bf16` did not learn measurably (+1.3e-08, not resolved above 0 with 3 paired seeds)" in text
+    assert "resolution 0.000" not in text and "paired difference -3.3e-09 ± 2.9e-08" in text
+    assert "0.000 ± 0.000" not in text and "pass@1 says indistinguishable (-3.3e-09 ± 2.9e-08)" in text
+    # one seed: no interval, so no share either
+    one = verdict.method_block(_row(gain_kept=0.94, gain_kept_lo=None, gain_kept_hi=None, heldout_diff_n=1),
+                               "full-bf16", "")
+    assert "keeps 94 %" not in "\n".join(one) and "did not learn measurably" in "\n".join(one)
+
+
+def test_an_interrupted_run_says_so_first():
+    t = results.read(FIXTURES / "run-interrupted")
+    md, _ = report.build(t)
+    lines = md.split("## Verdict", 1)[1].strip().splitlines()
+    assert lines[0].startswith("**INCOMPLETE**: `run-interrupted` (interrupted) stopped before finishing")
+    assert "predates the comm ratio" not in md and "the run stopped before its prediction was written" in md
+    assert "paired difference \n" not in md and not md.count("paired difference ;")
+    assert "**INCOMPLETE**" not in report.build(results.read(FIXTURES / "run-heldout"))[0]
+
+
+def test_a_paired_difference_is_never_left_without_its_figure():
+    line = verdict.quality_(_row(heldout_diff_mean=None, heldout_diff_ci95=None, heldout_diff_n=0,
+                                 heldout_verdict=None), "full-bf16")[0]
+    assert "; paired difference" not in line and "gain; no paired difference (no seed in common)" in line
+
+
+def test_one_seed_speed_and_time_to_quality_words():
+    assert verdict.speed(_row(speedup_headline=1.24, speedup_headline_lo=None, speedup_headline_hi=None))[1] == \
+        "is 1.24x faster per update (one seed: no interval)"
+    assert verdict.speed(_row(speedup_headline=0.5, speedup_headline_lo=None, speedup_headline_hi=None))[1] == \
+        "is 2.00x slower per update (one seed: no interval)"
+    one = _row(ttq75_reached=1, ttq75_ratio_n=1, ttq75_verdict="too few seeds for an interval")
+    line, clause = verdict.ttq(one, "full-bf16")
+    assert "75 %: 0.73x the baseline's wall-clock time (1 of 1 seeds reached: too few seeds for an interval)" in line
+    assert "censored" not in line.split("75 %")[1].split("\n")[0]
+    assert clause == "its time to 75 % of `full-bf16`'s quality is not resolved with 1 seed (1 of 1 seeds reached it)"
+
+
+def _quorum_run(tmp_path: Path) -> Path:
+    """run-heldout as if run with --quorum 1 of 2 workers: spar's seed-1 updates at odd versions went
+    on without w2, whose rollouts then came late and were dropped stale."""
+    run = tmp_path / "run-quorum"
+    shutil.copytree(FIXTURES / "run-heldout", run)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "quorum": 1}))
+    path = run / "cells" / "spar-12.8pct-s1" / "events-learner.jsonl"
+    out = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "update" and r["version"] % 2:
+            r["left_out"] = ["w2"]
+            out += [json.dumps(r), json.dumps({"kind": "stale_rollouts", "t": r["t"], "worker": 2,
+                                               "batch": r["version"] - 1, "version": r["version"], "staleness": 1})]
+        else:
+            out.append(json.dumps(r))
+    path.write_text("\n".join(out) + "\n")
+    return run
+
+
+def test_a_quorum_run_says_how_many_contributions_it_went_without(tmp_path):
+    t = results.read(_quorum_run(tmp_path))
+    spar = t.cells[t.cells["cell"] == "spar-12.8pct-s1"].iloc[0]
+    assert (spar["left_out"], spar["stale_dropped"]) == (6, 6)     # 12 updates, the odd ones
+    md, _ = report.build(t)
+    verdict_block = md.split("## Runs")[0]
+    assert ("**Quorum**: each update went on with the first 1 of 2 workers' contributions (--quorum 1), not every "
+            "worker's: `spar@12.8%` went without 6 of 72 contributions (8 %), 6 dropped stale; `full-bf16` went "
+            "without 0 of 72 contributions (0 %), 0 dropped stale.") in verdict_block
+    assert "**Quorum**" not in report.build(results.read(FIXTURES / "run-heldout"))[0]
+
+
+def test_the_workers_section_does_not_say_the_others_idled_under_a_quorum(tmp_path):
+    from tests.harness.results.test_workers_report import _Run, _worker
+
+    cell = tmp_path / "r1" / "cells" / "spar-12.8pct-s1"
+    cell.mkdir(parents=True)
+    _worker(cell / "events-w1.jsonl", rollout=0.2, cpu=0.2, straggle=0.5, idle=0.1)
+    _worker(cell / "events-w2.jsonl", rollout=0.2, cpu=0.2, straggle=0.0, idle=0.3)
+    base = {"straggler": "w1:exp:500ms", "profile_doc": {}, "workers": 2}
+    all_in = "\n".join(workers_report.section([_Run(tmp_path / "r1", base)]))
+    assert "the others idled for it" in all_in and "| wait s/update (send + receive) | slowest |" in all_in
+    quorum = "\n".join(workers_report.section([_Run(tmp_path / "r1", {**base, "quorum": 1})]))
+    assert "the others idled for it" not in quorum
+    assert "the learner did not wait for it: each update went on with the first 1 of 2 workers'" in quorum
