@@ -500,6 +500,10 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
     return from_doc(doc, path.stem)
 
 
+_FLAG_PARSERS = {"rate": units.parse_rate, "delay": units.parse_delay, "jitter": units.parse_delay,
+                 "loss": units.parse_loss}
+
+
 class OverrideError(ProfileError):
     """A link flag (``key``: rate, delay, jitter, loss, trace) that the profile cannot take."""
 
@@ -523,6 +527,11 @@ def resolve(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
         if where:
             raise OverrideError(key, f"contradicts profile {prof.name!r}, which sets {key} per link "
                                      f"({', '.join(where)}); edit a copy of the profile instead")
+        if key in _FLAG_PARSERS:       # named as the flag's own value, not by the profile key it lands in
+            try:
+                _FLAG_PARSERS[key](overrides[key])
+            except units.UnitError as err:
+                raise OverrideError(key, str(err)) from None
     try:
         return with_link(prof, overrides)
     except (ProfileError, units.UnitError) as err:
