@@ -527,15 +527,22 @@ def resolve(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
         if where:
             raise OverrideError(key, f"contradicts profile {prof.name!r}, which sets {key} per link "
                                      f"({', '.join(where)}); edit a copy of the profile instead")
-        if key in _FLAG_PARSERS:       # named as the flag's own value, not by the profile key it lands in
-            try:
-                _FLAG_PARSERS[key](overrides[key])
-            except units.UnitError as err:
-                raise OverrideError(key, str(err)) from None
+    check_flags(overrides)
     try:
         return with_link(prof, overrides)
     except (ProfileError, units.UnitError) as err:
         raise OverrideError(next((k for k in overrides if k in str(err)), "rate"), str(err)) from None
+
+
+def check_flags(overrides: Mapping[str, Any]) -> None:
+    """OverrideError naming the link flag whose value does not parse, as its own value ('20' needs a
+    unit), not by the profile key it would land in."""
+    for key, value in overrides.items():
+        if key in _FLAG_PARSERS:
+            try:
+                _FLAG_PARSERS[key](value)
+            except units.UnitError as err:
+                raise OverrideError(key, str(err)) from None
 
 
 def _mentions(raw: Any, key: str) -> bool:

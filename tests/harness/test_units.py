@@ -58,3 +58,11 @@ def test_a_bare_time_flag_is_refused_in_one_line_asking_for_a_unit(tmp_path, fla
     lines = done.stderr.strip().splitlines()
     assert lines == [f"error: {flag}: '{value}' needs a unit: {value}ms, {value}s"], done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["calibrate", "--profile", "lan", "--delay", "20", "--dry-run"],
+                                  ["project", "--compute-s", "14", "--bw", "62.5mbit", "--delay", "20"]])
+def test_every_command_with_a_delay_flag_asks_for_its_unit(argv):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: --delay: '20' needs a unit: 20ms, 20s"], done.stderr
