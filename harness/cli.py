@@ -215,8 +215,8 @@ def bench_compress(
                                   "a quick check)"),
         model: str = typer.Option(None, "--model", help="synthetic gradients shaped like this model's adapter: a name "
                                   "(qwen2.5-0.5b, qwen2.5-1.5b, qwen3-1.7b, ...) or a folder with config.json "
-                                  "[default: qwen2.5-0.5b]"),
-        rank: int = typer.Option(None, "--rank", min=1, help="LoRA rank of the synthetic adapter [default: 64]"),
+                                  "\\[default: qwen2.5-0.5b]"),
+        rank: int = typer.Option(None, "--rank", min=1, help="LoRA rank of the synthetic adapter \\[default: 64]"),
         json_out: str = typer.Option(None, "--json", help="also write the rows to this JSON file")):
     """Relative error, payload bytes and encode + decode time of every compressor at each budget."""
     import json
@@ -267,7 +267,7 @@ def bench_compress(
 def project(
         model: str = typer.Option("qwen2.5-1.5b", help="a named model (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, "
                                   "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
-        lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections [default: "
+        lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections \\[default: "
                                       "harness run's, 8; with --from: that run's]"),
         workers: int = typer.Option(spec.get("workers").default, help="workers (one default with harness run's: "
                                     "`harness project` alone projects the run `harness run` alone measures; "
@@ -281,11 +281,11 @@ def project(
         learner_bw: str = typer.Option(None, "--learner-bw", help="the learner's own link rate: every copy "
                                        "shares it (default: unshaped, each worker link is the bottleneck)"),
         relay_fanout: int = typer.Option(None, "--relay-fanout", help="relay tree of this fan-out instead of a star"),
-        method: str = typer.Option(None, help="method(s), comma list (as on harness run) [default: harness "
+        method: str = typer.Option(None, help="method(s), comma list (as on harness run) \\[default: harness "
                                    "run's; with --from: that run's]"),
         budget: str = typer.Option(None, help="budget(s) of spar/topk, comma list, % of the bf16 adapter "
-                                   "[default: harness run's; with --from: that run's]"),
-        baseline: str = typer.Option(None, help="the method speedups are against [default: harness run's, "
+                                   "\\[default: harness run's; with --from: that run's]"),
+        baseline: str = typer.Option(None, help="the method speedups are against \\[default: harness run's, "
                                      "full-bf16 (the paper's); with --from: that run's]"),
         pipeline: str = typer.Option("0,1", help="pipelining depth(s): 0, 1 or 0,1"),
         compute_s: float = typer.Option(None, "--compute-s", help="compute per update, seconds (rollout + train)"),
@@ -383,7 +383,7 @@ spec_command("wrap", "harness.run.wrap:main", [
     extra("quiet", False, ("--quiet", "-q"), "print only the result folder", bool)],
     "Run your own distributed job (torch.distributed env://, or anything that reads RANK/WORLD_SIZE/MASTER_ADDR), "
     "unchanged, once per node over the emulated WAN; measure its links, sockets and steps (docs/WRAP.md).",
-    app, where="link")
+    app, where="link", hidden=("comm_ratio",))   # refused by wrap (no pilot to measure a ratio against)
 
 
 @app.command()

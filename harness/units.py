@@ -7,7 +7,8 @@ tcconfig (``tcset --rate``) and network people read it, by case: ``Kbps``/``Mbps
 all-lowercase ``bps``/``kbps``/``mbps``/... is refused: tc(8) reads it as bytes, tcconfig as bits,
 and the two readings differ 8-fold (``62.5mbps``: 500 Mbit/s or 62.5 Mbit/s); the message gives
 both. Times: ``s``/``sec``/``secs``, ``ms``/``msec``/``msecs``,
-``us``/``usec``/``usecs``, ``ns``; a bare number is microseconds as in tc(8). Percentages need
+``us``/``usec``/``usecs``, ``ns``; a bare number is refused (but ``0``): tc(8) reads it as
+microseconds, a help that says "[unit: s]" as seconds, and ``--delay 20`` was a 20 us link. Percentages need
 ``%`` (a bare ``0`` is accepted): ``loss: 0.05`` is ambiguous (5 % or 0.05 %?) so it is an
 error. Every parser raises :class:`UnitError` whose message names the value and the reason;
 callers prefix the field name.
@@ -37,7 +38,7 @@ LIMIT_MAX_PKTS = 2**31 - 1    # u32 in the kernel; pyroute2 0.9 packs pfifo's li
 
 # multiplier to seconds
 TIME_UNITS = {
-    "": 1e-6, "s": 1.0, "sec": 1.0, "secs": 1.0,
+    "s": 1.0, "sec": 1.0, "secs": 1.0,
     "ms": 1e-3, "msec": 1e-3, "msecs": 1e-3,
     "us": 1e-6, "usec": 1e-6, "usecs": 1e-6, "ns": 1e-9,
 }
@@ -99,9 +100,11 @@ def parse_time(value: object) -> float:
     """``"20ms"`` -> 0.02 (seconds). Must be >= 0."""
     number, unit = _split(value, "time")
     unit = unit.lower()
-    if unit not in TIME_UNITS:
+    if unit == "" and number != 0:
+        raise UnitError(f"{quote(value)} needs a unit: {number:g}ms, {number:g}s")
+    if unit not in TIME_UNITS and unit != "":
         raise UnitError(f"{quote(value)} has unknown time unit {quote(unit)} (use s, ms, us)")
-    seconds = number * TIME_UNITS[unit]
+    seconds = number * TIME_UNITS[unit] if unit else 0.0
     if seconds < 0:
         raise UnitError(f"{quote(value)}: time must be >= 0")
     return seconds

@@ -18,6 +18,10 @@ def load_with_overrides(name: str, **flags: str | dict | None) -> profiles.Profi
     """A profile with CLI flags (rate, delay, jitter, loss) overriding its worker defaults."""
     prof = profiles.load(name)
     overrides = {k: v for k, v in flags.items() if v is not None}
+    try:
+        profiles.check_flags(overrides)
+    except profiles.OverrideError as err:
+        raise ValueError(f"--{'bw' if err.key == 'rate' else err.key}: {err}") from None
     return profiles.with_link(prof, overrides) if overrides else prof
 
 

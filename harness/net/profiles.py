@@ -500,6 +500,10 @@ def load(name_or_path: str | Path, directory: Path = PROFILE_DIR) -> Profile:
     return from_doc(doc, path.stem)
 
 
+_FLAG_PARSERS = {"rate": units.parse_rate, "delay": units.parse_delay, "jitter": units.parse_delay,
+                 "loss": units.parse_loss}
+
+
 class OverrideError(ProfileError):
     """A link flag (``key``: rate, delay, jitter, loss, trace) that the profile cannot take."""
 
@@ -523,10 +527,22 @@ def resolve(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None
         if where:
             raise OverrideError(key, f"contradicts profile {prof.name!r}, which sets {key} per link "
                                      f"({', '.join(where)}); edit a copy of the profile instead")
+    check_flags(overrides)
     try:
         return with_link(prof, overrides)
     except (ProfileError, units.UnitError) as err:
         raise OverrideError(next((k for k in overrides if k in str(err)), "rate"), str(err)) from None
+
+
+def check_flags(overrides: Mapping[str, Any]) -> None:
+    """OverrideError naming the link flag whose value does not parse, as its own value ('20' needs a
+    unit), not by the profile key it would land in."""
+    for key, value in overrides.items():
+        if key in _FLAG_PARSERS:
+            try:
+                _FLAG_PARSERS[key](value)
+            except units.UnitError as err:
+                raise OverrideError(key, str(err)) from None
 
 
 def _mentions(raw: Any, key: str) -> bool:

@@ -350,7 +350,9 @@ def _with_quality(df: pd.DataFrame, evals: pd.DataFrame | None, keys: list[str],
     q = q.drop(columns=[c for c in q.columns if c in df.columns and c not in on])
     for k in on:  # NaN coordinates (an unshaped run's rate) must join too
         df[k], q[k] = df[k].astype(object), q[k].astype(object)
-    return df.merge(q, on=on, how="left")
+    # pandas' merge gives each of the ~140 joined columns a block of its own; a frame of over 100 blocks
+    # warns (PerformanceWarning) at every column a caller adds (plots' assign): one copy consolidates them
+    return df.merge(q, on=on, how="left").copy()
 
 
 def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, inverse: bool = False):

@@ -18,7 +18,9 @@ it; counters are interpolated linearly between samples (0.5 s apart), so bytes p
 over the window, not per-step figures. Without steps: totals over the job's wall time.
 
 Comparison (`harness report A B ...`): runs grouped by label (`harness wrap --label`, default the
-command line), in order of first appearance; the first group is the baseline. Each run's mean
+command line) and setting (the links: profile as resolved, emulation, backend; the CPU shares), in
+order of first appearance, so one command run at two rates is two groups, never repeats of one; the
+table names each group's link and shares. The first group is the baseline. Each run's mean
 s/step is one sample; speedup = exp(mean log s/step of the baseline - mean log of the group) with a
 95 % t interval from the two groups' half-widths added in quadrature (independent repeats; none
 with fewer than two repeats in either group).
@@ -221,7 +223,17 @@ def summarize(run: Path) -> dict:
     socks = [out["sockets"][n]["sent"] for n in job_nodes if n in out["sockets"]]
     out["socket_sent_bytes"] = sum(socks) / len(socks) if socks else None
     out["calibration"] = _json(run / "calibration.json").get("rows", [])
+    out["link_words"], out["cpu_shares"] = _link_words(meta), meta.get("cpu_shares") or {}
+    out["cpu_throttled"] = meta.get("cpu_throttled") or {}
+    out["setting"] = setting(meta)
     return out
+
+
+def setting(meta: dict) -> str:
+    """What a comparison must not pool across, as one canonical text: the links (the profile as resolved,
+    flags over it), emulation and backend, and the CPU shares."""
+    return json.dumps({"profile": meta.get("profile_doc"), "emulation": meta.get("emulation", True),
+                       "backend": meta.get("backend"), "cpu_shares": meta.get("cpu_shares") or {}}, sort_keys=True)
 
 
 def write(run: Path, model: dict | None = None) -> dict:
@@ -250,11 +262,42 @@ def _link_words(meta: dict) -> str:
     parts = [f"profile {meta.get('profile')}"]
     if link.get("rate_bit_s"):
         parts.append(rate(link["rate_bit_s"]))
+    if link.get("trace"):
+        parts.append(f"trace {link['trace']}")
     if link.get("delay_s"):
         parts.append(f"{link['delay_s'] * 1e3:g} ms one-way")
+    if link.get("jitter_s"):
+        parts.append(f"jitter {link['jitter_s'] * 1e3:g} ms")
     if link.get("loss_frac"):
         parts.append(f"loss {fmt(link['loss_frac'], '%')}")
     return ", ".join(parts) + f" [{meta.get('backend')}]"
+
+
+def cpu_words(shares: dict) -> str:
+    """--worker-cpu as read: 'none', '0.5 CPU each', 'w1 1, w2 0.5 CPU'."""
+    if not shares:
+        return "none"
+    values = set(shares.values())
+    if len(values) == 1:
+        return f"{values.pop():g} CPU each"
+    return ", ".join(f"{n} {v:g}" for n, v in shares.items()) + " CPU"
+
+
+def _throttled_words(throttled: dict) -> str:
+    return ", ".join(f"{n} {fmt(t.get('throttled_s'), 's')} s ({t.get('throttled_periods')} of {t.get('periods')} "
+                     "periods)" for n, t in throttled.items() if isinstance(t, dict))
+
+
+def failure_words(meta: dict) -> str:
+    """Who ended the run and how: 'node w2 exit code 3'; 'the job timed out after 3 s' (--timeout is the
+    job's: every node was still running); 'node w2 timed out after 3 s' (the others had exited)."""
+    failure = meta.get("failure") or "failed"
+    if meta.get("failed_node"):
+        return f"node {meta['failed_node']} {failure}"
+    late = list(meta.get("timed_out_nodes") or [])
+    if late and set(late) != set(meta.get("nodes") or []):
+        return f"node{'s' if len(late) > 1 else ''} {', '.join(late)} {failure}"
+    return f"the job {failure}"
 
 
 def headline(s: dict) -> str:
@@ -272,11 +315,15 @@ def report_md(run: Path, s: dict) -> str:
     status = s.get("status")
     md = [f"# wrapped run {s.get('run_id')}", ""]
     if status != "complete":
-        why = f": node {s['failed_node']} {meta.get('failure') or ''}".rstrip() if s.get("failed_node") else ""
+        why = f": {failure_words(meta)}" if s.get("failed_node") or meta.get("failure") else ""
         md += [f"**{str(status).upper()}**{why}", ""]
+    shares = meta.get("cpu_shares") or {}
+    throttled = _throttled_words(meta.get("cpu_throttled") or {})
     md += [headline(s), "",
            f"- command: `{' '.join(meta.get('command') or [])}` on {s.get('nodes')} nodes; label {s.get('label')!r}",
            f"- link: {_link_words(meta)}",
+           f"- CPU shares: {cpu_words(shares)}" + (" (each node's job may use every core)" if not shares else "")
+           + (f"; throttled: {throttled}" if throttled else ""),
            f"- wall time {fmt(s.get('wall_s'), 's')} s; exits: "
            + ", ".join(f"{n} {e}" for n, e in (s.get("exits") or {}).items()), ""]
     st = s.get("steps")
@@ -310,10 +357,12 @@ def report_md(run: Path, s: dict) -> str:
 
 # ---- comparison -----------------------------------------------------------------------------
 
-def groups(summaries: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def groups(summaries: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(label, setting) -> its runs, in order of first appearance: repeats are runs of one label AND one
+    setting (a run with no setting recorded pools by label alone)."""
+    out: dict[tuple[str, str], list[dict]] = {}
     for s in summaries:
-        out.setdefault(str(s.get("label")), []).append(s)
+        out.setdefault((str(s.get("label")), str(s.get("setting") or "")), []).append(s)
     return out
 
 
@@ -335,19 +384,25 @@ def compare_md(summaries: list[dict]) -> str:
     base = next(iter(by))
     base_s = [s["steps"]["s_per_step"] for s in by[base] if s.get("steps")]
     rows = []
-    for label, members in by.items():
+    for (label, _), members in by.items():
         per = [s["steps"]["s_per_step"] for s in members if s.get("steps")]
         mean, half = ci95(per)
         sp, lo, hi = speedup(base_s, per)
         wire = [s["wire_up_bytes"] for s in members if s.get("wire_up_bytes") is not None]
-        rows.append([label, str(len(members)), pm(mean, half, n=len(per)) if per else "-",
+        rows.append([label, members[0].get("link_words") or "-", cpu_words(members[0].get("cpu_shares") or {}),
+                     str(len(members)), pm(mean, half, n=len(per)) if per else "-",
                      "-" if sp is None else fmt(sp, "x") + ("" if lo is None else f" [{lo:.2f}, {hi:.2f}]"),
                      _mb(sum(wire) / len(wire)) if wire else "-",
                      ", ".join(s.get("status") or "?" for s in members)])
+    first = by[base][0]
+    where = f"{first.get('link_words') or '-'}; CPU shares {cpu_words(first.get('cpu_shares') or {})}"
     md = ["# wrapped runs compared", "",
-          f"Baseline: {base!r}. s/step: mean over repeats (± 95 % CI); speedup: baseline s/step / this label's, "
+          f"Baseline: {base[0]!r} ({where}). "
+          "A group is one label at one setting (link, CPU shares): runs that differ in either are never repeats. "
+          "s/step: mean over repeats (± 95 % CI); speedup: baseline s/step / this group's, "
           "95 % CI over independent repeats; wire: bytes per node per step up (per run without step marks).", "",
-          markdown_table(["label", "runs", "s/step", "speedup", "wire up/step", "status"], rows), ""]
+          markdown_table(["label", "link", "CPU shares", "runs", "s/step", "speedup", "wire up/step", "status"], rows),
+          ""]
     return "\n".join(md)
 
 

@@ -34,21 +34,22 @@ def _shown_default(p, as_list: bool) -> str | bool:
     return ",".join(map(str, p.default)) if p.many else str(p.default).lower() if p.type is bool else str(p.default)
 
 
-def _spec_option(p, as_list: bool) -> tuple[type, typer.models.OptionInfo]:
+def _spec_option(p, as_list: bool, hidden: bool = False) -> tuple[type, typer.models.OptionInfo]:
     """A run-spec parameter as a typer option. Values are parsed by the spec (one message style
     for every flag), so every option is text; a boolean is a --x switch, and its --no-x a hidden
-    option of its own (_negations): as a second column of the help it took 25 of 80 columns."""
+    option of its own (_negations): as a second column of the help it took 25 of 80 columns.
+    `hidden`: parsed but left out of the help (a flag the command refuses in its own words)."""
     panel = _PANELS[p.group or p.where]
     shown = _shown_default(p, as_list)
     default = f" [default: {shown}]" if shown is not False else ""   # typer would put it in parentheses
     if p.type is bool:
         off = "" if f"--no-{p.flag[2:]}" in p.help else f" (--no-{p.flag[2:]}: off)"
-        return bool | None, typer.Option(None, p.flag, rich_help_panel=panel,
+        return bool | None, typer.Option(None, p.flag, rich_help_panel=panel, hidden=hidden,
                                          help=_help(p.help_text() + off + default))
     metavar = "LIST" if p.many or as_list else {"int": "INT", "float": "FLOAT"}.get(p.type.__name__, "TEXT")
     grid = " (a comma list is a grid axis)" if as_list and not p.many else ""
     return str | None, typer.Option(None, p.flag, help=_help(p.help_text() + grid + default), metavar=metavar,
-                                    rich_help_panel=panel)
+                                    rich_help_panel=panel, hidden=hidden)
 
 
 def _negations(params) -> list[inspect.Parameter]:
@@ -71,14 +72,17 @@ def _switches(values: dict, negations: dict) -> dict:
 
 
 def spec_command(name: str, body: str | Callable[..., int | None], extra: list[inspect.Parameter], doc: str,
-                 target: typer.Typer, as_list: bool = False, where: str | None = None) -> None:
+                 target: typer.Typer, as_list: bool = False, where: str | None = None,
+                 hidden: tuple[str, ...] = ()) -> None:
     """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
     `body(values, **extra)` gets the spec values keyed by parameter name and returns the exit code;
-    `body` may be "module:function", imported only when the command runs (the command list stays fast)."""
+    `body` may be "module:function", imported only when the command runs (the command list stays fast).
+    `hidden`: spec names whose flags the help leaves out; still parsed, so `body` refuses them in one line
+    (typer's own "No such option" is a framed box)."""
     chosen = spec.params(where)   # where="link": only the network's flags (harness wrap)
     names = [p.name for p in chosen]
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
-              for p in chosen for ann, opt in [_spec_option(p, as_list)]]
+              for p in chosen for ann, opt in [_spec_option(p, as_list, p.name in hidden)]]
     negations = _negations(chosen)
 
     def command(**kwargs):
@@ -93,5 +97,6 @@ def spec_command(name: str, body: str | Callable[..., int | None], extra: list[i
 
 
 def extra(name: str, default, flags: tuple[str, ...], help: str, annotation=str | None) -> inspect.Parameter:
+    """A command's own option beside the spec's; its help escaped as theirs ('needs the [tracking] extra')."""
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                             default=typer.Option(default, *flags, help=help))
+                             default=typer.Option(default, *flags, help=_help(help)))

@@ -128,7 +128,9 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
     shaping = [f"--{k}" for k in ("bw", "delay", "jitter", "loss", "trace") if given.get(k) not in (None, "")]
     if shaping and parsed["emulation"] is False:
         raise ConfigError(f"{', '.join(shaping)}: shape the emulated link; with --no-emulation nothing is shaped")
-    if nodes is None or not 1 <= nodes <= topology.MAX_WORKERS:
+    if nodes is None:
+        raise ConfigError(f"--nodes is required (1-{topology.MAX_WORKERS})")
+    if not 1 <= nodes <= topology.MAX_WORKERS:
         raise ConfigError(f"--nodes: {nodes!r} must be within 1 and {topology.MAX_WORKERS}")
     if on_fail not in ON_FAIL:
         raise ConfigError(f"--on-fail: {on_fail!r} must be one of {', '.join(ON_FAIL)}")
@@ -274,7 +276,9 @@ def wait(job: Job, cfg: WrapConfig, doc: dict) -> str:
                     job.stop()
                     return "failed"
         if end is not None and time.monotonic() > end:
-            doc["failure"] = f"timeout after {cfg.timeout_s:g} s"
+            doc["timed_out_nodes"] = job.alive()     # --timeout is the job's: these were still running
+            if doc.get("failed_node") is None:       # else the node that failed first stays the headline
+                doc["failure"] = f"timed out after {cfg.timeout_s:g} s"
             job.stop()
             return "timeout"
         time.sleep(POLL_S)
@@ -335,7 +339,8 @@ def ring_model(cfg: WrapConfig, summary: dict) -> dict | None:
 
 def link_doc(cfg: WrapConfig) -> dict:
     up = cfg.profile.link("w1").up
-    return {"rate_bit_s": up.rate_bit_s, "delay_s": up.delay_s, "loss_frac": up.loss_frac}
+    return {"rate_bit_s": up.rate_bit_s, "delay_s": up.delay_s, "jitter_s": up.jitter_s, "loss_frac": up.loss_frac,
+            "trace": Path(up.trace.file).name if up.trace else None}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -432,8 +437,8 @@ def main(values: dict, command: list[str], nodes: int | None, run_id: str | None
     summary = wrapped._json(run_dir / "summary.json")
     if code:
         meta = wrapped._json(run_dir / "meta.json")
-        print(f"harness wrap: node {meta.get('failed_node') or '?'} {meta.get('failure') or 'failed'}"
-              f" (status {meta.get('status')}; logs in {run_dir / 'nodes'})", file=sys.stderr)
+        print(f"harness wrap: {wrapped.failure_words(meta)} (status {meta.get('status')}; "
+              f"logs in {run_dir / 'nodes'})", file=sys.stderr)
     if not quiet and summary:
         print(wrapped.headline(summary), file=sys.stderr)
     print(run_dir)

@@ -47,3 +47,22 @@ def test_the_run_flag_reads_mbps_as_megabits(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "62.5mbit" in done.stdout and "500mbit" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("flag,value", [("--delay", "20"), ("--delay", "0.02"), ("--jitter", "2")])
+def test_a_bare_time_flag_is_refused_in_one_line_asking_for_a_unit(tmp_path, flag, value):
+    # `--delay 20` was a 20 us link and `--delay 0.02` none at all, under a help that says "[unit: s]"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", flag, value, "--dry-run", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"error: {flag}: '{value}' needs a unit: {value}ms, {value}s"], done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["calibrate", "--profile", "lan", "--delay", "20", "--dry-run"],
+                                  ["project", "--compute-s", "14", "--bw", "62.5mbit", "--delay", "20"]])
+def test_every_command_with_a_delay_flag_asks_for_its_unit(argv):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: --delay: '20' needs a unit: 20ms, 20s"], done.stderr

@@ -94,7 +94,7 @@ def test_a_bad_command_is_one_line_and_creates_nothing(tmp_path, command, says):
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["--comm-ratio", "paper"], "--comm-ratio paper: a ratio needs the compute time"),
+    (["--comm-ratio", "paper"], "--comm-ratio paper: a ratio needs the compute time"),   # parsed, not in --help
     (["--nodes", "0"], "--nodes: 0 must be within"),
     (["--on-fail", "retry"], "--on-fail: 'retry' must be one of stop, wait"),
     (["--no-emulation", "--bw", "10mbit"], "--bw: shape the emulated link"),
@@ -108,6 +108,29 @@ def test_a_bad_flag_is_one_line_and_creates_nothing(tmp_path, flags, says):
     assert done.returncode == 2, done.stderr
     assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_without_nodes_it_says_nodes_is_required(tmp_path):
+    done = harness("wrap", "--bw", "10mbit", "--out", str(tmp_path / "out"), "--", "true")
+    assert done.returncode == 2 and done.stderr.strip() == "error: --nodes is required (1-1024)", done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_help_lists_the_link_flags_but_not_the_refused_comm_ratio():
+    done = harness("wrap", "--help", env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert "--bw" in done.stdout and "--worker-cpu" in done.stdout and "--comm-ratio" not in done.stdout
+
+
+def test_a_timeout_names_the_job_not_a_node(tmp_path):
+    # --timeout stops the whole job: it used to say "node ? timeout after 1 s"
+    done = harness("wrap", "--no-emulation", "--nodes", "2", "--timeout", "1", "--out", str(tmp_path), "--",
+                   "sleep", "60", timeout=120)
+    assert done.returncode == 1
+    assert "harness wrap: the job timed out after 1 s (status timeout;" in done.stderr, done.stderr
+    run = run_folder(done)
+    assert "**TIMEOUT**: the job timed out after 1 s" in (run / "report.md").read_text()
+    assert json.loads((run / "meta.json").read_text())["timed_out_nodes"] == ["w1", "w2"]
 
 
 # ---- the env contract ----------------------------------------------------------------------------

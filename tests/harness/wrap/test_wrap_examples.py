@@ -4,7 +4,8 @@ node, tens of seconds each on a busy box: marked slow) and `harness report A B` 
 - ddp.py with torch's PowerSGD hook: step marks give s/step, the phase split, bytes per step per link
   and the ring all-reduce prediction;
 - diloco.py: inner steps and an outer all-reduce every K steps;
-- the comparison names both labels, the baseline first, with s/step and bytes per step.
+- the comparison names both labels, the baseline first, with their link and CPU shares, s/step and bytes
+  per step.
 """
 import json
 import sys
@@ -45,7 +46,9 @@ def test_ddp_powersgd_and_diloco_examples_and_their_comparison(tmp_path):
     assert done.returncode == 0, done.stderr
     table = (tmp_path / "compared" / "report.md").read_text()
     assert "Baseline: 'ddp-powersgd'" in table
-    assert "| ddp-powersgd | 1 |" in table and "| diloco | 1 |" in table and "1.00x" in table
+    rows = {line.split(" | ")[0][2:]: line for line in table.splitlines() if line.startswith("| ")}
+    assert "| none | 1 |" in rows["ddp-powersgd"] and "| none | 1 |" in rows["diloco"] and "1.00x" in table
+    assert "50mbit, 2 ms one-way" in rows["diloco"]      # each group's link and CPU shares are named
 
     done = harness("report", str(ddp), str(diloco), "--label", "a,b", "--out", str(tmp_path / "relabelled"))
     assert done.returncode == 0, done.stderr

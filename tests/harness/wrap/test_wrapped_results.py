@@ -85,3 +85,64 @@ def test_a_totals_summary_from_a_folder(tmp_path):
     assert s["wire_up_bytes"] == 4000.0 and s["model"] is None
     assert "totals over the run" in (run / "report.md").read_text()
     assert wrapped.find([tmp_path]) == [run] and wrapped.find([tmp_path / "nope"]) == []
+
+
+def _wrapped_run(root, run_id, *, label="python job.py", bw="50mbit", shares=None, secs=(1.0, 1.0, 1.0),
+                 **meta):
+    """A wrapped run's folder as `harness wrap` leaves it: meta.json and w1's step marks."""
+    run = root / run_id
+    (run / "nodes" / "w1").mkdir(parents=True)
+    rate = {"50mbit": 50e6, "20mbit": 20e6}[bw]
+    (run / "meta.json").write_text(json.dumps({
+        "kind": "wrap", "run_id": run_id, "nodes": ["w1", "w2"], "label": label, "status": "complete",
+        "command": ["python", "job.py"], "emulation": True, "backend": "fallback", "profile": "paper-62.5mbit",
+        "profile_doc": {"name": "paper-62.5mbit", "defaults": {"rate": bw, "delay": "2ms"}},
+        "link": {"rate_bit_s": rate, "delay_s": 0.002, "jitter_s": 0.0, "loss_frac": 0.0, "trace": None},
+        "cpu_shares": shares or {}, "job_started_wall": 100.0, "job_ended_wall": 110.0, **meta}))
+    t, marks = 100.0, []
+    for i, s in enumerate((0.5, *secs)):
+        marks.append(json.dumps({"step": i, "t0": t, "t1": t + s}))
+        t += s
+    (run / "nodes" / "w1" / "events.jsonl").write_text("\n".join(marks) + "\n")
+    return run
+
+
+def test_a_comparison_never_pools_one_label_at_two_links_or_two_cpu_shares(tmp_path):
+    # `harness wrap`'s default label is the command: the same command at another --bw or --worker-cpu
+    # used to be counted as a repeat of one label
+    runs = [_wrapped_run(tmp_path, "a"), _wrapped_run(tmp_path, "b", secs=(1.1, 1.1, 1.1)),
+            _wrapped_run(tmp_path, "c", bw="20mbit", secs=(2.0, 2.0, 2.0)),
+            _wrapped_run(tmp_path, "d", shares={"w1": 0.5, "w2": 0.5}, secs=(3.0, 3.0, 3.0))]
+    summaries = [wrapped.summarize(r) for r in runs]
+    by = wrapped.groups(summaries)
+    assert [[s["run_id"] for s in members] for members in by.values()] == [["a", "b"], ["c"], ["d"]]
+    text = wrapped.compare_md(summaries)
+    rows = [line for line in text.splitlines() if line.startswith("| python job.py")]
+    assert len(rows) == 3, text
+    assert "50mbit" in rows[0] and "none" in rows[0] and "| 2 |" in rows[0]
+    assert "20mbit" in rows[1] and "| 1 |" in rows[1] and "0.52x" in rows[1]     # 1.05 / 2.0 s per step
+    assert "50mbit" in rows[2] and "0.5 CPU each" in rows[2] and "| 1 |" in rows[2]
+    assert "| label | link | CPU shares | runs |" in text
+    assert "Baseline: 'python job.py' (profile paper-62.5mbit, 50mbit, 2 ms one-way [fallback]; CPU shares none)" in text
+
+
+def test_the_wrapped_report_gives_the_cpu_shares_and_their_throttling(tmp_path):
+    run = _wrapped_run(tmp_path, "r", shares={"w1": 1.0, "w2": 0.25},
+                       cpu_throttled={"w1": {"periods": 100, "throttled_periods": 0, "throttled_s": 0.0},
+                                      "w2": {"periods": 100, "throttled_periods": 80, "throttled_s": 6.5}})
+    text = wrapped.report_md(run, wrapped.write(run))
+    assert "- CPU shares: w1 1, w2 0.25 CPU; throttled: w1 0.000 s (0 of 100 periods), w2 6.500 s (80 of 100 periods)" \
+        in text, text
+    plain = _wrapped_run(tmp_path, "p")
+    assert "- CPU shares: none (each node's job may use every core)" in wrapped.report_md(plain, wrapped.write(plain))
+
+
+@pytest.mark.parametrize("meta, words", [
+    ({"failed_node": "w2", "failure": "exit code 3"}, "node w2 exit code 3"),
+    ({"failure": "timed out after 3 s", "timed_out_nodes": ["w1", "w2"]}, "the job timed out after 3 s"),
+    ({"failure": "timed out after 3 s", "timed_out_nodes": ["w2"]}, "node w2 timed out after 3 s"),
+    ({"failure": "timed out after 3 s", "timed_out_nodes": ["w2", "w3"], "nodes": ["w1", "w2", "w3"]},
+     "nodes w2, w3 timed out after 3 s"),
+])
+def test_a_failure_names_the_node_or_the_job(meta, words):
+    assert wrapped.failure_words({"nodes": ["w1", "w2"], **meta}) == words
