@@ -181,7 +181,10 @@ class ForkServer:
             request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
             self.control.settimeout(REPLY_TIMEOUT_S)
             socket.send_fds(self.control, [request], fds)
-            reply = json.loads(self._reply() or b'{"error": "the fork server closed"}')
+            raw = self._reply()
+            if not raw:   # it closed its end: dying or dead, even if not yet reaped
+                raise Unreachable("closed its socket")
+            reply = json.loads(raw)
         except socket.timeout:
             raise Unreachable(f"did not answer within {REPLY_TIMEOUT_S:g} s") from None
         except OSError as e:
@@ -191,8 +194,6 @@ class ForkServer:
         finally:
             for fd in fds[1:]:
                 os.close(fd)
-        if "pid" not in reply and self.trouble() is not None:   # it closed its end: it died
-            raise Unreachable("closed its socket")
         if "pid" not in reply:
             raise ForkServerError(f"fork server refused {' '.join(argv[:3])}: {reply.get('error')}")
         proc = ForkedProcess(reply["pid"], list(argv))
