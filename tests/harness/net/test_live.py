@@ -301,12 +301,12 @@ def _run_sandboxed(argv):
 
 BAD_FLAGS = [
     (["--profile", "no-such-profile"], "profile: 'no-such-profile' is unknown"),
-    (["--profile", "lan", "--bw", "-5mbit"], "rate: '-5mbit'"),
-    (["--profile", "lan", "--bw", "0"], "rate: '0'"),
+    (["--profile", "lan", "--bw", "-5mbit"], "--bw: '-5mbit'"),
+    (["--profile", "lan", "--bw", "0"], "--bw: '0'"),
     (["--profile", "lan", "--loss", "150%"], "loss: '150%'"),
     (["--profile", "lan", "--loss", "100%"], "loss: '100%': loss must be below 100%"),
-    (["--profile", "lan", "--bw", "1e30tbit"], "rate: '1e30tbit': rate must be within 1kbit and 100gbit"),
-    (["--profile", "lan", "--bw", "0.001bit"], "rate: '0.001bit'"),
+    (["--profile", "lan", "--bw", "1e30tbit"], "--bw: '1e30tbit': rate must be within 1kbit and 100gbit"),
+    (["--profile", "lan", "--bw", "0.001bit"], "--bw: '0.001bit'"),
     (["--profile", "lan", "--delay", "20parsecs"], "delay: '20parsecs'"),
     (["--profile", "lan", "--delay", "1ms", "--jitter", "5ms"], "jitter: '5ms'"),
     (["--profile", "lan", "--backend", "tbf"], "backend: 'tbf'"),
