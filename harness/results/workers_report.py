@@ -22,6 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
+from harness.results.tables import cpu_limited
 from harness.results.wording import markdown_table
 from trainers import spec
 from trainers.events import read_events
@@ -68,10 +69,7 @@ def _doc(path: Path) -> dict:
 
 
 def _uneven(config: dict) -> bool:
-    profile = config.get("profile_doc") or {}
-    named = [profile.get("defaults") or {}, *(profile.get("workers") or {}).values()]
-    return bool(config.get("worker_cpu") or config.get("straggler")
-                or any(isinstance(w, dict) and "cpu" in w for w in named))
+    return bool(config.get("straggler")) or cpu_limited(config)
 
 
 def section(runs) -> list[str]:
