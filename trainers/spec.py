@@ -476,7 +476,7 @@ def parse_cpu_share(raw, where: str) -> float:
     return share
 
 
-def parse_worker_cpu(text: str | None, workers: int) -> tuple[float, ...]:
+def parse_worker_cpu(text: str | None, workers: int, noun: str = "workers") -> tuple[float, ...]:
     """``--worker-cpu 1,1,0.5,0.25`` -> one share per worker (w1 first); one value applies to every worker."""
     if text is None:
         return ()
@@ -485,7 +485,7 @@ def parse_worker_cpu(text: str | None, workers: int) -> tuple[float, ...]:
     if len(shares) == 1:
         return shares * workers
     if len(shares) != workers:
-        raise SpecError(f"--worker-cpu: {quote(text)} gives {len(shares)} shares for {workers} workers "
+        raise SpecError(f"--worker-cpu: {quote(text)} gives {len(shares)} shares for {workers} {noun} "
                         "(one per worker, w1 first, or one for all)")
     return shares
 

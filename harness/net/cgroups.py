@@ -221,10 +221,10 @@ def sweep(hier: Hierarchy | None = None, everything: bool = False) -> list[str]:
     return removed
 
 
-def shares(flag: str | None, profile, workers: int) -> dict[str, float]:
+def shares(flag: str | None, profile, workers: int, noun: str = "workers") -> dict[str, float]:
     """Worker name -> CPU share for a run: ``--worker-cpu`` (one per worker, or one for all) over the
     profile's per-worker ``cpu`` key; a worker neither limits is absent (it runs unlimited)."""
-    given = spec.parse_worker_cpu(flag, workers)
+    given = spec.parse_worker_cpu(flag, workers, noun)   # noun: what the message counts (wrap's nodes)
     out = {}
     for w in range(1, workers + 1):
         share = given[w - 1] if given else profile.cpu(f"w{w}")

@@ -153,9 +153,9 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
     try:
-        shares = cgroups.shares(parsed["worker_cpu"], prof, nodes)
+        shares = cgroups.shares(parsed["worker_cpu"], prof, nodes, "nodes")
     except (spec.SpecError, ValueError) as err:
-        raise ConfigError(str(err).replace("workers", "nodes")) from None
+        raise ConfigError(str(err)) from None
     if shares and not parsed["emulation"]:
         raise ConfigError("--worker-cpu: CPU shares go with the emulated nodes; with --no-emulation there are none")
     rid = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-wrap-n{nodes}-{secrets.token_hex(2)}"
