@@ -2,8 +2,9 @@
 data-parallel methods, HiLo methods), one registration style.
 
 The name is the interface: the same string on the command line, in results and in plots. An
-in-tree implementation registers with one line, the class decorator `@register("name")`; a plugin
-from another installed package is found through its entry point (trainers/plugins.py). An
+in-tree implementation registers with its card (trainers/cards: one `Card(...)` line naming its class);
+a plugin from another installed package is found through its entry point (trainers/plugins.py): a card
+(`wan_harness.cards`) or a bare class. `@register("name")` stays for a registry of its own (tests). An
 unknown name fails in one line that lists the valid names and the close matches.
 """
 from __future__ import annotations
@@ -22,13 +23,15 @@ class Registry(Generic[T]):
     on first use so that their decorators run (lazily: they import their package's `register`);
     `plugin` is the trainers/plugins.py GROUPS key whose entry points extend it; `base` is the class
     a plugin must subclass; `error` is what an unknown name or bad options raise. A `carded` registry
-    takes its names from the cards of `kind` (trainers/cards), in-tree and installed alike, and
-    imports a card's class on first use."""
+    takes its names from the cards of that kind (trainers/cards; True: `kind`), in-tree and installed
+    alike, and imports a card's class on first use."""
 
     def __init__(self, kind: str, plural: str, modules: tuple[str, ...] = (), plugin: str | None = None,
-                 base: type | None = None, error: type[Exception] = ValueError, carded: bool = False):
+                 base: type | None = None, error: type[Exception] = ValueError, carded: bool | str = False):
         self.kind, self.plural, self.modules, self.plugin = kind, plural, modules, plugin
-        self.carded = carded   # the implementations are named by their cards (trainers/cards), not decorators
+        # the implementations are named by their cards (trainers/cards) of this kind, not decorators
+        self.card_kind = (kind if carded is True else carded) or None
+        self.carded = bool(carded)
         self.base, self.error = base, error
         self._entries: dict[str, Callable[..., T]] = {}   # in-tree, by their decorators
         self._loaded: dict[str, Callable[..., T]] = {}    # plugins, once loaded
@@ -55,11 +58,11 @@ class Registry(Generic[T]):
         if not self.plugin:
             return []
         self._load_all()   # the in-tree names reserve themselves as they register
-        carded = {c.name for c in cards.of(self.kind)} if self.carded else set()
+        carded = {c.name for c in cards.of(self.card_kind)} if self.carded else set()
         return sorted({*plugins.names(self.plugin), *carded} - set(self._entries) - set(self._in_tree_cards()))
 
     def _in_tree_cards(self) -> list[str]:
-        return [c.name for c in cards.in_tree(self.kind)] if self.carded else []
+        return [c.name for c in cards.in_tree(self.card_kind)] if self.carded else []
 
     def available(self) -> list[str]:
         """Every valid name: in-tree and plugins."""
@@ -71,7 +74,7 @@ class Registry(Generic[T]):
         found = self._entries.get(name) or self._loaded.get(name)
         if found is not None:
             return found
-        card = cards.find(self.kind, name) if self.carded else None
+        card = cards.find(self.card_kind, name) if self.carded else None
         if card is None and name not in self.plugin_names():
             raise self.error(unknown_name(self.kind, self.plural, name, self.available()))
         try:

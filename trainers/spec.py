@@ -37,26 +37,15 @@ from trainers import cards, plugins
 from trainers.cards.sizes import FLOAT_DTYPES   # payload value dtypes (trainers/protocol/dtypes.py)
 
 # ---- vocabularies that the controller must know without importing torch -------------------
-# (each has a test against the registry that owns it: tests/trainers/test_spec.py). These are the
-# in-tree names; installed plugins add theirs by entry-point name (trainers/plugins.py), read here
-# without importing them: `compressor_names`, `objective_names`, `is_data_parallel`.
+# The methods, tasks and objectives are named by their cards (trainers/cards: each card parses its own
+# names, e.g. rank-R and the lordo-* readings); installed plugins add theirs by card or entry-point name
+# (trainers/plugins.py), read here without importing them: `compressor_names`, `objective_names`,
+# `is_data_parallel`, `check_method`.
 
 MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/model/models.py TINY_CONFIGS + real shapes:
     f.name[:-5] for f in (Path(__file__).parent / "model" / "model_configs").glob("*.json")))  # one JSON file each
-OBJECTIVES = ("distill", "grpo")                      # trainers/objectives registry (in-tree)
-FULL_METHODS = ("full", "full-bf16")                  # trainers/hilo/methods.py FULL_DTYPES
-RANK_METHOD = re.compile(r"^rank-?([1-9][0-9]*)$")    # rank-R: train at LoRA rank R, ship like full
-DELTA_METHODS = ("delta",)                            # full protocol, the changed elements only (compress/delta.py)
-DELTA_CODECS = ("zstd", "lz4")                        # trainers/compress/delta.py CODECS
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
-# Data-parallel family (trainers/dataparallel registry); lordo-* may name a QHM variant: lordo-global-none.
-# lowrank-ddp-dense: the LoRDO review's baseline (dense gradients every step, Q in the optimizer only);
-# lowrank-ddp-projected: Q^T G on the wire; `lowrank-ddp` = projected, its name before the split (old results).
-DP_METHODS = ("ddp", "diloco", "lordo-global", "lordo-local", "lowrank-ddp", "lowrank-ddp-dense", "lowrank-ddp-projected")
-# lordo-*-fullrank may also name what its full-rank term applies: lordo-global-fullrank-reapplied.
-DP_METHOD = re.compile(r"^(ddp|lowrank-ddp(?:-dense|-projected)?|diloco|lordo-global|lordo-local)"
-                       r"(?:-(none|lowrank|fullrank))?(?:-(gradient|reduced|reapplied))?$")
 QUALITY_METRICS = ("auto", "pass_at_k", "pass_at_1", "gold_prob", "objective")  # auto: harness/results/quality.py
 
 # Options of each compressor (name -> default). The compressor classes take their defaults
@@ -87,10 +76,9 @@ class SpecError(ValueError):
 
 
 def is_in_tree_name(name: str) -> bool:
-    """A name of this package's vocabulary (methods, patterns included, compressors, objectives): a
+    """A name of this package's vocabulary (any in-tree card's, patterns included: rank-R, lordo-*): a
     plugin that takes one is ignored (trainers/plugins.py)."""
-    return (name in COMPRESSOR_OPTIONS or name in FULL_METHODS or name in DELTA_METHODS or name in OBJECTIVES
-            or name == NO_BASELINE or bool(RANK_METHOD.match(name) or DP_METHOD.match(name)))
+    return name == NO_BASELINE or cards.is_in_tree(name)
 
 
 plugins.reserve(is_in_tree_name)
@@ -107,7 +95,13 @@ def budgeted_names() -> list[str]:
 
 
 def objective_names() -> tuple[str, ...]:
-    return tuple(sorted({*OBJECTIVES, *plugins.names("objective")}))
+    return tuple(sorted({*(c.name for c in cards.of("objective")), *plugins.names("objective")}))
+
+
+def method_card(name: str) -> tuple[cards.Card, dict[str, Any]] | None:
+    """(the card of method `name`: a HiLo method's, a compressor's or a data-parallel one's, the settings
+    the name implies), or None (a class plugin, or no method)."""
+    return cards.match(("method", "compressor", "dataparallel"), name)
 
 
 @dataclass(frozen=True)
@@ -252,11 +246,15 @@ def _compressor_params() -> list[Param]:
            Param("reference_dtype", str, BUDGET_OPTIONS["reference_dtype"],
                  "budgeted compressors: the dtype of the full adapter that a budget is a fraction of",
                  choices=FLOAT_DTYPES)]
-    for card in cards.of("compressor"):
-        for opt, o in card.options.items():
-            out.append(Param(f"{card.name}_{opt}", o.type, o.default, f"{card.name}: {o.help}", unit=o.unit, lo=o.lo,
-                             hi=o.hi, choices=o.choices, optional=o.optional))
+    out += _card_params("compressor")
     return [dataclasses.replace(p, group="compressor") for p in out]
+
+
+def _card_params(kind: str) -> list[Param]:
+    """The options of every card of one kind, each a run parameter `<card>_<option>` (`--delta-codec`)."""
+    return [Param(f"{card.name}_{opt}", o.type, o.default, f"{card.name}: {o.help}", unit=o.unit, lo=o.lo, hi=o.hi,
+                  choices=o.choices, optional=o.optional, group="compressor")
+            for card in cards.of(kind) for opt, o in card.options.items()]
 
 
 PARAMS: list[Param] = [
@@ -310,7 +308,8 @@ PARAMS: list[Param] = [
     Param("weight_decay", float, 0.0, "AdamW decoupled weight decay of the adapter (0: off)", lo=0.0, hi=1.0),
     Param("max_grad_norm", float, 0.0, "clip the decoded gradient's global L2 norm to this before AdamW, on every "
           "replica (0: off)", lo=0.0, hi=1e6),
-    Param("task", str, "digits", "task name (digits, countdown, knights_knaves, or an installed plugin's)"),
+    Param("task", str, "digits", "task name (" + ", ".join(c.name for c in cards.in_tree("task"))
+          + ", or an installed plugin's)"),
     Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
           "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
     Param("base_steps", int, 100, "supervised steps on gold answers of the student's base (trained here once, "
@@ -343,10 +342,7 @@ PARAMS: list[Param] = [
           "(seed, worker, batch): wN:exp:MEAN (exponential) or wN:fixed:SECONDS, comma list, e.g. w2:exp:2s; "
           "the worker sleeps it after computing each batch (events: the straggle phase)", optional=True),
     *_compressor_params(),
-    Param("delta_codec", str, "zstd", "delta: codec of the changed elements' indices + values (zstd: fewer bytes; "
-          "lz4: faster)", choices=DELTA_CODECS, group="compressor"),
-    Param("delta_dtype", str, "bf16", "delta: dtype of the shipped adapter whose changed elements are sent (bf16: "
-          "what full-bf16 ships)", choices=FLOAT_DTYPES, group="compressor"),
+    *_card_params("method"),   # delta's --delta-codec, --delta-dtype (trainers/cards/methods.py)
     # the data-parallel family (trainers/dataparallel, trainers/optim/lordo.py); --updates counts optimizer steps
     Param("lordo_k", int, 8, "data-parallel: local steps between syncs (diloco, lordo)", unit="steps", lo=1,
           hi=1_000_000),
@@ -440,7 +436,8 @@ def parse_value(name: str, raw: Any) -> Any:
 # ---- methods (names only; trainers/hilo/methods.py builds them) -----------------------------------
 
 def method_names() -> list[str]:
-    return sorted(FULL_METHODS) + ["rank-R"] + list(DELTA_METHODS) + compressor_names() + dp_method_names()
+    """Every method as help and `harness methods` list them (a family by its spelling: rank-R)."""
+    return [n for c in cards.of("method") for n in (c.spelled or (c.name,))] + compressor_names() + dp_method_names()
 
 
 def check_combinations(values: Mapping[str, Any]) -> None:
@@ -556,34 +553,31 @@ def resolve_group_size(objective: str, group_size: int | None) -> int:
 
 
 def dp_method_names() -> list[str]:
-    return (list(DP_METHODS) + ["lordo-{global,local}-{none,lowrank,fullrank}",
-                                "lordo-{global,local}-fullrank-{gradient,reduced,reapplied}"]
-            + sorted(set(plugins.names("dataparallel")) - set(DP_METHODS)))
+    """The data-parallel methods: each card's name, then its families' spellings, then class plugins."""
+    carded = cards.of("dataparallel")
+    return ([c.name for c in carded] + [s for c in carded for s in c.spelled]
+            + sorted(set(plugins.names("dataparallel")) - {c.name for c in carded}))
 
 
 def is_data_parallel(name: str) -> bool:
     """A data-parallel method (aggregator + dp workers instead of learner + workers)."""
-    m = DP_METHOD.match(name)
-    if m:
-        lordo = m.group(1).startswith("lordo")
-        return (m.group(2) is None or lordo) and (m.group(3) is None or (lordo and m.group(2) == "fullrank"))
-    return name in plugins.names("dataparallel")
+    return cards.match("dataparallel", name) is not None or name in plugins.names("dataparallel")
 
 
 def check_method(name: str) -> str:
-    rank = RANK_METHOD.match(name)
-    if rank:   # rank-R trains at LoRA rank R: the cap of --lora-rank holds for it
+    found = method_card(name)
+    rank = found[1].get("lora_rank") if found else None
+    if rank is not None:   # rank-R trains at LoRA rank R: the cap of --lora-rank holds for it
         hi = int(get("lora_rank").hi)
-        if len(rank.group(1)) > len(str(hi)) or int(rank.group(1)) > hi:
+        if rank > hi:
             raise SpecError(f"--method: {quote(name)}: the rank must be within 1 and {hi} (as --lora-rank)")
-    if (name in FULL_METHODS or name in DELTA_METHODS or RANK_METHOD.match(name) or name in compressor_names()
-            or is_data_parallel(name)):
+    if found is not None or name in compressor_names() or is_data_parallel(name):
         try:   # one name offered by two plugin distributions
             plugins.check_unique("dataparallel" if is_data_parallel(name) else "compressor", name)
         except plugins.PluginError as err:
             raise SpecError(f"--method: {err}") from None
         return name
-    valid = [*FULL_METHODS, *DELTA_METHODS, "rank-R", *compressor_names(), *DP_METHODS,
+    valid = [*(c.name for c in cards.of("method")), *compressor_names(), *(c.name for c in cards.of("dataparallel")),
              *plugins.names("dataparallel")]
     raise SpecError(f"--method: {plugins.unknown_name('method', 'methods', name, valid)}")
 
@@ -598,8 +592,9 @@ def takes_budget(method: str, values: dict[str, Any] | None = None) -> bool:
 def compressor_options(method: str, values: dict[str, Any]) -> dict[str, Any]:
     """The options of `method`'s compressor from run parameter values (empty for full methods;
     delta's codec and ship dtype)."""
-    if method in DELTA_METHODS:
-        return {"codec": values["delta_codec"], "dtype": values["delta_dtype"]}
+    card = cards.match("method", method)
+    if card is not None:   # a HiLo method's own options (delta's codec and ship dtype)
+        return {opt: values[f"{card[0].name}_{opt}"] for opt in card[0].options}
     if method not in compressor_names():
         return {}
     out = {k: values[k] for k in COMMON_OPTIONS}

@@ -1,9 +1,10 @@
 """The cost model's bytes: what each method ships per update, from the adapter's factor shapes alone
 (pure, torch-free).
 
-`full`/`full-bf16`/`rank-R` ship a wire tensor table (`trainers/protocol/wire.py pack_tensors`);
-`delta` its changed elements; every compressor one `HLOC` container, counted by the byte rule on its
-card (trainers/cards); a plugin compressor without one states its own (`Compressor.stated_bytes`,
+Every method is counted by the byte rule on its card (trainers/cards): `full`/`full-bf16`/`rank-R` ship
+a wire tensor table (`trainers/protocol/wire.py pack_tensors`), `delta` its changed elements, every
+compressor one `HLOC` container; a method whose name implies another training rank (rank-R) is counted
+on the adapter at that rank. A plugin compressor without a rule states its own (`Compressor.stated_bytes`,
 wired in by harness/projection/inputs.py). The shapes are read by `trainers.model.models.lora_shapes`
 from the model instantiated on the meta device; this module only takes the list.
 """
@@ -13,19 +14,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from trainers import cards, spec
-from trainers.cards.sizes import DTYPE_BYTES, tensor_table_bytes
+from trainers import spec
+from trainers.cards.methods import DELTA_HEADER_BYTES, DELTA_INDEX_BYTES, TYPICAL_VERSION  # noqa: F401 (re-exported)
+from trainers.cards.sizes import DTYPE_BYTES
 
-DELTA_HEADER_BYTES = 48        # trainers/compress/delta.py HEADER
-DELTA_INDEX_BYTES = 4          # trainers/compress/delta.py GAP: one uint32 gap per changed element
-# delta's bytes depend on the training run, so they are parameters (--opt delta_density=...,
-# delta_compression=...): the fraction of the shipped adapter's elements that change per update and
+# The cost model's own options of a method, `<method>_<option>` (--opt delta_density=...): delta's bytes
+# depend on the training run: the fraction of the shipped adapter's elements that change per update and
 # the codec's compressed / raw ratio. Defaults: the worst case (every element changes, no codec gain);
 # harness run's updates table measures both (delta_density; payload_bytes_down / the raw pairs).
 MODEL_OPTIONS = {"delta_density": 1.0, "delta_compression": 1.0}
-# A version number in the full methods' tensor-table meta ({"version": v}): its digits count, so
-# one typical width stands in for every update.
-TYPICAL_VERSION = 100
 
 Tensors = tuple[tuple[str, tuple[int, ...]], ...]
 # A plugin compressor's own statement of its payload bytes for a layout at a budget (label or None):
@@ -65,17 +62,21 @@ class Adapter:
 
 
 def method_options(method: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A compressor's options: its card's defaults (and the common ones) under `options`, which may
-    name them bare (`rank`) or as run parameters (`powersgd_rank`)."""
-    card = cards.find("compressor", method)
-    if card is None:
+    """A method's options: its card's defaults (a compressor's: and the common ones), the cost model's
+    own (MODEL_OPTIONS) and what its name implies, under `options`, which may name them bare (`rank`) or
+    as run parameters (`powersgd_rank`)."""
+    found = spec.method_card(method)
+    if found is None:
         return {}
-    out = {**spec.COMMON_OPTIONS, **(spec.BUDGET_OPTIONS if card.budgeted else {}), **card.defaults}
+    card, implied = found
+    common = {**spec.COMMON_OPTIONS, **(spec.BUDGET_OPTIONS if card.budgeted else {})} if card.kind == "compressor" else {}
+    own = {k[len(card.name) + 1:]: v for k, v in MODEL_OPTIONS.items() if k.startswith(card.name + "_")}
+    out = {**common, **own, **card.defaults}
     for key, value in (options or {}).items():
-        bare = key[len(method) + 1:] if key.startswith(method + "_") else key
+        bare = key[len(card.name) + 1:] if key.startswith(card.name + "_") else key
         if bare in out:
             out[bare] = value
-    return out
+    return {**out, **implied}   # what the name fixes (rank-R's rank) wins over a run's values
 
 
 def budget_bytes(adapter: Adapter, options: Mapping[str, Any]) -> int:
@@ -87,26 +88,18 @@ def budget_bytes(adapter: Adapter, options: Mapping[str, Any]) -> int:
 
 def payload_bytes(method: str, adapter: Adapter, budget: str | None = None,
                   options: Mapping[str, Any] | None = None) -> int:
-    """The update body one worker receives per update under `method`: the HiLo methods' tensor tables
-    and delta's changed elements here, a compressor's by the byte rule on its card (exact for every
-    in-tree one but spar, whose payload is its budget to within one triplet)."""
+    """The update body one worker receives per update under `method`, by the byte rule on its card (exact
+    for every in-tree method but spar, whose payload is its budget to within one triplet, and delta,
+    whose bytes are its measured density and codec ratio)."""
     spec.check_method(method)
-    if method in spec.FULL_METHODS or spec.RANK_METHOD.match(method):
-        rank = spec.RANK_METHOD.match(method)
-        shipped = adapter.at_rank(int(rank.group(1))) if rank else adapter
-        dtype = "fp32" if method == "full" else "bf16"     # full-bf16 and rank-R ship bf16 (hilo/methods.py)
-        return tensor_table_bytes(shipped.tensors, dtype, {"version": TYPICAL_VERSION})
-    if method in spec.DELTA_METHODS:   # header + codec(uint32 gaps + values) of the changed elements
-        opts = {**MODEL_OPTIONS, "delta_dtype": spec.get("delta_dtype").default, **(options or {})}
-        changed = opts["delta_density"] * adapter.n_params
-        raw = changed * (DELTA_INDEX_BYTES + DTYPE_BYTES[opts["delta_dtype"]])
-        return DELTA_HEADER_BYTES + math.ceil(raw * opts["delta_compression"])
-    card = cards.find("compressor", method)
-    if card is not None and card.payload_bytes is not None:   # the compressor's own rule, on its card
+    found = spec.method_card(method)
+    card = found[0] if found is not None and found[0].kind != "dataparallel" else None
+    if card is not None and card.payload_bytes is not None:   # the method's own rule, on its card
         opts = method_options(method, options)
         if budget is not None:
             opts["budget"] = budget
-        return int(card.payload_bytes(adapter.tensors, opts, budget_bytes(adapter, opts) if card.budgeted else None))
+        shipped = adapter.at_rank(int(opts["lora_rank"])) if opts.get("lora_rank") is not None else adapter
+        return int(card.payload_bytes(shipped.tensors, opts, budget_bytes(shipped, opts) if card.budgeted else None))
     if method in adapter.stated:      # a compressor without a rule on its card: its own statement, at this budget
         return int(adapter.stated[method](adapter.tensors, budget))
     raise ValueError(f"no byte rule for method {method!r}")  # a compressor added without one

@@ -249,7 +249,8 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
         codec = cm.Codec(encode_s, replay_s, replay_s)
         codecs = dict(compute.codecs)
         for m, b in variants:
-            if m not in spec.FULL_METHODS and not spec.RANK_METHOD.match(m):
+            found = spec.method_card(m)   # full, full-bf16, rank-R ship the adapter as it is (a fixed dtype): no codec
+            if found is None or "ship_dtype" not in found[1]:
                 codecs[spec.variant_label(m, b)] = codec
         compute = replace(compute, codecs=codecs)
         if not encode_s and not replay_s and any(m in spec.compressor_names() for m, _ in variants):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.results.quality import ci95
-from trainers import spec
+from trainers import cards, spec
 
 KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]
 # The baselines each ratio is against: column suffix -> (the methods that are it, what it sends).
@@ -32,7 +32,6 @@ REFERENCES = {
 # The columns the section reads from the updates table beyond the coordinates.
 MEASURED = ("claimed_bytes_up", "claimed_bytes_down", "payload_bytes_up", "wire_bytes_up", "payload_bytes_down",
             "wire_bytes_down", "seconds_per_update", "heldout_ppl")
-K_STEP = ("diloco", "lordo-")  # methods that sync every --lordo-k steps (the rest sync every step)
 
 
 def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -43,7 +42,9 @@ def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
         return pd.Series(False, index=df.index)
     k = df["lordo_k"].astype(float)
     last = df.groupby(keys, dropna=False)["update_index"].transform("max")
-    return df["method"].astype(str).str.startswith(K_STEP) & (df["update_index"] > (last // k) * k)
+    every_k = df["method"].astype(str).map(lambda m: (found := cards.match("dataparallel", m)) is not None
+                                           and found[0].every_k)   # the card: syncs every --lordo-k steps
+    return every_k & (df["update_index"] > (last // k) * k)
 
 
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:

@@ -18,10 +18,10 @@ from trainers import spec
 
 
 def training_rank(method: str, lora_rank) -> str:
-    """rank-R trains at R; every other HiLo method at the run's --lora-rank."""
-    m = spec.RANK_METHOD.match(method)
-    if m:
-        return m.group(1)
+    """rank-R trains at R (its name implies the rank); every other HiLo method at the run's --lora-rank."""
+    found = spec.method_card(method)
+    if found is not None and found[1].get("lora_rank") is not None:
+        return str(found[1]["lora_rank"])
     return "-" if lora_rank is None or pd.isna(lora_rank) else str(int(lora_rank))
 
 
@@ -85,7 +85,7 @@ def rows(updates: pd.DataFrame, comp: pd.DataFrame) -> tuple[list[str], list[lis
         out.append([link, r["variant"], training_rank(r["method"], rank.get(r["variant"])),
                     _fmt_bytes(r.get("payload_bytes_down")),
                     "-" if frac is None or pd.isna(frac) else f"{100 * frac:.2f}%",
-                    density(updates, keys + ["variant"], key) if r["method"] in spec.DELTA_METHODS else "-",
+                    density(updates, keys + ["variant"], key),   # "-" where no update recorded one
                     _heldout(r), bytes_to_target(r),
                     "-" if pd.isna(r.get("s_per_update_median")) else f"{r['s_per_update_median']:.3f}"])
     return head, out
@@ -96,7 +96,7 @@ def section(updates: pd.DataFrame, comp: pd.DataFrame) -> list[str]:
     if comp.empty or "method" not in comp:
         return []
     methods = set(comp["method"])
-    if not any(m in spec.DELTA_METHODS or spec.RANK_METHOD.match(str(m)) for m in methods):
+    if not any((found := spec.method_card(str(m))) is not None and found[0].rival for m in methods):
         return []
     head, body = rows(updates, comp)
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]

@@ -15,17 +15,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 # Okabe & Ito (2008), the colour-blind-safe qualitative palette.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-METHOD_STYLE = {  # method -> (colour, marker); the same in every figure. A compressor's is on its card.
-    "full": ("#000000", "o"), "full-bf16": ("#999999", "D"), "rank-1": ("#56B4E9", "<"),
-    "delta": ("#555555", "*"),  # full sync's lossless rival: a darker grey than full-bf16 (a CRC colour clashed)
-    **{c.name: c.style for c in cards.of("compressor") if c.style},
-}
-DP_STYLE = {  # the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
-    "ddp": ("#000000", "d"), "lowrank-ddp": ("#0072B2", "8"), "diloco": ("#009E73", "H"),
-    "lordo-global": ("#D55E00", "^"), "lordo-global-fullrank": ("#D55E00", "D"),
-    "lordo-global-none": ("#E69F00", "v"), "lordo-global-lowrank": ("#F0E442", "<"),
-    "lordo-local": ("#CC79A7", "s"), "lordo-local-none": ("#56B4E9", "o"),
-}
+
+
+def _styles(*kinds: str) -> dict[str, tuple[str, str]]:
+    """name -> (colour, marker) of every card of `kinds` that states one (a family's other names too)."""
+    out: dict[str, tuple[str, str]] = {}
+    for card in (c for kind in kinds for c in cards.of(kind)):
+        out.update({card.name: card.style} if card.style else {})
+        out.update(card.styles)
+    return out
+
+
+# method -> (colour, marker), the same in every figure, each stated on the method's card (trainers/cards).
+METHOD_STYLE = _styles("method", "compressor")
+# the data-parallel family (its own runs): distinct pairs, none of METHOD_STYLE's, no MARKERS
+DP_STYLE = _styles("dataparallel")
 MARKERS = ">hp"  # markers no fixed method uses: an unlisted method never looks like a listed one
 PHASE_COLOURS = {"rollout": "#009E73", "send_rollouts": "#56B4E9", "receive": "#F0E442", "idle": "#DDDDDD",
                  "train": "#0072B2", "encode": "#E69F00", "send_update": "#D55E00", "decode_replay": "#CC79A7",

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from harness import cli
 
 from harness.run import commands, config, launch
-from trainers import spec
+from trainers import cards, spec
 from trainers.hilo.methods import method_for
 
 
@@ -112,14 +112,18 @@ def test_torch_free_vocabularies_agree_with_their_registries():
     from trainers.compress.base import BudgetedCompressor, Compressor
 
     assert sorted(models.available_models()) == sorted(spec.MODEL_NAMES)
-    assert tuple(objectives.in_tree()) == tuple(sorted(spec.OBJECTIVES))
+    named = {kind: [c.name for c in cards.in_tree(kind)] for kind in ("objective", "task", "dataparallel", "method")}
+    assert objectives.in_tree() == named["objective"] == ["distill", "grpo"]
     assert tuple(objectives.available()) == spec.objective_names() == spec.get("objective").choices
-    assert tuple(sorted(methods.FULL_DTYPES)) == tuple(sorted(spec.FULL_METHODS))
+    assert named["method"] == ["delta", "full", "full-bf16", "rank-R"]
+    assert [methods.get_method(n).name for n in ("delta", "full", "full-bf16", "rank-2")] == \
+        ["delta", "full", "full-bf16", "rank-2"]
     assert compress.in_tree() == sorted(spec.COMPRESSOR_OPTIONS)
     assert compress.available() == spec.compressor_names()
-    assert dataparallel.in_tree() == sorted(spec.DP_METHODS)
+    assert dataparallel.in_tree() == named["dataparallel"] == ["ddp", "diloco", "lordo-global", "lordo-local",
+                                                               "lowrank-ddp", "lowrank-ddp-dense", "lowrank-ddp-projected"]
     assert all(spec.is_data_parallel(n) for n in dataparallel.available())
-    assert set(tasks.available()) >= {"digits", "countdown", "knights_knaves"}
+    assert set(tasks.available()) >= set(named["task"]) == {"digits", "countdown", "knights_knaves"}
     assert Compressor.common_options == spec.COMMON_OPTIONS
     assert BudgetedCompressor.budget_options == spec.BUDGET_OPTIONS
     for name in compress.available():

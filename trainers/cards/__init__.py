@@ -1,14 +1,18 @@
 """One card per implementation: what the controller, the cost model, the reports and the plots know of
 a method without importing it (torch-free).
 
-A card holds a name, the `module:Class` that implements it (imported only by the services and
-`harness check`), its options with defaults and ranges (each becomes a run parameter,
-`--<name>-<option>`), whether it runs at every --budget, its byte rule for an adapter's layout (what
-the cost model calls) and its plot style. In-tree cards are the `Card(...)` entries of the modules in
-`IN_TREE`; an installed package adds its own through the entry-point group `wan_harness.cards` (a
-`Card` object in a torch-free module: docs/PLUGINS.md), the same kind of object found the same way.
-Adding a compressor is then its file and its card: the spec's flags, the registry, the CLI's checks,
-the cost model and the figures read the card.
+A card holds a name (and, for a family of names such as `rank-R` or `lordo-global-none`, the test
+that parses its names into the options each implies: `matches`), the `module:Class` that implements it
+(imported only by the services and `harness check`), its options with defaults and ranges (each becomes a
+run parameter, `--<name>-<option>`), whether it runs at every --budget, its byte rule for an adapter's
+layout (what the cost model calls) and its plot style. Kinds: "compressor", "method" (the HiLo methods
+that ship the adapter: full, full-bf16, delta, rank-R), "dataparallel", "task", "objective".
+
+In-tree cards are the `Card(...)` entries of the modules in `IN_TREE`; an installed package adds its own
+through the entry-point group `wan_harness.cards` (a `Card` object in a torch-free module:
+docs/PLUGINS.md), the same kind of object found the same way. Adding an implementation is then its file
+and its card: the spec's flags and name checks, the registry, the CLI's checks, the cost model and the
+figures read the card.
 """
 from __future__ import annotations
 
@@ -21,11 +25,18 @@ from typing import Any, Callable, Mapping
 from trainers import plugins
 
 Tensors = tuple[tuple[str, tuple[int, ...]], ...]
-# (layout, options, cap) -> payload bytes: `options` are the card's defaults under the run's values,
-# `cap` the budget in bytes for a budgeted card (None otherwise).
+# (layout, options, cap) -> payload bytes: `options` are the card's defaults under the run's values and
+# what the method's name implies, `cap` the budget in bytes for a budgeted card (None otherwise).
 ByteRule = Callable[[Tensors, Mapping[str, Any], "int | None"], int]
+# data-parallel: (synchronised tensors, optimizer step (1-based), settings: harness/projection/dpbytes.py
+# Sync, with what the name implies applied) -> (up, down) bytes one worker ships at that step.
+SyncRule = Callable[[Tensors, int, Any], "tuple[int, int]"]
+# A family's names: name -> the options the name implies ({} for the bare name), None when not its own.
+NameParser = Callable[[str], "Mapping[str, Any] | None"]
 
-IN_TREE = ("trainers.cards.compressors",)   # the modules whose module-level Card objects are this package's
+# the modules whose module-level Card objects are this package's
+IN_TREE = ("trainers.cards.compressors", "trainers.cards.methods", "trainers.cards.dataparallel",
+           "trainers.cards.tasks", "trainers.cards.objectives")
 
 
 @dataclass(frozen=True)
@@ -43,17 +54,33 @@ class Option:
 
 @dataclass(frozen=True)
 class Card:
-    kind: str                                  # "compressor" (a plugins.GROUPS key)
+    kind: str                                  # compressor | method | dataparallel | task | objective
     name: str                                  # the interface: command line, results, legends
-    impl: str                                  # "module:Class", imported on use only
+    impl: str                                  # "module:Class" (or factory), imported on use only
     options: Mapping[str, Option] = field(default_factory=dict)
     budgeted: bool = False                     # runs at every --budget (equal bytes)
     payload_bytes: ByteRule | None = None      # None: the cost model asks the class (stated_bytes)
     style: tuple[str, str] | None = None       # (colour, marker) in every figure; None: picked from the name
+    implies: Mapping[str, Any] = field(default_factory=dict)    # fixed settings of the name (not flags)
+    names: NameParser | None = None            # a family's names (rank-R); None: `name` alone
+    spelled: tuple[str, ...] = ()              # how help and error lines list the family's other names
+    styles: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # the family's other names' styles
+    sync_bytes: SyncRule | None = None         # data-parallel: bytes per step (the cost model's rule)
+    every_k: bool = False                      # data-parallel: syncs every --lordo-k steps (else every step)
+    rival: bool = False                        # HiLo method: a rival to the compressors (the report's section)
 
     @property
     def defaults(self) -> dict[str, Any]:
         return {k: o.default for k, o in self.options.items()}
+
+    def matches(self, name: str) -> dict[str, Any] | None:
+        """The settings `name` implies when it is one of this card's names (`implies` and what the family's
+        parser reads from it), else None."""
+        found = self.names(name) if self.names is not None else ({} if name == self.name else None)
+        return None if found is None else {**self.implies, **found}
+
+    def style_of(self, name: str) -> tuple[str, str] | None:
+        return self.styles.get(name) or (self.style if name == self.name else None)
 
     def load(self) -> type:
         """The implementing class (imports it: torch for compressors)."""
@@ -65,18 +92,20 @@ class CardError(ValueError):
     """A card that is malformed or names itself twice (one line)."""
 
 
-_IN_TREE: set[tuple[str, str]] = set()
+@functools.lru_cache(maxsize=None)
+def _own() -> tuple[Card, ...]:
+    """The in-tree cards (what a plugin may not take: they are read before any plugin's)."""
+    found: dict[tuple[str, str], Card] = {}
+    for module in IN_TREE:
+        for card in vars(importlib.import_module(module)).values():
+            if isinstance(card, Card):
+                _add(found, card, module)
+    return tuple(found.values())
 
 
 @functools.lru_cache(maxsize=None)
 def _all() -> tuple[Card, ...]:
-    found: dict[tuple[str, str], Card] = {}
-    _IN_TREE.clear()
-    for module in IN_TREE:   # in-tree first: a plugin may not take an in-tree name
-        for card in vars(importlib.import_module(module)).values():
-            if isinstance(card, Card):
-                _add(found, card, module)
-                _IN_TREE.add((card.kind, card.name))
+    found = {(c.kind, c.name): c for c in _own()}   # in-tree first: a plugin may not take an in-tree name
     for name in plugins.names("card"):
         try:
             card = plugins.load("card", name)
@@ -106,11 +135,26 @@ def find(kind: str, name: str) -> Card | None:
     return next((c for c in _all() if c.kind == kind and c.name == name), None)
 
 
+def match(kinds: str | tuple[str, ...], name: str) -> tuple[Card, dict[str, Any]] | None:
+    """(the card of one of `kinds` that answers to `name`, the settings the name implies), or None."""
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    for card in _all():
+        if card.kind in kinds and (found := card.matches(name)) is not None:
+            return card, found
+    return None
+
+
+def is_in_tree(name: str) -> bool:
+    """Whether an in-tree card of any kind answers to `name` (patterns too: rank-R): a plugin may not take it."""
+    return any(c.matches(name) is not None for c in _own())
+
+
 def in_tree(kind: str) -> list[Card]:
     """The cards of this package's own modules (IN_TREE)."""
-    return [c for c in of(kind) if (kind, c.name) in _IN_TREE]
+    return sorted((c for c in _own() if c.kind == kind), key=lambda c: c.name)
 
 
 def refresh() -> None:
     """Forget the cards found (after installing a plugin in the same process: tests)."""
     _all.cache_clear()
+    _own.cache_clear()

@@ -1,12 +1,10 @@
 """`ddp`: every step each worker uploads its whole gradient; the aggregator averages; every replica runs Adam."""
 from __future__ import annotations
 
-from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, DataParallelMethod
 from trainers.optim.lordo import MatrixAdam, adam_step
 
 
-@register("ddp")
 class DDP(DataParallelMethod):
 
     def __init__(self, params, cfg, worker=1):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, DataParallelMethod
 from trainers.optim.lordo import MatrixAdam, adam_step
 
 
-@register("diloco")
 class DiLoCo(DataParallelMethod):
 
     def __init__(self, params, cfg, worker=1):

@@ -29,7 +29,6 @@ from typing import ClassVar
 
 import torch
 
-from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, Aggregator, DataParallelMethod, mean_tables
 from trainers.optim.lordo import MatrixAdam, adam_step, random_projection, top_r
 
@@ -163,11 +162,9 @@ class LordoAggregator(Aggregator):
         return {k: down[k] for k in sorted(down)}
 
 
-@register("lordo-global")
 class LordoGlobal(LoRDO):
     projection = "global"
 
 
-@register("lordo-local")
 class LordoLocal(LoRDO):
     projection = "local"

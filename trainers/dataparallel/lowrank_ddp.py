@@ -13,12 +13,10 @@ the update is Q (u_hat / den)), and refreshes Q from it every `refresh` steps (f
 """
 from __future__ import annotations
 
-from trainers.dataparallel import register
 from trainers.dataparallel.base import ELEMENT_BYTES, DataParallelMethod
 from trainers.optim.lordo import MatrixAdam, adam_step, top_r
 
 
-@register("lowrank-ddp-projected")
 class LowRankDDP(DataParallelMethod):
     """Q^T G on the wire (r x l per low-rank matrix per step), the full gradient at refresh steps."""
 
@@ -66,12 +64,10 @@ class LowRankDDP(DataParallelMethod):
         return n * ELEMENT_BYTES, n * ELEMENT_BYTES
 
 
-@register("lowrank-ddp")
 class LowRankDDPLegacyName(LowRankDDP):
     """`lowrank-ddp-projected` under its name before the split (old results and flags read the same)."""
 
 
-@register("lowrank-ddp-dense")
 class LowRankDDPDense(LowRankDDP):
     """The review's low-rank DDP: the dense gradient on the wire every step, Q only in the optimizer."""
 

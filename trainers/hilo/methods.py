@@ -14,6 +14,8 @@ plot legend.
   adapter like `full-bf16` (the lower-rank baseline, in the dtype the full-sync baseline and RL
   frameworks ship): the learner keeps its fp32 master, workers hold and sample with the
   bf16-rounded adapter, and that rounded adapter is the policy whose hash is compared.
+Each of these four is a card (trainers/cards/methods.py: name, the settings it fixes, delta's options,
+byte rule, plot style) naming its factory below.
 - every registered compressor (`identity`, `spar`, `powersgd`, `topk`, `int8`, ...): HiLo
   replay. The learner ships `compressor.encode(G)`; every replica, the learner included,
   runs the same AdamW step on `compressor.decode(payload)`.
@@ -24,14 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trainers import compress, spec
+from trainers import cards, compress, spec
 from trainers.plugins import unknown_name
-from trainers.registry import Registry
 from trainers.compress.delta import DeltaSync
 from trainers.protocol import dtypes
 
-FULL_DTYPES = {"full": torch.float32, "full-bf16": torch.bfloat16}   # names: spec.FULL_METHODS
-RANK_DTYPE = torch.bfloat16   # rank-R ships like full-bf16 (harness/projection/costmodel.py counts it so)
+# rank-R ships like full-bf16 (the dtype on its card: trainers/cards/methods.py; the cost model counts it so)
+RANK_DTYPE = torch.bfloat16
 
 
 @dataclass(frozen=True)
@@ -69,40 +70,26 @@ def method_for(params: spec.RunParams) -> Method:
     return get_method(params.method, **params.compressor_options())
 
 
-# The named methods of the full protocol, one registered factory each (options: the run's
-# compressor_options for that name). rank-R (a pattern) and every compressor (replay) are resolved
-# in get_method: their names come from spec.RANK_METHOD and the compressor registry.
-_REGISTRY: Registry[Method] = Registry("method", "methods", ())
-register = _REGISTRY.register
+# The methods of the full protocol: their cards (trainers/cards/methods.py) name these factories with the
+# settings each name implies (the shipped dtype; rank-R: the training rank) and delta's options.
+def full_sync(name: str, ship_dtype: str, lora_rank: int | None = None) -> Method:
+    return Method(name, "full", ship_dtype=dtypes.DTYPES[ship_dtype], lora_rank=lora_rank)
 
 
-@register("full")
-def _full() -> Method:
-    return Method("full", "full", ship_dtype=FULL_DTYPES["full"])
-
-
-@register("full-bf16")
-def _full_bf16() -> Method:
-    return Method("full-bf16", "full", ship_dtype=FULL_DTYPES["full-bf16"])
-
-
-@register("delta")
-def _delta(**options) -> Method:
-    opts = {"codec": spec.get("delta_codec").default, "dtype": spec.get("delta_dtype").default, **options}
-    return Method("delta", "full", ship_dtype=dtypes.DTYPES[opts["dtype"]], delta_codec=opts["codec"])
+def delta_sync(name: str, codec: str, dtype: str) -> Method:
+    return Method(name, "full", ship_dtype=dtypes.DTYPES[dtype], delta_codec=codec)
 
 
 def get_method(name: str, **compressor_options) -> Method:
     """The method called `name`; an unknown name fails with the valid ones and the close matches."""
-    if name in _REGISTRY.in_tree():
-        return _REGISTRY.get(name, **compressor_options)
-    m = spec.RANK_METHOD.match(name)
-    if m:
-        return Method(name, "full", ship_dtype=RANK_DTYPE, lora_rank=int(m.group(1)))
-    if name in compress.available():   # in-tree or a plugin (entry point wan_harness.compressors)
+    found = cards.match("method", name)
+    if found is not None:
+        card, implied = found
+        return card.load()(name, **{**card.defaults, **implied, **compressor_options})
+    if name in compress.available():   # in-tree or a plugin (a card, or entry point wan_harness.compressors)
         method = Method(name, "replay", compressor=name, compressor_options=dict(compressor_options))
         method.make_compressor()  # bad options fail here, before any process starts
         return method
-    if spec.is_data_parallel(name):  # not a learner/worker protocol: trainers/dataparallel/aggregator.py + trainers/dataparallel/worker.py
+    if spec.is_data_parallel(name):  # not a learner/worker protocol: trainers/dataparallel/aggregator.py + worker.py
         raise ValueError(f"method {name!r} is data-parallel: it runs as python -m trainers.dataparallel.aggregator / trainers.dataparallel.worker")
     raise ValueError(unknown_name("method", "methods", name, available()))

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from trainers.objectives import register
 from trainers.objectives.base import Objective, completion_logits, masked_mean, pack_for
 from trainers.model.teacher import build_teacher, load_teacher  # noqa: F401  (re-exported)
 
 ESTIMATORS = ("full", "sampled")
 
 
-@register("distill")
 class Distill(Objective):
     """Per-token reverse KL to a frozen teacher, on the student's own samples."""
 

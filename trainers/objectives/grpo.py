@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from trainers.objectives import register
 from trainers.objectives.base import Objective, completion_logprobs, masked_mean, pack_for
 from trainers.model.rollout import Rollouts
 
 AGGREGATIONS = ("token", "sequence")
 
 
-@register("grpo")
 class GRPO(Objective):
     """Group-relative advantages, PPO-style clipped ratio, optional KL to the base model."""
 

@@ -1,7 +1,8 @@
 """Training tasks, registered by name: `get_task("countdown", exactly_once=True)`.
 
-The contract every task implements is in `trainers/tasks/base.py`; a task from another package
-registers through the entry-point group `wan_harness.tasks` (docs/PLUGINS.md). A run names its task's
+The contract every task implements is in `trainers/tasks/base.py`; an in-tree task is its file and its
+card (trainers/cards/tasks.py); a task from another package registers through the entry-point group
+`wan_harness.cards` (its card) or `wan_harness.tasks` (its class: docs/PLUGINS.md). A run names its task's
 options as text (`--task-options max_people=3,max_number=9`): `parse_task_options` checks each
 key against the task constructor's keywords and types the value like the keyword's default.
 """
@@ -13,8 +14,7 @@ from typing import Any
 from trainers.registry import Registry
 from trainers.tasks.base import Score, Task
 
-_REGISTRY: Registry[Task] = Registry("task", "tasks", ("trainers.tasks.countdown", "trainers.tasks.knights_knaves",
-                                                       "trainers.tasks.digits"), plugin="task", base=Task)
+_REGISTRY: Registry[Task] = Registry("task", "tasks", plugin="task", base=Task, carded=True)
 register = _REGISTRY.register
 available = _REGISTRY.available
 get_task = _REGISTRY.get

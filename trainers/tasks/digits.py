@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from trainers.tasks import register
 from trainers.tasks.base import MAX_COMPLETION_CHARS, Score, Task, check_count
 
 OPS = ("copy", "reverse", "add")
@@ -35,7 +34,6 @@ class DigitsProblem:
     b: str = ""  # second operand, "add" only
 
 
-@register("digits")
 class Digits(Task):
     """Copy / reverse / add digit strings."""
 

@@ -42,7 +42,6 @@ import random
 import re
 from dataclasses import dataclass
 
-from trainers.tasks import register
 from trainers.tasks.base import MAX_COMPLETION_CHARS, Score, Task, check_count
 
 NAMES = ("Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Iris", "Jack",
@@ -130,7 +129,6 @@ def render_compact(statement: tuple, names: tuple[str, ...], top: bool = True) -
     return text if top else f"({text})"
 
 
-@register("knights_knaves")
 class KnightsKnaves(Task):
     """Knights always tell the truth, knaves always lie: who is which?"""
 

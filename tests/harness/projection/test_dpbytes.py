@@ -15,10 +15,10 @@ import pytest
 from harness.projection import dpbytes, prediction
 from harness.projection.inputs import dp_tensors
 from harness.results import ledger, report, tables as results
-from trainers import spec
+from trainers import cards
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "dp-micro-excerpt"
-NAMES = [*spec.DP_METHODS, "lordo-global-none", "lordo-global-lowrank", "lordo-global-fullrank-reapplied",
+NAMES = [*(c.name for c in cards.in_tree("dataparallel")), "lordo-global-none", "lordo-global-lowrank", "lordo-global-fullrank-reapplied",
          "lordo-local-none", "lordo-local-fullrank"]
 
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from trainers import spec
+from trainers import cards, spec
 from trainers.dataparallel import available, get_method, resolve
 from trainers.dataparallel.base import DPConfig
 from trainers.dataparallel.inprocess import simulate
@@ -20,9 +20,15 @@ def trace(request):
 
 
 def test_registry_matches_spec():
-    assert available() == sorted(spec.DP_METHODS)
+    assert available() == [c.name for c in cards.in_tree("dataparallel")]
     assert all(spec.is_data_parallel(n) for n in NAMES)
-    assert not spec.is_data_parallel("ddp-none")
+    assert not any(spec.is_data_parallel(n) for n in ("ddp-none", "lordo-global-none-reapplied", "lordo-global-x"))
+
+
+def test_a_lordo_name_sets_its_qhm_reading():
+    cls, cfg = resolve("lordo-local-fullrank-gradient", CFG)
+    assert cls.__name__ == "LordoLocal" and (cfg.qhm, cfg.qhm_residual) == ("full-rank", "gradient")
+    assert resolve("lordo-global", CFG)[1] == CFG
 
 
 def test_unknown_name_lists_valid_ones():
