@@ -150,3 +150,107 @@ def test_a_broken_card_plugin_is_one_warning_and_stays_unknown(tmp_path):
     assert lines[0] == ("warning: card plugin 'ghost' (no_such_module_here:CARD) failed to load: "
                         "ModuleNotFoundError: No module named 'no_such_module_here'; ignored")
     assert proc.returncode == 1 and "unknown method 'ghost'" in lines[-1]
+
+
+# A data-parallel method and a task the same way: each is its file and one entry-point line.
+SCRATCH_DP_FILE = '''"""ddp2: ddp under a name of its own (the scratch data-parallel method)."""
+import functools
+
+from trainers.cards import Card
+from trainers.cards.dataparallel import dense_bytes
+
+CARD = Card("dataparallel", "ddp2", "scratch_ddp2:DDP2", sync_bytes=dense_bytes, style=("#123456", "h"))
+
+
+@functools.cache
+def _build():
+    from trainers.dataparallel.ddp import DDP
+
+    return type("DDP2", (DDP,), {"__module__": __name__})
+
+
+def __getattr__(name):
+    if name == "DDP2":
+        return _build()
+    raise AttributeError(name)
+'''
+SCRATCH_TASK_FILE = '''"""digits2: the digits task under a name of its own (the scratch task)."""
+from trainers.cards import Card
+from trainers.tasks.digits import Digits
+
+CARD = Card("task", "digits2", "scratch_digits2:Digits2")
+
+
+class Digits2(Digits):
+    """Digits, by another name."""
+'''
+DP_ENTRY_POINT, TASK_ENTRY_POINT = "ddp2 = scratch_ddp2:CARD", "digits2 = scratch_digits2:CARD"
+
+
+@pytest.fixture(scope="module")
+def scratch_dp_and_task(tmp_path_factory) -> dict:
+    site = tmp_path_factory.mktemp("site")
+    (site / "scratch_ddp2.py").write_text(SCRATCH_DP_FILE)
+    (site / "scratch_digits2.py").write_text(SCRATCH_TASK_FILE)
+    info = site / "scratch_more-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-more\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[wan_harness.cards]\n{DP_ENTRY_POINT}\n{TASK_ENTRY_POINT}\n")
+    places = {"ddp2": [site / "scratch_ddp2.py", DP_ENTRY_POINT],
+              "digits2": [site / "scratch_digits2.py", TASK_ENTRY_POINT]}
+    return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}, "places": places}
+
+
+def test_a_scratch_data_parallel_method_needs_two_places_and_then_works_by_name(scratch_dp_and_task, tmp_path):
+    assert all(len(p) == 2 for p in scratch_dp_and_task["places"].values())
+    env = scratch_dp_and_task["env"]
+    out = _python(
+        "import sys; from trainers import spec; from harness.results import style; "
+        "spec.check_method('ddp2'); "
+        "print(spec.is_data_parallel('ddp2'), 'ddp2' in spec.dp_method_names(), style.style('ddp2'), "
+        "'torch' in sys.modules)", env)
+    assert out.split() == ["True", "True", "('#123456',", "'h')", "False"]   # its card's style; torch-free
+
+    # a real (in-process) training run by name: the tensors it exchanges are its card's bytes per step
+    out = _python(
+        "from harness.projection import dpbytes; from harness.projection.inputs import dp_tensors; "
+        "from trainers.dataparallel.base import DPConfig; from trainers.dataparallel.inprocess import simulate; "
+        "t = simulate('ddp2', DPConfig(steps=3, k=2), workers=2, batch=2, seq_len=16); "
+        "rule = [dpbytes.step_bytes('ddp2', dp_tensors('micro', 'full', 8), s, dpbytes.Sync(steps=3, k=2)) "
+        "for s in (1, 2, 3)]; "
+        "print(type(t.methods[0]).name, t.data_bytes == rule == t.claimed, t.losses[-1] < t.losses[0])", env)
+    assert out.split() == ["ddp2", "True", "True"]
+
+    proc = subprocess.run([*HARNESS, "run", "--method", "ddp2", "--baseline", "ddp", "--model", "micro",
+                           "--no-emulation", "--dry-run", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0 and "ddp2" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_scratch_task_needs_two_places_and_then_works_by_name(scratch_dp_and_task, tmp_path):
+    env = scratch_dp_and_task["env"]
+    out = _python(
+        "from trainers import tasks; t = tasks.get_task('digits2', max_len=2); p = t.generate(2, seed=1)[0]; "
+        "print(t.name, 'digits2' in tasks.available(), t.score(p, t.gold(p)).correct, "
+        "tasks.parse_task_options('digits2', 'max_len=3'))", env)
+    assert out.split() == ["digits2", "True", "True", "{'max_len':", "3}"]
+    proc = subprocess.run([*HARNESS, "run", "--method", "full-bf16", "--task", "digits2", "--task-options",
+                           "max_len=2", "--model", "micro", "--no-emulation", "--dry-run", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_every_in_tree_method_card_parses_its_own_names():
+    """The name grammars live on the cards: rank-R and the lordo-* readings, each with what it implies."""
+    assert cards.match("method", "rank-3")[1] == {"ship_dtype": "bf16", "lora_rank": 3}
+    assert cards.match("method", "rank3")[1]["lora_rank"] == 3
+    assert cards.match("method", "rank-0") is None and cards.match("method", "rank-R") is None
+    assert cards.match("method", "full")[1] == {"ship_dtype": "fp32"}
+    card, implied = cards.match("dataparallel", "lordo-global-fullrank-reapplied")
+    assert card.name == "lordo-global" and implied == {"qhm": "full-rank", "qhm_residual": "reapplied"}
+    assert cards.match("dataparallel", "lordo-local-none")[1] == {"qhm": "none"}
+    assert cards.match("dataparallel", "lordo-global-none-reapplied") is None   # a reading only after -fullrank
+    assert cards.match("dataparallel", "ddp-none") is None
+    assert cards.is_in_tree("rank-12") and cards.is_in_tree("lordo-local-lowrank") and not cards.is_in_tree("halves")
+    for kind in ("method", "dataparallel", "task", "objective"):
+        assert cards.in_tree(kind), kind

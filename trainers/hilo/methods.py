@@ -31,9 +31,6 @@ from trainers.plugins import unknown_name
 from trainers.compress.delta import DeltaSync
 from trainers.protocol import dtypes
 
-# rank-R ships like full-bf16 (the dtype on its card: trainers/cards/methods.py; the cost model counts it so)
-RANK_DTYPE = torch.bfloat16
-
 
 @dataclass(frozen=True)
 class Method:
