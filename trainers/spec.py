@@ -259,7 +259,8 @@ def _card_params(kind: str) -> list[Param]:
 
 PARAMS: list[Param] = [
     # what is compared
-    Param("method", str, ("spar",), "method(s) under test, comma list: full, full-bf16, delta, rank-R, a compressor "
+    Param("method", str, ("spar",), "method(s) under test, comma list: "
+          + ", ".join(n for c in cards.in_tree("method") for n in (c.spelled or (c.name,))) + ", a compressor "
           "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + "), a data-parallel method, or an installed plugin's "
           "(docs/PLUGINS.md)", many=True),
     Param("budget", str, (RUN_BUDGET,), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)

@@ -366,7 +366,13 @@ def _ratio(base: pd.DataFrame, row: pd.Series, keys: list[str], col: str, invers
 
 EQUAL_BYTES_TOL = 0.10    # a comparison whose payload bytes differ by more than this is flagged
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-_BASE_DTYPE = {"full": "fp32", "full-bf16": "bf16"}   # what each full baseline ships
+
+
+def _whole_adapter_dtype(method: str) -> str | None:
+    """The dtype a full baseline ships the run's whole adapter in (its card's `ship_dtype`: full, full-bf16),
+    None for any other method (rank-R ships an adapter of another rank)."""
+    found = spec.method_card(method)
+    return found[1]["ship_dtype"] if found and "ship_dtype" in found[1] and "lora_rank" not in found[1] else None
 
 
 def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates: pd.DataFrame) -> pd.DataFrame:
@@ -389,9 +395,9 @@ def _equal_bytes(df: pd.DataFrame, base: pd.DataFrame, keys: list[str], updates:
         hit = _same(base, keys, [r[k] for k in keys])
         if fixed is not None and pd.notna(fixed):
             target.append(float(fixed))
-        elif not hit.empty and hit["method"].iloc[0] in _BASE_DTYPE:
+        elif not hit.empty and (shipped := _whole_adapter_dtype(str(hit["method"].iloc[0]))) is not None:
             ref = _DTYPE_BYTES.get(r.get("reference_dtype", first("reference_dtype", "bf16")), 2)
-            adapter = float(hit["payload_bytes_down"].iloc[0]) / _DTYPE_BYTES[_BASE_DTYPE[hit["method"].iloc[0]]]
+            adapter = float(hit["payload_bytes_down"].iloc[0]) / _DTYPE_BYTES[shipped]
             target.append(float(budget) * adapter * ref)
         else:
             target.append(None)

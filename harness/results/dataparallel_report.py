@@ -42,8 +42,9 @@ def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
         return pd.Series(False, index=df.index)
     k = df["lordo_k"].astype(float)
     last = df.groupby(keys, dropna=False)["update_index"].transform("max")
-    every_k = df["method"].astype(str).map(lambda m: (found := cards.match("dataparallel", m)) is not None
-                                           and found[0].every_k)   # the card: syncs every --lordo-k steps
+    methods = df["method"].astype(str)
+    every_k = methods.map({m: (found := cards.match("dataparallel", m)) is not None and found[0].every_k
+                           for m in methods.unique()})   # the card: syncs every --lordo-k steps
     return every_k & (df["update_index"] > (last // k) * k)
 
 

@@ -149,6 +149,9 @@ def is_in_tree(name: str) -> bool:
     return any(c.matches(name) is not None for c in _own())
 
 
+plugins.reserve(is_in_tree)   # a plugin that takes an in-tree card's name is ignored, in every process
+
+
 def in_tree(kind: str) -> list[Card]:
     """The cards of this package's own modules (IN_TREE)."""
     return sorted((c for c in _own() if c.kind == kind), key=lambda c: c.name)
