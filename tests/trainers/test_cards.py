@@ -1,9 +1,9 @@
-"""Cards (trainers/cards): every compressor describes itself once, and a new one needs two places.
+"""Cards (trainers/cards): every implementation describes itself once, and a new one needs two places.
 
-The scratch compressor below is a file and one registration line (an entry point of the group
-`wan_harness.cards`, as an installed package declares it); nothing in this repository changes, and
-the name then works everywhere: the run spec's flags and checks, the registry, the cost model, a
-projection figure and a real run."""
+The scratch compressor, data-parallel method and task below are each a file and one registration line
+(an entry point of the group `wan_harness.cards`, as an installed package declares it); nothing in this
+repository changes, and the name then works everywhere: the run spec's flags and checks, the registry,
+the cost model, a figure's style and a real run."""
 from __future__ import annotations
 
 import os

@@ -57,5 +57,5 @@ DELTA = Card("method", "delta", "trainers.hilo.methods:delta_sync", {
     payload_bytes=delta_bytes, style=("#555555", "*"), rival=True)
 # The lower-rank baseline: in the dtype the full-sync baseline and RL frameworks ship.
 RANK = Card("method", "rank-R", "trainers.hilo.methods:full_sync", implies={"ship_dtype": "bf16"},
-            names=rank_names, spelled=("rank-R",), payload_bytes=adapter_bytes, styles={"rank-1": ("#56B4E9", "<")},
+            names=rank_names, payload_bytes=adapter_bytes, styles={"rank-1": ("#56B4E9", "<")},
             rival=True)
