@@ -542,14 +542,20 @@ def check_run(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     return pairs
 
 
+PLUGIN_GROUP_SIZE = 2   # an objective without a card samples a group, as grpo does (docs/PLUGINS.md)
+
+
 def resolve_group_size(objective: str, group_size: int | None) -> int:
-    """Samples per problem: as given, else 1 for distill and 2 for grpo (whose advantages are
-    normalised within a group: a group of one has none)."""
+    """Samples per problem: as given, else the objective's card's (1 for distill: the teacher scores every
+    sample; 2 for grpo, whose advantages are normalised within a group: a group of one has none)."""
+    found = cards.match("objective", objective)
+    facts = found[1] if found is not None else {}
     if group_size is None:
-        return 1 if objective == "distill" else 2
-    if objective == "grpo" and group_size < 2:
-        raise SpecError(f"--group-size: {group_size} gives grpo no group to normalise its advantages against "
-                        "(every advantage 0); use 2 or more")
+        return int(facts.get("group_size", PLUGIN_GROUP_SIZE))
+    least = int(facts.get("min_group_size", 1))
+    if group_size < least:
+        raise SpecError(f"--group-size: {group_size} gives {objective} no group to normalise its advantages against "
+                        f"(every advantage 0); use {least} or more")
     return group_size
 
 
