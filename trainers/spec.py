@@ -10,6 +10,10 @@ surface is derived from this table, so a new parameter is one line here:
 - the columns of the results tables (`harness/results/tables.py` reads them from config.json);
 - the keys of a sweep grid.
 
+A second table, `SERVICE_PARAMS`, holds the services' own plumbing flags (listen address, timeouts, limits),
+built with the same `Param` (trainers/service_args.py parses them; `service_argv` builds them);
+`harness project`'s flags are a table of these entries and the cost model's own (harness/projection/params.py).
+
 `where` says who owns a parameter: "service" parameters are what every replica must agree on
 (they reach the learner's argv and WELCOME); "link" parameters shape the emulated network;
 "harness" parameters only steer the controller. `many` parameters take a comma list on the
