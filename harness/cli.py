@@ -6,6 +6,7 @@ import inspect
 import typer
 
 from harness.run.flags import extra, spec_command, usage_error
+from harness.projection import params as projection_params
 from trainers import spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -263,74 +264,29 @@ def bench_compress(
 
 # ---- cost model (harness/projection/costmodel.py): what a method would do at a scale this box cannot run
 
-@app.command()
-def project(
-        model: str = typer.Option("qwen2.5-1.5b", help="a named model (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, "
-                                  "qwen3-1.7b, llama-3.2-1b, micro, tiny, small) or a folder with config.json"),
-        lora_rank: int = typer.Option(None, "--lora-rank", help="LoRA rank, all seven projections \\[default: "
-                                      "harness run's, 8; with --from: that run's]"),
-        workers: int = typer.Option(spec.get("workers").default, help="workers (one default with harness run's: "
-                                    "`harness project` alone projects the run `harness run` alone measures; "
-                                    "up to 1048576)"),
-        bw: str = typer.Option(None, help="worker link rate each way, tc units (e.g. 62.5mbit); default: the "
-                               "profile's, else unshaped"),
-        delay: str = typer.Option(None, help="one-way delay per direction of each worker link, e.g. 20ms"),
-        loss: str = typer.Option(None, help="random loss per direction, e.g. 0.1%"),
-        profile: str = typer.Option(None, help="a WAN profile (name or YAML): worker and learner links; "
-                                    "--bw/--delay/--loss override its worker defaults"),
-        learner_bw: str = typer.Option(None, "--learner-bw", help="the learner's own link rate: every copy "
-                                       "shares it (default: unshaped, each worker link is the bottleneck)"),
-        relay_fanout: int = typer.Option(None, "--relay-fanout", help="relay tree of this fan-out instead of a star"),
-        method: str = typer.Option(None, help="method(s), comma list (as on harness run) \\[default: harness "
-                                   "run's; with --from: that run's]"),
-        budget: str = typer.Option(None, help="budget(s) of spar/topk, comma list, % of the bf16 adapter "
-                                   "\\[default: harness run's; with --from: that run's]"),
-        baseline: str = typer.Option(None, help="the method speedups are against \\[default: harness run's, "
-                                     "full-bf16 (the paper's); with --from: that run's]"),
-        pipeline: str = typer.Option("0,1", help="pipelining depth(s): 0, 1 or 0,1"),
-        compute_s: float = typer.Option(None, "--compute-s", help="compute per update, seconds (rollout + train)"),
-        rollout_s: float = typer.Option(None, "--rollout-s", help="a worker's rollout time (overrides the split)"),
-        train_s: float = typer.Option(None, "--train-s", help="the learner's training time (overrides the split)"),
-        rollout_share: float = typer.Option(8 / 14, "--rollout-share", help="share of --compute-s that is "
-                                            "rollout (default 8/14, the HiLo paper's)"),
-        encode_s: float = typer.Option(0.0, "--encode-s", help="compressed methods: the learner's encode, seconds"),
-        replay_s: float = typer.Option(0.0, "--replay-s", help="compressed methods: decode + optimizer step on "
-                                       "each replica, seconds"),
-        send: str = typer.Option("blocking", help="blocking (this harness: the learner waits for its sends) | "
-                                 "background (the learner trains while updates drain)"),
-        cc: str = typer.Option("cubic", help="TCP congestion control: cubic | reno | bbr (the loss ceiling)"),
-        mtu: int = typer.Option(1500, help="link MTU, bytes"),
-        rollout_bytes: int = typer.Option(None, "--rollout-bytes", help="one worker's rollout message, bytes "
-                                          "(default: measured with --from, else 0)"),
-        from_run: str = typer.Option(None, "--from", help="fit the compute terms on this measured run folder"),
-        shared_cores: str = typer.Option(None, "--shared-cores", help="learner and workers share this many cores "
-                                         "(an emulated run on one box; --from: the run's own), or none"),
-        opt: list[str] = typer.Option(None, "--opt", help="compressor option as NAME=VALUE, e.g. powersgd_rank=4 "
-                                      "(repeatable)"),
-        validate: list[str] = typer.Option(None, "--validate", help="with --from: predict these measured runs "
-                                           "(or sweeps) and print predicted vs measured (repeatable)"),
-        json_out: bool = typer.Option(False, "--json", help="print {\"methods\": [...]} as JSON"),
-        figures_dir: str = typer.Option(None, "--figures", help="also write the figures (PDF + PNG) here")):
-    """Project seconds per update, bytes and speedup of each method from the cost model (no run)."""
+def _project(values: dict, from_run: str | None, opt: list[str] | None, validate: list[str] | None, json_out: bool,
+             figures_dir: str | None) -> int:
     from harness.projection import commands
-    if validate:
-        if not from_run:
-            raise usage_error(ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)"))
-        try:
-            raise typer.Exit(commands.validate_cmd(from_run, validate, figures_dir, json_out))
-        except (ValueError, FileNotFoundError) as err:
-            raise usage_error(err) from None
     try:
-        code = commands.main(json_out, figures_dir, model=model, lora_rank=lora_rank, workers=workers, bw=bw,
-                               delay=delay, loss=loss, profile=profile, learner_bw=learner_bw,
-                               relay_fanout=relay_fanout, method=method, budget=budget, baseline=baseline,
-                               pipeline=pipeline, compute_s=compute_s, rollout_s=rollout_s, train_s=train_s,
-                               rollout_share=rollout_share, encode_s=encode_s, replay_s=replay_s, send=send, cc=cc,
-                               mtu=mtu, rollout_bytes=rollout_bytes, from_run=from_run, shared_cores=shared_cores,
-                               opt=opt or [])
+        if validate:
+            if not from_run:
+                raise ValueError("--validate: needs --from RUN (the run the compute terms are fitted on)")
+            return commands.validate_cmd(from_run, validate, figures_dir, json_out)
+        return commands.main(json_out, figures_dir, values, from_run=from_run, opt=opt or [])
     except (ValueError, FileNotFoundError) as err:
         raise usage_error(err) from None
-    raise typer.Exit(code)
+
+
+spec_command("project", _project, [
+    extra("from_run", None, ("--from",), "fit the compute terms on this measured run folder"),
+    extra("opt", None, ("--opt",), "compressor option as NAME=VALUE, e.g. powersgd_rank=4 (repeatable)",
+          list[str] | None),
+    extra("validate", None, ("--validate",), "with --from: predict these measured runs (or sweeps) and print "
+          "predicted vs measured (repeatable)", list[str] | None),
+    extra("json_out", False, ("--json",), "print {\"methods\": [...]} as JSON", bool),
+    extra("figures_dir", None, ("--figures",), "also write the figures (PDF + PNG) here")],
+    "Project seconds per update, bytes and speedup of each method from the cost model (no run).", app,
+    table=projection_params.PARAMS)
 
 
 # ---- run / sweep / reproduce / data / power / report / plot (bodies in harness/run/; flags: harness/run/flags.py)

@@ -10,6 +10,10 @@ surface is derived from this table, so a new parameter is one line here:
 - the columns of the results tables (`harness/results/tables.py` reads them from config.json);
 - the keys of a sweep grid.
 
+A second table, `SERVICE_PARAMS`, holds the services' own plumbing flags (listen address, timeouts, limits),
+built with the same `Param` (trainers/service_args.py parses them; `service_argv` builds them);
+`harness project`'s flags are a table of these entries and the cost model's own (harness/projection/params.py).
+
 `where` says who owns a parameter: "service" parameters are what every replica must agree on
 (they reach the learner's argv and WELCOME); "link" parameters shape the emulated network;
 "harness" parameters only steer the controller. `many` parameters take a comma list on the
@@ -729,7 +733,8 @@ def add_run_args(parser, required: bool) -> None:
     optional, each a check against the learner's value)."""
     for p in params("service"):
         parser.add_argument("--" + p.name.replace("_", "-"), dest=p.name, type=str,
-                            default=p.service_default if required else None, help=p.help_text())
+                            default=p.service_default if required else None,
+                            help=p.help_text().replace("%", "%%"))   # argparse %-formats help: '% of' was a crash
 
 
 def run_params_from_args(args) -> RunParams:
@@ -744,3 +749,60 @@ def parse_expected(args) -> dict[str, Any]:
         out[p.name] = None if raw is None else _budget(raw) if p.name == "budget" else p.parse(raw)
     return out
 
+
+
+# ---- the services' own flags: the plumbing of one process, not the run ----------------------------
+# `python -m trainers.hilo.learner | trainers.hilo.worker | trainers.dataparallel.aggregator` take these
+# beside the run's service parameters: where a process listens, how long it waits, what it admits.
+# trainers/service_args.py parses them (each service names the ones it takes); harness/run/launch.py
+# builds them with `service_argv`. `worker_timeout` and `liveness` are the run's harness parameters above,
+# handed to the learner as they are.
+
+SERVICE_PARAMS: list[Param] = [dataclasses.replace(p, where="process") for p in [
+    Param("run_dir", str, None, "the cell's folder: event files, summary.json, learner.addr"),
+    Param("listen", str, "127.0.0.1:0", "HOST:PORT the learner (aggregator) listens on (port 0: any free port)"),
+    Param("learner", str, None, "HOST:PORT of the learner (aggregator) a worker joins"),
+    Param("worker_id", int, None, "this worker's number, unique in the run (w1..wN)", lo=1, hi=get("workers").hi),
+    Param("join_timeout", float, 300.0, "seconds the learner (aggregator) waits for every worker to join", unit="s",
+          lo=0.5, hi=86400.0),
+    get("worker_timeout"),
+    get("liveness"),
+    Param("handshake_timeout", float, 10.0, "seconds a new connection has to send its whole HELLO (a total "
+          "deadline)", unit="s", lo=0.01, hi=86400.0),
+    Param("token_timeout", float, 3.0, "seconds a new connection has to send the frame header that carries the run "
+          "token", unit="s", lo=0.01, hi=86400.0),
+    Param("max_pending_connections", int, 64, "connections allowed in their handshake at once; one more is closed "
+          "at once", unit="connections", lo=1, hi=65536),
+    Param("max_pending_per_source", int, 48, "of those, from one address (a newcomer from a smaller holder evicts "
+          "the largest's oldest)", unit="connections", lo=1, hi=65536),
+    Param("max_frame_bytes", int, 64 << 20, "largest frame body accepted from a worker", unit="bytes", lo=1 << 10,
+          hi=1 << 40),
+    Param("threads", int, 1, "torch threads (one keeps replay bit-exact at any core count and a small box usable)",
+          lo=1, hi=1024),
+    Param("resume", str, None, "continue a stopped learner from its snapshot file (the same run parameters; "
+          "workers rejoin and are caught up)", optional=True),
+    Param("connect_timeout", float, 60.0, "seconds a worker keeps trying to connect (and join)", unit="s", lo=0.1,
+          hi=86400.0),
+    Param("update_timeout", float, 600.0, "seconds a worker waits for a message from the learner before it gives "
+          "up", unit="s", lo=0.1, hi=86400.0),
+    Param("reconnects", int, 3, "times a worker rejoins after a lost connection (the learner catches it up)",
+          lo=0, hi=1000),
+]]
+
+
+def service_param(name: str) -> Param:
+    for p in SERVICE_PARAMS:
+        if p.name == name:
+            return p
+    raise KeyError(name)
+
+
+def service_argv(**values: Any) -> list[str]:
+    """Plumbing values -> a service's flags, in the order given, each checked as the service will parse it
+    (a bad value fails here, in the harness, not in a process started in a namespace)."""
+    argv = []
+    for name, raw in values.items():
+        p = service_param(name)
+        if (value := p.parse(raw)) is not None:
+            argv += [p.flag, str(value)]
+    return argv

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.projection import costmodel as cm
 from harness.projection.figures import figures, validation_figure
 from harness.projection.inputs import Inputs, build, run_defaults
+from harness.projection import params
 from harness.projection.validate import validate, validation_table
 from harness import readers, units
 
@@ -68,13 +69,17 @@ def table_text(inputs: Inputs, rows: list[cm.Prediction]):
     return t
 
 
-def main(as_json: bool, figures_dir: str | None, **flags) -> int:
+def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | None = None,
+         opt: list[str] | tuple[str, ...] = ()) -> int:
+    """`values`: the raw value of each parameter of params.PARAMS by name (None: not given), as the command
+    line gives them."""
     import json
     import sys
 
     if figures_dir:   # a folder that cannot be written is one line before anything is computed or printed
         readers.check_output_dir(figures_dir, "--figures")
-    inputs = build(**run_defaults(flags))
+    params.parse(values)   # a bad flag is one line before --from's run is read
+    inputs = build(**params.parse(run_defaults({**values, "from_run": from_run})), from_run=from_run, opt=list(opt))
     rows = project(inputs)
     if as_json:
         print(json.dumps(to_json(inputs, rows), indent=1))

@@ -7,7 +7,6 @@ an optional relay tree), and the compute per update (given, or fitted from a mea
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -169,57 +168,22 @@ def network(workers: int, bw: str | None, delay: str | None, loss: str | None, p
     return net, rate
 
 
-def check_numbers(**values: float | None) -> None:
-    """The numbers of `harness project` are finite and in range: seconds >= 0 (--compute-s > 0: a
-    speedup divides by it; --compute-s -1 was a ZeroDivisionError, nan a table of nan), the rollout
-    share within 0..1, rollout bytes >= 0; --rollout-s and --train-s together not both 0."""
-    for name, v in values.items():
-        if v is None:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{flag}: {v!r} is not a finite number")
-        if v < 0 or (name == "compute_s" and v == 0):
-            raise ValueError(f"{flag}: {v!r} must be {'> 0' if name == 'compute_s' else '>= 0'}")
-        if name == "rollout_share" and v > 1:
-            raise ValueError(f"{flag}: {v!r} is a fraction, within 0 and 1")
-    if values.get("rollout_s") == 0 and values.get("train_s") == 0 and values.get("compute_s") is None:
-        raise ValueError("--rollout-s/--train-s: both 0 leave no compute per update")
-
-
 def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: str | None, loss: str | None,
-          profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: str, budget: str,
-          baseline: str, pipeline: str, compute_s: float | None, rollout_s: float | None, train_s: float | None,
-          rollout_share: float, encode_s: float, replay_s: float, send: str, cc: str, mtu: int,
-          rollout_bytes: int | None, from_run: str | None, shared_cores: str | None, opt: list[str]) -> Inputs:
-    """Every flag of `harness project`, validated (ValueError: one line naming the flag)."""
+          profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: tuple[str, ...],
+          budget: tuple[str, ...], baseline: str, pipeline: tuple[int, ...], compute_s: float | None,
+          rollout_s: float | None, train_s: float | None, rollout_share: float, encode_s: float, replay_s: float,
+          send: str, cc: str, mtu: int, rollout_bytes: int | None, from_run: str | None, shared_cores: int | None,
+          opt: list[str]) -> Inputs:
+    """`harness project`'s values, each parsed by its parameter (harness/projection/params.py), checked
+    together and with what they name: the model, the methods, the options, the profile, the run
+    (ValueError: one line naming the flag)."""
     spec.check_model(model)
-    check_numbers(compute_s=compute_s, rollout_s=rollout_s, train_s=train_s, encode_s=encode_s, replay_s=replay_s,
-                  rollout_share=rollout_share, rollout_bytes=rollout_bytes)
-    if not 1 <= workers <= 1 << 20:
-        raise ValueError(f"--workers: {workers} is outside [1, 1048576]")
-    if not 1 <= lora_rank <= 4096:
-        raise ValueError(f"--lora-rank: {lora_rank} is outside [1, 4096]")
-    methods = [spec.check_method(m.strip()) for m in method.split(",") if m.strip()]
-    budgets = spec.parse_value("budget", budget)
+    methods = [spec.check_method(m) for m in method]
     spec.check_method(baseline)
     opts = parse_options(opt)   # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
-    variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m, opts) else None) for m in methods for b in budgets))
-    try:
-        pipelines = tuple(sorted({int(x) for x in pipeline.split(",") if x.strip()}))
-    except ValueError:
-        raise ValueError(f"--pipeline: {pipeline!r} is not 0, 1 or 0,1") from None
-    if not pipelines or set(pipelines) - {0, 1}:
-        raise ValueError(f"--pipeline: {pipeline!r} is not 0, 1 or 0,1")
-    if send not in cm.SEND_MODES:
-        raise ValueError(f"--send: {send!r} is not one of {', '.join(cm.SEND_MODES)}")
-    if cc not in cm.CONGESTION_CONTROLS:
-        raise ValueError(f"--cc: {cc!r} is not one of {', '.join(cm.CONGESTION_CONTROLS)}")
-    if not 576 <= mtu <= 65535:
-        raise ValueError(f"--mtu: {mtu} is outside [576, 65535]")
-    if relay_fanout is not None and relay_fanout < 1:
-        raise ValueError(f"--relay-fanout: {relay_fanout} must be >= 1")
-    cores = None if shared_cores in (None, "none", "") else int(shared_cores)
+    variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m, opts) else None) for m in methods for b in budget))
+    pipelines = tuple(sorted(pipeline))
+    cores = shared_cores
     options = parse_options(opt)
     try:
         net, rate = network(workers, bw, delay, loss, profile, learner_bw, relay_fanout, cc, mtu)

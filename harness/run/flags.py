@@ -18,7 +18,8 @@ def usage_error(err: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-_PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training"}
+_PANELS = {"compressor": "Compressor options", "service": "Training", "link": "Network", "harness": "Training",
+           "compute": "Compute per update"}   # compute: harness project's (harness/projection/params.py)
 
 
 def _help(text: str) -> str:
@@ -73,13 +74,14 @@ def _switches(values: dict, negations: dict) -> dict:
 
 def spec_command(name: str, body: str | Callable[..., int | None], extra: list[inspect.Parameter], doc: str,
                  target: typer.Typer, as_list: bool = False, where: str | None = None,
-                 hidden: tuple[str, ...] = ()) -> None:
+                 hidden: tuple[str, ...] = (), table: list | None = None) -> None:
     """Register `name` with one option per run-spec parameter (trainers/spec.py) plus `extra`;
     `body(values, **extra)` gets the spec values keyed by parameter name and returns the exit code;
     `body` may be "module:function", imported only when the command runs (the command list stays fast).
     `hidden`: spec names whose flags the help leaves out; still parsed, so `body` refuses them in one line
-    (typer's own "No such option" is a framed box)."""
-    chosen = spec.params(where)   # where="link": only the network's flags (harness wrap)
+    (typer's own "No such option" is a framed box). `table`: spec Params of the command's own
+    instead of the run spec's (harness project: harness/projection/params.py)."""
+    chosen = table if table is not None else spec.params(where)   # where="link": only the network's (harness wrap)
     names = [p.name for p in chosen]
     params = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann)
               for p in chosen for ann, opt in [_spec_option(p, as_list, p.name in hidden)]]

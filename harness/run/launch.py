@@ -349,15 +349,14 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     py = sys.executable
     try:
         centre, worker = service_modules(cell.variant.method)
-        procs.start("learner", "learner", [py, "-m", centre, "--run-dir", str(cell_dir), "--listen", listen,
-                                           "--join-timeout", str(JOIN_TIMEOUT_S), "--worker-timeout",
-                                           str(cfg.worker_timeout), "--liveness", str(cfg.liveness),
-                                           *run_flags(cfg, cell)], cell_dir, env)
+        procs.start("learner", "learner", [py, "-m", centre, *spec.service_argv(
+            run_dir=str(cell_dir), listen=listen, join_timeout=JOIN_TIMEOUT_S, worker_timeout=cfg.worker_timeout,
+            liveness=cfg.liveness), *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         times["listening_t"] = time.monotonic()
         for w in range(1, cfg.workers + 1):
-            procs.start(f"w{w}", f"w{w}", [py, "-m", worker, "--learner", address, "--worker-id", str(w),
-                                           "--run-dir", str(cell_dir)], cell_dir, env)
+            procs.start(f"w{w}", f"w{w}", [py, "-m", worker, *spec.service_argv(
+                learner=address, worker_id=w, run_dir=str(cell_dir))], cell_dir, env)
         times["workers_started_t"] = time.monotonic()
         end = time.monotonic() + CELL_TIMEOUT_S
         while procs.alive() and time.monotonic() < end:

@@ -30,9 +30,7 @@ claimed_bytes_down (the method's formula, per worker); the subspace overlap is i
 """
 from __future__ import annotations
 
-import argparse
 import errno
-import math
 import queue
 import signal
 import socket
@@ -49,8 +47,9 @@ from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer, Tally, atomic_write_text, write_summary
-from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
-from trainers.spec import RunParams, add_run_args, run_params_from_args
+from trainers.process import die_with_parent, log, set_threads
+from trainers import service_args
+from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
 
 PROCESS = "learner"          # the event file's name: results.py reads the star's centre as the learner
@@ -348,29 +347,21 @@ def _terminate(signum, _frame):
     raise SystemExit(128 + signum)
 
 
+# the aggregator's plumbing flags (trainers/spec.py SERVICE_PARAMS); the run's parameters come beside them
+AGGREGATOR_FLAGS = ("listen", "run_dir", "worker_timeout", "join_timeout", "liveness")
+
+
 def main(argv=None) -> int:
     die_with_parent()  # first thing: a harness that dies takes its services with it
-    ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.aggregator", description=__doc__.split("\n")[0])
-    ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
-    ap.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
-    ap.add_argument("--worker-timeout", type=float, default=120.0, help="seconds a sync waits for a worker's upload")
-    ap.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for every worker to join")
-    ap.add_argument("--liveness", type=float, default=LIVENESS_S,
-                    help="seconds without a byte (uploads, heartbeats) from a joined worker after which the run stops")
-    add_run_args(ap, required=True)
-    args = ap.parse_args(argv)
+    p, args = service_args.parse("trainers.dataparallel.aggregator", __doc__, AGGREGATOR_FLAGS, argv, run="given")
+    params = args.params
     try:
-        params = run_params_from_args(args)
         dp_config(params)
-        token = run_token()
-        if not args.liveness > 0 or not math.isfinite(args.liveness):
-            raise ValueError(f"--liveness must be a positive number of seconds, got {args.liveness}")
     except ValueError as err:
-        print(f"aggregator: {err}", file=sys.stderr)
-        return 2
+        p.error(str(err))
     set_threads(1)
     signal.signal(signal.SIGTERM, _terminate)
-    agg = Aggregator(params, token, args.run_dir, parse_addr(args.listen), args.worker_timeout, args.liveness)
+    agg = Aggregator(params, args.token, args.run_dir, args.listen, args.worker_timeout, args.liveness)
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{agg.address[0]}:{agg.address[1]}\n")
     log(PROCESS, f"aggregator on {agg.address[0]}:{agg.address[1]}, method {params.method}, {params.workers} workers")
     try:

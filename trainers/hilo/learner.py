@@ -27,9 +27,7 @@ main thread owns all state and acts on what arrived in `pump`.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import re
 import signal
@@ -55,9 +53,10 @@ from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
 from trainers.model.replica import OptimConfig, read_snapshot, snapshot_step
 from trainers.objectives import available as objectives, get_objective
-from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
+from trainers.process import die_with_parent, log, set_threads
+from trainers import service_args
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
-from trainers.spec import RunParams, add_run_args, run_params_from_args
+from trainers.spec import RunParams
 from trainers.protocol.wire import MessageType, WireError
 
 PROCESS = "learner"
@@ -555,47 +554,18 @@ def build_objective(name: str, teacher):
     return get_objective(name)
 
 
+# the learner's plumbing flags (trainers/spec.py SERVICE_PARAMS); the run's parameters come beside them
+LEARNER_FLAGS = ("listen", "run_dir", "worker_timeout", "liveness", "join_timeout", "handshake_timeout",
+                 "max_pending_connections", "max_pending_per_source", "token_timeout", "max_frame_bytes",
+                 "threads", "resume")
+
+
 def main(argv=None) -> int:
     die_with_parent()  # first thing: a harness that dies takes its services with it
-    p = argparse.ArgumentParser(prog="python -m trainers.hilo.learner", description=__doc__.split("\n")[0])
-    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
-    p.add_argument("--run-dir", required=True, help="run folder: event file, summary.json, learner.addr")
-    p.add_argument("--worker-timeout", type=float, default=120.0, help="seconds before a worker that sends no rollouts (or takes no byte of a send) is dropped")
-    p.add_argument("--liveness", type=float, default=LIVENESS_S,
-                   help="seconds without a byte (rollouts, hashes, heartbeats) after which a joined worker is dropped")
-    p.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for workers to join")
-    p.add_argument("--handshake-timeout", type=float, default=10.0,
-                   help="seconds a new connection has to send its whole HELLO (a total deadline)")
-    p.add_argument("--max-pending-connections", type=int, default=MAX_PENDING_CONNECTIONS,
-                   help="connections allowed in their handshake at once; one more is closed at once")
-    p.add_argument("--max-pending-per-source", type=int, default=MAX_PENDING_PER_SOURCE,
-                   help="of those, from one address (a newcomer from a smaller holder evicts the largest's oldest)")
-    p.add_argument("--token-timeout", type=float, default=TOKEN_TIMEOUT_S,
-                   help="seconds a new connection has to send the frame header that carries the run token")
-    p.add_argument("--max-frame-bytes", type=int, default=64 * 2**20, help="largest frame body accepted from a worker")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument("--resume", metavar="SNAPSHOT", help=f"continue a stopped learner from its {SNAPSHOT_FILE} "
-                   "(the same run parameters; workers rejoin and are caught up)")
-    add_run_args(p, required=True)
-    args = p.parse_args(argv)
-    try:
-        params = run_params_from_args(args)
-        if params.objective not in objectives():
-            raise ValueError(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
-        token = run_token()
-        listen = parse_addr(args.listen)
-        if not args.handshake_timeout > 0 or not math.isfinite(args.handshake_timeout):
-            raise ValueError(f"--handshake-timeout must be a positive number of seconds, got {args.handshake_timeout}")
-        if args.max_pending_connections < 1:
-            raise ValueError(f"--max-pending-connections must be >= 1, got {args.max_pending_connections}")
-        if args.max_pending_per_source < 1:
-            raise ValueError(f"--max-pending-per-source must be >= 1, got {args.max_pending_per_source}")
-        if not args.token_timeout > 0 or not math.isfinite(args.token_timeout):
-            raise ValueError(f"--token-timeout must be a positive number of seconds, got {args.token_timeout}")
-        if not args.liveness > 0 or not math.isfinite(args.liveness):
-            raise ValueError(f"--liveness must be a positive number of seconds, got {args.liveness}")
-    except ValueError as e:
-        p.error(str(e))
+    p, args = service_args.parse("trainers.hilo.learner", __doc__, LEARNER_FLAGS, argv, run="given")
+    params = args.params
+    if params.objective not in objectives():
+        p.error(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
     resume = None
     if args.resume:
         try:
@@ -613,7 +583,7 @@ def main(argv=None) -> int:
             check_resume_fits(resume, built)
         except ValueError as e:
             p.error(f"--resume {args.resume}: {e}")
-    learner = Learner(params, token, args.run_dir, listen, worker_timeout_s=args.worker_timeout,
+    learner = Learner(params, args.token, args.run_dir, args.listen, worker_timeout_s=args.worker_timeout,
                       join_timeout_s=args.join_timeout, handshake_timeout_s=args.handshake_timeout,
                       max_frame_bytes=args.max_frame_bytes, max_pending_connections=args.max_pending_connections,
                       max_pending_per_source=args.max_pending_per_source, token_timeout_s=args.token_timeout,

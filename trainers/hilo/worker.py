@@ -17,7 +17,6 @@ A worker that starts late or restarts is first brought to the learner's version:
 """
 from __future__ import annotations
 
-import argparse
 import os
 import queue
 import signal
@@ -35,9 +34,10 @@ from trainers.model.rollout import generate_rollouts
 from trainers.compress import delta
 from trainers.hilo import stack
 from trainers.hilo.stack import rollout_seed
-from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
+from trainers.process import die_with_parent, log, set_threads
+from trainers import service_args
 from trainers.protocol.join import hello
-from trainers.spec import RunParams, add_run_args
+from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType, WireError
 
 
@@ -254,34 +254,17 @@ class Worker:
         self.events.close()
 
 
+# the worker's plumbing flags (trainers/spec.py SERVICE_PARAMS); each run parameter it is given is a check
+WORKER_FLAGS = ("learner", "worker_id", "run_dir", "connect_timeout", "update_timeout", "reconnects", "threads")
+
+
 def main(argv=None) -> int:
     die_with_parent()  # first thing: a harness that dies takes its services with it
-    p = argparse.ArgumentParser(prog="python -m trainers.hilo.worker", description=__doc__.split("\n")[0])
-    p.add_argument("--learner", required=True, help="the learner's HOST:PORT")
-    p.add_argument("--worker-id", type=int, required=True, help="1..N, unique in the run")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--connect-timeout", type=float, default=60.0, help="seconds to keep trying to connect")
-    p.add_argument("--update-timeout", type=float, default=600.0, help="seconds without a message before giving up")
-    p.add_argument("--reconnects", type=int, default=3,
-                   help="times to rejoin after a lost connection (the learner catches the worker up)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
-    add_run_args(p, required=False)
-    args = p.parse_args(argv)
-    try:
-        learner = parse_addr(args.learner)
-        token = run_token()
-        if args.worker_id < 1:
-            raise ValueError(f"--worker-id must be >= 1, got {args.worker_id}")
-    except ValueError as e:
-        p.error(str(e))
+    _, args = service_args.parse("trainers.hilo.worker", __doc__, WORKER_FLAGS, argv, run="expected")
     set_threads(args.threads)
-    try:
-        expect = spec.parse_expected(args)
-    except ValueError as e:
-        p.error(str(e))
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
     for attempt in range(args.reconnects + 1):
-        worker = Worker(args.worker_id, learner, token, args.run_dir, expect, args.connect_timeout,
+        worker = Worker(args.worker_id, args.learner, args.token, args.run_dir, args.expect, args.connect_timeout,
                         args.update_timeout)
         try:
             return worker.run()

@@ -117,10 +117,10 @@ numbers = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), s
                               "replay_s": numbers, "rollout_share": numbers}))
 def test_project_numbers_are_checked(nums):
     """`harness project`'s numbers: finite and in range, or one line naming the flag (-1 was a ZeroDivisionError)."""
-    from harness.projection import inputs
+    from harness.projection import params
 
     try:
-        inputs.check_numbers(**nums, rollout_bytes=None)
+        params.parse(nums)
     except ValueError as err:
         _one_line(err)
         assert str(err).startswith("--")

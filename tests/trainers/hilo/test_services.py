@@ -288,7 +288,7 @@ def test_interrupted_run_leaves_incomplete_summary_and_readable_events(tmp_path)
     ("learner", ["--listen", "nohost"], "is not HOST:PORT"),
     ("learner", ["--method", "spar", "--budget", "200%"], "--budget: '200%' is outside"),
     ("worker", ["--learner", "nohost", "--worker-id", "1"], "is not HOST:PORT"),
-    ("worker", ["--learner", "127.0.0.1:1", "--worker-id", "0"], "--worker-id must be >= 1"),
+    ("worker", ["--learner", "127.0.0.1:1", "--worker-id", "0"], "--worker-id: '0' is outside [1, "),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, main, argv, message):
     from trainers.hilo import learner, worker
