@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import json
 import secrets
@@ -175,8 +176,9 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
 
     try:
         try:
-            cfg = regime.place(cfg, say=lambda line: None if quiet or as_json else print(line, file=sys.stderr))
-            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started)
+            say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
+            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
+                                     place=functools.partial(regime.place, say=say))
         finally:
             live.stop()
     except launch.PreflightFailed as err:  # nothing was built or written
