@@ -209,7 +209,8 @@ class Profile:
         for node in ("learner", *sorted(named), default):
             self.link(node)
         # each worker's CPU share (CPUs; None: not limited), parsed once: every other worker has the default's
-        self.__dict__["_cpus"] = {("workers" if n == default else n): self._parse_cpu(n) for n in (*sorted(named), default)}
+        self.__dict__["_cpus"] = {("workers" if n == default else n): self._parse_cpu(n)
+                                  for n in (*sorted(named), default)}
         self.__dict__["_doc"] = self._build_doc()
 
     def link(self, node: str, at_s: float = 0.0) -> LinkSpec:
