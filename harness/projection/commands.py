@@ -15,6 +15,9 @@ figures.py, validate.py (fit on one run, predict others); here the table, --json
 """
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.projection import costmodel as cm
@@ -69,9 +72,6 @@ def table_text(inputs: Inputs, rows: list[cm.Prediction]):
 
 
 def main(as_json: bool, figures_dir: str | None, **flags) -> int:
-    import json
-    import sys
-
     if figures_dir:   # a folder that cannot be written is one line before anything is computed or printed
         readers.check_output_dir(figures_dir, "--figures")
     inputs = build(**run_defaults(flags))
@@ -93,9 +93,6 @@ def main(as_json: bool, figures_dir: str | None, **flags) -> int:
 
 
 def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json: bool) -> int:
-    import json
-    from dataclasses import asdict
-
     from harness.results import files
 
     if figures_dir:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from harness.net import profiles
 from harness.projection import commratio
+from harness.results import tables
 from harness.run import launch
 from harness.run.config import RunConfig, Variant
 from trainers.events import atomic_write_json
@@ -83,8 +84,6 @@ def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Meas
     folder = path.with_suffix("")
     say(f"regime: measuring full sync's compute per update here ({commratio.FULL_SYNC}, {PILOT_UPDATES} updates, "
         f"localhost; cached in {path})")
-    from harness.results import tables
-
     shutil.rmtree(folder, ignore_errors=True)   # an interrupted earlier pilot's cells
     launch.execute(pilot_config(cfg, folder), artefacts=False)
     m = commratio.measure(tables.read(folder).updates, skip_first=PILOT_SKIP)
