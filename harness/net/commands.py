@@ -3,11 +3,14 @@ cli.py so that file stays a thin list of commands. Raises ValueError (ProfileErr
 ShaperError, UnitError) for usage errors; cli.py turns them into one line and exit code 2."""
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
 
-from harness.net import backend as backends, plan as plans, profiles, shaper, topology
+from harness.net import profiles, shaper, topology, traces
+from harness.net.backend import decide
+from harness.net.plan import build_plan, tc_commands
 
 from harness import units
 from harness.net import calibrate
@@ -38,9 +41,9 @@ def profiles_text(name, plan, workers, backend, live, yaml, tc: bool = False) ->
         return "\n".join(lines)
     prof = profiles.load(name)
     if plan:
-        chosen = backends.decide(backend, create=False).name   # printing a plan creates nothing
-        built = plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen)
-        return plans.tc_commands(built).rstrip("\n") if tc else built.to_json()
+        chosen = decide(backend, create=False).name   # printing a plan creates nothing
+        built = build_plan(prof, topology.Topology.plan("0000", workers), chosen)
+        return tc_commands(built).rstrip("\n") if tc else built.to_json()
     if tc:
         raise ValueError("--tc: prints a plan's commands, give --plan too")
     return yaml.safe_dump(prof.to_doc(), sort_keys=False)
@@ -64,8 +67,8 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
         print(f"error: --workers: {workers!r} must be within 1 and {topology.MAX_WORKERS}", file=sys.stderr)
         return 2
     if dry_run:
-        chosen = backends.decide(backend, create=False).name   # a dry run creates nothing to probe
-        print(plans.build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())
+        chosen = decide(backend, create=False).name   # a dry run creates nothing to probe
+        print(build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())
         return 0
 
     missing = doctor.problems(backend, profile=prof, workers=workers, out_dir=out)  # before anything is built
@@ -104,7 +107,6 @@ def trace_lines(rows, path: Path) -> list[str]:
     """Traced links: achieved vs the trace over the same window (mean, p10/p50/p90 of 0.5 s bins),
     the playback error per window (carried vs the recorded trace's bytes), and the schedule's
     applied-vs-due lag."""
-    import json
     lines = []
     for r in rows:
         for e in r.playback or []:
@@ -138,13 +140,11 @@ def _trace_line(name: str, t) -> str:
 
 
 def traces_list() -> str:
-    from harness.net import traces
     files = sorted(p for p in traces.TRACE_DIR.glob("*") if p.suffix in (".csv", *traces.MAHIMAHI_SUFFIXES))
     return "\n".join(_trace_line(p.name, traces.load(p)) for p in files)
 
 
 def traces_show(file: str, interval: str, steps: bool) -> str:
-    from harness.net import traces
     t = traces.load(file)
     lines = [_trace_line(t.name, t)]
     if steps:
@@ -157,7 +157,6 @@ def traces_show(file: str, interval: str, steps: bool) -> str:
 
 def traces_generate(kind: str, out: str, *, mean: str, seconds: float, step: str, seed: int, sd: float, low: float,
                     period: str, outage_every: str, outage: str) -> str:
-    from harness.net import traces
     t = traces.generate(kind, seconds=seconds, mean_bit_s=units.parse_rate(mean), step_s=units.parse_time(step),
                         seed=seed, sd_frac=sd, low_frac=low, period_s=units.parse_time(period),
                         outage_every_s=units.parse_time(outage_every), outage_s=units.parse_time(outage),
@@ -167,7 +166,6 @@ def traces_generate(kind: str, out: str, *, mean: str, seconds: float, step: str
 
 
 def traces_convert(src: str, dst: str) -> str:
-    from harness.net import traces
     if Path(dst).exists():
         raise ValueError(f"convert: {dst!r} exists (nothing written)")
     traces.save(traces.load(src), dst)

@@ -29,7 +29,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.net import backend as backends, plan, topology
+from harness.net import plan, topology
+from harness.net.backend import Decision, _kernel_config, decide
 from harness.net.profiles import Profile
 
 MIN_FREE_BYTES = 512 << 20      # a run writes a few MB; the tiny models' cache tens of MB
@@ -63,7 +64,7 @@ RULES = (STATISTIC, NFQUEUE, NFNL_QUEUE, XTABLES)
 
 @dataclass
 class Report:
-    backend: backends.Decision | None = None
+    backend: Decision | None = None
     problems: list[str] = field(default_factory=list)   # one line each: what is missing and how to get it
     ok: list[str] = field(default_factory=list)         # what was checked and found (for `harness doctor`)
 
@@ -73,7 +74,7 @@ class Report:
 def kernel_config() -> dict[str, str] | None:
     """CONFIG_X -> 'y' | 'm' from the running kernel's build config (the one
     :mod:`harness.net.backend` reads); None when unreadable."""
-    text = backends._kernel_config()
+    text = _kernel_config()
     if text is None:
         return None
     return dict(line.split("=", 1) for line in text.splitlines() if line.startswith("CONFIG_") and "=" in line)
@@ -179,7 +180,7 @@ def check(backend: str | None = None, *, profile: "Profile | None" = None, worke
         return lines
 
     base = kernel(BASE)
-    decision = backends.decide(backend, create=is_root and not base)   # the probe needs netns + root
+    decision = decide(backend, create=is_root and not base)   # the probe needs netns + root
     report.backend = decision
     if decision.name == "netem":
         kernel([NETEM], "" if backend is None else ", or use --backend fallback")

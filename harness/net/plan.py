@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.net import backend as backends
+from harness.net.backend import validate
 from harness.net.profiles import LinkDir, LinkSpec, Profile, TraceRef
 
 if TYPE_CHECKING:   # topology imports pyroute2; a plan only reads names off it
@@ -217,7 +217,7 @@ def _steps(ref: TraceRef) -> tuple[tuple, ...]:
 def build_plan(profile: Profile, topo: Topology, backend: str, at_s: float = 0.0) -> Plan:
     """The operations that make ``topo``'s links behave like ``profile`` at time ``at_s``.
     An unknown backend raises ValueError naming the valid ones."""
-    backends.validate(backend)
+    validate(backend)
     plan = Plan(run_id=topo.run_id, profile=profile.name, backend=backend, at_s=at_s)
     for node in topo.nodes.values():
         spec = profile.link(node.name, at_s)

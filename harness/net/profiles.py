@@ -208,6 +208,9 @@ class Profile:
         default = next(f"w{i}" for i in itertools.count(1) if f"w{i}" not in named)
         for node in ("learner", *sorted(named), default):
             self.link(node)
+        # each worker's CPU share (CPUs; None: not limited), parsed once: every other worker has the default's
+        self.__dict__["_cpus"] = {("workers" if n == default else n): self._parse_cpu(n)
+                                  for n in (*sorted(named), default)}
         self.__dict__["_doc"] = self._build_doc()
 
     def link(self, node: str, at_s: float = 0.0) -> LinkSpec:
@@ -230,6 +233,11 @@ class Profile:
 
     def cpu(self, node: str) -> float | None:
         """The CPU share of worker ``node`` (CPUs, harness/net/cgroups.py), None: not limited."""
+        if not _WORKER.match(node):
+            raise ProfileError(f"node: {node!r}: expected 'w<N>' (only workers take a CPU share)")
+        return self._cpus[node if node in self._named else "workers"]
+
+    def _parse_cpu(self, node: str) -> float | None:
         raw = _raw_for(self, node).get("cpu")
         return None if raw is None else spec.parse_cpu_share(raw, f"{self.name}.{node}.cpu")
 

@@ -34,7 +34,8 @@ from typing import Any, Iterator
 from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
-from harness.net import backend as backends, topology
+from harness.net import topology
+from harness.net.backend import decide
 
 from harness import units
 from harness.net.plan import DEFAULT_LEAF_LIMIT, Plan, build_plan, iptables_restore_text
@@ -332,7 +333,7 @@ def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
             backend: str | None = None, create=Topology.create) -> Iterator[tuple[Topology, Shaper]]:
     """``with emulate(profile, 8) as (topo, shaper):`` topology + shaping + schedule, all torn down on exit.
     ``create(run_id, n_workers)`` builds the topology (harness/run/containers.py: containers' namespaces)."""
-    chosen = backends.decide(backend).name      # a bad name fails before anything is created
+    chosen = decide(backend).name      # a bad name fails before anything is created
     topo = create(run_id or topology.new_run_id(), n_workers)
     try:
         with signals_raise():

@@ -15,6 +15,9 @@ figures.py, validate.py (fit on one run, predict others); here the table, --json
 """
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.projection import costmodel as cm
@@ -73,9 +76,6 @@ def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | N
          opt: list[str] | tuple[str, ...] = ()) -> int:
     """`values`: the raw value of each parameter of params.PARAMS by name (None: not given), as the command
     line gives them."""
-    import json
-    import sys
-
     if figures_dir:   # a folder that cannot be written is one line before anything is computed or printed
         readers.check_output_dir(figures_dir, "--figures")
     params.parse(values)   # a bad flag is one line before --from's run is read
@@ -98,9 +98,6 @@ def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | N
 
 
 def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json: bool) -> int:
-    import json
-    from dataclasses import asdict
-
     from harness.results import files
 
     if figures_dir:

@@ -136,8 +136,7 @@ def factor_bounds(profile: profiles.Profile, workers: int) -> tuple[float, float
 def network_at(profile: profiles.Profile, workers: int, cc: str | None = None) -> Callable[[float], cm.Network]:
     """f -> the cost model's network of `profile` with every rate scaled by f (a trace at its mean rate);
     `cc`: the congestion control (default: this host's)."""
-    cc = cc or host_cc()
-    return lambda f: cm.Network.from_profile(profiles.scaled(profile, f), workers, cc=cc)
+    return cm.Network.from_profile(profile, workers, cc=cc or host_cc()).scaled   # the profile's links read once
 
 
 def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: int, cc: str,

@@ -110,6 +110,14 @@ class Network:
                           for d in (link.up, link.down)))
         return cls(node("learner"), tuple(node(f"w{i}") for i in range(1, workers + 1)), **kw)
 
+    def scaled(self, factor: float) -> "Network":
+        """The same network with every link rate times ``factor`` (an unshaped direction stays
+        unshaped; delay, loss and the rest stay): what `profiles.scaled` does to a profile's links."""
+        def node(n: Node) -> Node:
+            return Node(*(replace(a, rate_bit_s=None if a.rate_bit_s is None else a.rate_bit_s * factor)
+                          for a in (n.up, n.down)))
+        return replace(self, learner=node(self.learner), workers=tuple(node(w) for w in self.workers))
+
     @property
     def n(self) -> int:
         return len(self.workers)

@@ -2,6 +2,7 @@
 the others (each with its own links, workers, depth and adapter); measured vs predicted."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +85,6 @@ def validation_table(checks: list[Check]) -> str:
                      f"{c.loss_frac * 100:g} % | {c.pipeline} | {c.measured_s:.3f} | {c.predicted_s:.3f} | "
                      f"{c.error * 100:+.1f} % | {c.receive_measured_s:.3f} | {c.receive_predicted_s:.3f} | "
                      f"{c.receive_error * 100:+.1f} % | {c.compute_measured_s / c.compute_predicted_s:.2f} |")
-    import statistics
-
     errors = sorted(abs(c.error) for c in checks)
     if errors:
         lines.append(f"\nseconds per update: median |error| {statistics.median(errors) * 100:.1f} %, worst "

@@ -69,7 +69,7 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
     done = cells["updates_done"].sum() if len(cells) else 0
     # Bytes per update: the median (every HiLo update ships one message). A data-parallel method
     # that syncs every K steps ships nothing on most steps: its median would read 0, so it gets
-    # the mean per optimizer step (what dpreport's claimed-vs-measured table counts).
+    # the mean per optimizer step (what dataparallel_report's claimed-vs-measured table counts).
     per = (lambda c: g[c].mean()) if spec.is_data_parallel(str(g["method"].iloc[0])) else (lambda c: g[c].median())
     return {"method": g["method"].iloc[0], "budget_frac": g["budget_frac"].iloc[0],
             "seeds": int(g["seed"].nunique()), "update_rows": int(len(g)),

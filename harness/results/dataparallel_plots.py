@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness.results import dataparallel_report as dpreport  # noqa: E402
+from harness.results import dataparallel_report  # noqa: E402
 from harness.results.style import save, style  # noqa: E402
 from harness.results.quality import ci95  # noqa: E402
 from trainers import spec  # noqa: E402
@@ -70,17 +70,17 @@ def _label(key: tuple, keys: list[str], vary: list[str]) -> str:
 
 
 def _varying(df: pd.DataFrame) -> list[str]:
-    return [k for k in dpreport.KEYS if k in df and df[k].nunique(dropna=False) > 1]
+    return [k for k in dataparallel_report.KEYS if k in df and df[k].nunique(dropna=False) > 1]
 
 
 def ppl_points(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per (coordinates, method): wire bytes (up + down) per optimizer step per worker, mean
     over seeds, and held-out perplexity: mean and 95 % CI half-width over seeds."""
-    seeds = dpreport.per_seed(updates) if "method" in updates else pd.DataFrame()
+    seeds = dataparallel_report.per_seed(updates) if "method" in updates else pd.DataFrame()
     if seeds.empty:
         return pd.DataFrame()
     seeds = seeds.assign(bytes=seeds["wire_up"] + seeds["wire_down"])
-    keys = [k for k in dpreport.KEYS if k in seeds] + ["method"]
+    keys = [k for k in dataparallel_report.KEYS if k in seeds] + ["method"]
     rows = []
     for key, g in seeds.groupby(keys, dropna=False, sort=False):
         mean, ci = ci95(g["heldout_ppl"])
@@ -93,7 +93,7 @@ def dp_ppl_vs_bytes(updates: pd.DataFrame, out: Path) -> list[Path]:
     pts = ppl_points(updates)
     if pts.empty:
         return []
-    keys, vary = [k for k in dpreport.KEYS if k in pts] + ["method"], _varying(pts)
+    keys, vary = [k for k in dataparallel_report.KEYS if k in pts] + ["method"], _varying(pts)
     fig, ax = plt.subplots(figsize=(4.2, 3))
     for _, r in pts.dropna(subset=["ppl_mean"]).iterrows():
         colour, marker = style(r["method"])
@@ -112,7 +112,7 @@ def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
     if "overlap" not in updates or "method" not in updates:
         return pd.DataFrame()
     df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
-    keys = [k for k in dpreport.KEYS if k in df] + ["method", "update_index"]
+    keys = [k for k in dataparallel_report.KEYS if k in df] + ["method", "update_index"]
     rows = []
     for key, g in df.groupby(keys, dropna=False, sort=False):
         mean, ci = ci95(g["overlap"])
@@ -125,7 +125,7 @@ def dp_overlap(updates: pd.DataFrame, out: Path) -> list[Path]:
     b = overlap_bands(updates)
     if b.empty:
         return []
-    keys, vary = [k for k in dpreport.KEYS if k in b] + ["method"], _varying(b)
+    keys, vary = [k for k in dataparallel_report.KEYS if k in b] + ["method"], _varying(b)
     fig, ax = plt.subplots(figsize=(4.2, 3))
     for key, g in b.groupby(keys, dropna=False, sort=False):
         g = g.sort_values("update_index")
@@ -153,6 +153,6 @@ if __name__ == "__main__":
     for p in figure(sys.argv[1]):
         print(p)
     folder = Path(sys.argv[1])
-    md = dpreport.paired_lines(pd.read_csv(folder / "falsifier.csv"), pd.read_csv(folder / "heldout.csv"))
+    md = dataparallel_report.paired_lines(pd.read_csv(folder / "falsifier.csv"), pd.read_csv(folder / "heldout.csv"))
     (folder / "paired.md").write_text("\n".join(md))
     print(folder / "paired.md")

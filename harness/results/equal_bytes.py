@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.results import compare, dataparallel_plots as dpplots, dataparallel_report as dpreport, quality  # noqa: E402
+from harness.results import compare, dataparallel_plots, dataparallel_report, quality  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
 from harness.results.style import style  # noqa: E402
 from trainers import spec  # noqa: E402
@@ -127,7 +127,7 @@ def dp_cumulative(updates: pd.DataFrame) -> pd.DataFrame:
     df = updates[updates["method"].map(spec.is_data_parallel)].sort_values("update_index")
     if df.empty:
         return pd.DataFrame()
-    keys = [k for k in dpreport.KEYS if k in df] + ["method"]
+    keys = [k for k in dataparallel_report.KEYS if k in df] + ["method"]
     per_worker = (df["wire_bytes_up"].fillna(0) + df["wire_bytes_down"].fillna(0)) / df["workers"].astype(float)
     df = df.assign(cum_bytes=per_worker.groupby([df[k] for k in keys + ["seed"]], dropna=False).cumsum())
     rows = []
@@ -140,11 +140,11 @@ def dp_cumulative(updates: pd.DataFrame) -> pd.DataFrame:
 
 def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None:
     """The data-parallel family's equal-bytes figure (module docstring); None without data-parallel cells."""
-    pts = dpplots.ppl_points(updates)
+    pts = dataparallel_plots.ppl_points(updates)
     cum = dp_cumulative(updates)
     if pts.empty and cum.empty:
         return None
-    keys = [k for k in dpreport.KEYS if k in updates]
+    keys = [k for k in dataparallel_report.KEYS if k in updates]
     vary = _varying(pts if len(pts) else cum, keys)
     fig, (ax_u, ax_c) = plt.subplots(1, 2, figsize=(8.4, 3.1))
     for _, r in (pts.dropna(subset=["ppl_mean"]).iterrows() if len(pts) else []):

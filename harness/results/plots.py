@@ -1,4 +1,4 @@
-"""Paper figures from results folders alone (results.RunTables, compare.comparison): PDF
+"""Paper figures from results folders alone (tables.RunTables, compare.comparison): PDF
 (Type-42 TrueType fonts embedded) + PNG.
 
     harness plot results/<run-id> [more runs or sweeps]    -> <first path>/figures/*.pdf|png
@@ -30,7 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.results import compare, dataparallel_plots as dpplots, quality, tables as results  # noqa: E402
+from harness.results import compare, dataparallel_plots, quality  # noqa: E402
+from harness.results.tables import LEARNER_PHASES, RunTables, read  # noqa: E402
 from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
 from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
@@ -97,7 +98,7 @@ def draw_seconds_vs_bandwidth(comp: pd.DataFrame) -> Plot:
 
 def draw_phase_breakdown(updates: pd.DataFrame) -> Plot:
     """The learner's median time per phase per update, stacked; the stack is its share of s/update."""
-    phases = [p for p in results.LEARNER_PHASES if f"{p}_s" in updates]
+    phases = [p for p in LEARNER_PHASES if f"{p}_s" in updates]
     updates = updates.assign(bar=_bar_labels(updates))
     med = updates.groupby("bar", sort=False)[[f"{p}_s" for p in phases]].median()
     fig, ax = plt.subplots(figsize=(4.2, 3))
@@ -143,7 +144,7 @@ def pareto(points: pd.DataFrame, higher_is_better: bool) -> pd.DataFrame:
 def draw_quality_vs_bytes(comp: pd.DataFrame) -> Plot:
     """Quality (held out where the runs evaluated it, mean ± 95 % CI over >= 3 seeds; else the
     training-batch metric, ± sd) vs bytes per update, with the Pareto front. Data-parallel methods
-    have their own figure (dpplots: perplexity vs bytes per optimizer step)."""
+    have their own figure (dataparallel_plots: perplexity vs bytes per optimizer step)."""
     fig, ax = plt.subplots(figsize=(4.2, 3))
     comp = comp[[not spec.is_data_parallel(str(m)) for m in comp["method"]]] if len(comp) else comp
     heldout = "heldout_mean" in comp and comp["heldout_mean"].notna().any()
@@ -328,7 +329,7 @@ def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
 
 # ---- all of them -------------------------------------------------------------------------------
 
-def render(t: results.RunTables) -> list[Plot]:
+def render(t: RunTables) -> list[Plot]:
     """Every figure that applies to these tables (quality_vs_time only with held-out evaluations,
     seconds_vs_bandwidth only over several rates)."""
     if t.updates.empty:
@@ -351,18 +352,18 @@ def save_plots(plots: list[Plot], out: Path) -> list[Path]:
         return [p for plot in plots for p in save(plot.fig, out, plot.name)]
 
 
-def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
           out: str | Path | None = None) -> list[Path]:
     """Every figure for the runs at or under `path` (and `extra`), into `out` (default `path`/figures/);
     the runs are parsed here unless `tables` (already read by the caller) is given."""
     return write_plots(path, extra, tables, out)[1]
 
 
-def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
+def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
                 out: str | Path | None = None) -> tuple[list[Plot], list[Path]]:
     """(the Plots with their captions, the files written): what the report embeds."""
-    t = tables if tables is not None else results.read([Path(path), *extra])
+    t = tables if tables is not None else read([Path(path), *extra])
     out = Path(out) if out is not None else Path(path) / "figures"
     plots = render(t)
     with plt.rc_context(STYLE):
-        return plots, save_plots(plots, out) + dpplots.figures(t.updates, out)
+        return plots, save_plots(plots, out) + dataparallel_plots.figures(t.updates, out)

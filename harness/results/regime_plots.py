@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness.results import compare, tables as results  # noqa: E402
+from harness.results import compare, tables  # noqa: E402
 from harness.results.regime_report import regime_of  # noqa: E402
 from harness.results.style import style  # noqa: E402
 
@@ -38,7 +38,7 @@ def _headline(row) -> tuple[float, float | None, float | None, str]:
     return float("nan"), None, None, "-"
 
 
-def points(t: results.RunTables) -> pd.DataFrame:
+def points(t: tables.RunTables) -> pd.DataFrame:
     """One row per (run, method other than the baseline): achieved ratio, depth, speedup and its CI."""
     rows = []
     for run in t.runs:
@@ -59,7 +59,7 @@ def points(t: results.RunTables) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _curves(t: results.RunTables, pts: pd.DataFrame) -> dict[int, list[dict]]:
+def _curves(t: tables.RunTables, pts: pd.DataFrame) -> dict[int, list[dict]]:
     """depth -> the model curve of the run whose achieved ratio is nearest the paper's at that depth."""
     out = {}
     for depth, g in pts.groupby("pipeline"):
@@ -69,7 +69,7 @@ def _curves(t: results.RunTables, pts: pd.DataFrame) -> dict[int, list[dict]]:
     return out
 
 
-def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
+def figures(t: tables.RunTables) -> list[tuple[str, plt.Figure, str]]:
     """[(NAME, figure, caption)] when the runs span at least two comm ratios; [] otherwise."""
     pts = points(t)
     if pts.empty or pts["ratio"].round(2).nunique() < 2:
@@ -109,5 +109,5 @@ def figures(t: results.RunTables) -> list[tuple[str, plt.Figure, str]]:
     return [(NAME, fig, caption)]
 
 
-def regime_paper_points(t: results.RunTables) -> list[dict]:
+def regime_paper_points(t: tables.RunTables) -> list[dict]:
     return next((regime_of(r).get("paper_points") or [] for r in t.runs if regime_of(r)), [])

@@ -8,13 +8,13 @@ paper's 1.34 a method that ships 1/8 of the bytes can be ~2x faster.
 """
 from __future__ import annotations
 
-from harness.results import ledger, tables as results
+from harness.results import ledger, tables
 from harness.results.wording import markdown_table
 
 COMPUTE_BOUND = 0.25    # below this ratio the link is under a fifth of full sync's update: little to save
 
 
-def regime_of(run: results.Run) -> dict:
+def regime_of(run: tables.Run) -> dict:
     doc = ledger.read_prediction(run).get("regime")
     return doc if isinstance(doc, dict) else {}
 
@@ -50,7 +50,7 @@ def words(doc: dict) -> str:
     return text
 
 
-def headline(runs: list[results.Run]) -> str:
+def headline(runs: list[tables.Run]) -> str:
     """The regime for the verdict: one run's sentence, or the range of a sweep's ratios."""
     docs = [(r.dir.name, regime_of(r)) for r in runs]
     docs = [(n, d) for n, d in docs if d]
@@ -65,7 +65,7 @@ def headline(runs: list[results.Run]) -> str:
             f"(the paper's: {docs[0][1]['paper_ratio']:.2f}); the Regime section has each run's.")
 
 
-def section(runs: list[results.Run]) -> list[str]:
+def section(runs: list[tables.Run]) -> list[str]:
     """The "Regime" section: per run, target and achieved ratio, link share, full sync's link and compute
     seconds per update, the worker link rate and how it was chosen; [] when no run has one."""
     rows = []

@@ -17,14 +17,16 @@ Numbers come from compare.py; this module only formats them.
 """
 from __future__ import annotations
 
+import base64
 import html
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from harness.results import compare, dataparallel_report as dpreport, ledger, quality_report, regime_report, rivals
+from harness.results import compare, dataparallel_report, ledger, quality_report, regime_report, rivals
 from harness.results import verdict, workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError
@@ -222,8 +224,8 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str,
            f"{QUALITY_LAST} updates of each seed.", "", markdown_table(head, rows), "", *_equal_bytes_note(comp),
            *regime_report.section(tables.runs), *_load_section(comp), *quality_report.section(comp),
            *rivals.section(tables.updates, comp),
-           *dpreport.section(tables.updates), *ledger.section(tables.updates), *ledger.model_section(tables.runs),
-           *workers_report.section(tables.runs), "## Cells", ""]
+           *dataparallel_report.section(tables.updates), *ledger.section(tables.updates),
+           *ledger.model_section(tables.runs), *workers_report.section(tables.runs), "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
              str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),
@@ -276,9 +278,6 @@ HTML_STYLE = ("body{font:14px/1.45 sans-serif;max-width:1200px;margin:1em auto;p
 def to_html(md: str, folder: Path, title: str = "report") -> str:
     """The whole report as one self-contained HTML page: the markdown rendered (CommonMark + tables,
     markdown-it-py), every figure under `folder` inlined as a base64 PNG, so the file can be mailed."""
-    import base64
-    import re
-
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark").enable("table").render(md)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import tables as results
+from harness.results import tables
 
 BACKENDS = {"tensorboard": "tensorboardX", "wandb": "wandb", "mlflow": "mlflow"}   # name -> module it needs
 SYNC_PHASES = ("encode_s", "send_update_s", "worker_receive_s", "worker_decode_replay_s")
@@ -72,7 +72,7 @@ def eval_metrics(row: pd.Series) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def cell_steps(t: results.RunTables, cell: str) -> list[tuple[int, dict[str, float]]]:
+def cell_steps(t: tables.RunTables, cell: str) -> list[tuple[int, dict[str, float]]]:
     """(step, metrics) of one cell in increasing step order (W&B drops a step logged after a later one):
     an update's metrics and the held-out evaluation at the same version share their step."""
     steps: dict[int, dict[str, float]] = {}
@@ -85,7 +85,7 @@ def cell_steps(t: results.RunTables, cell: str) -> list[tuple[int, dict[str, flo
     return [(s, steps[s]) for s in sorted(steps) if steps[s]]
 
 
-def cell_params(t: results.RunTables, cell: str) -> dict:
+def cell_params(t: tables.RunTables, cell: str) -> dict:
     """The cell's coordinates (method, budget, seed, link, spec values) as tracker parameters."""
     rows = t.cells[t.cells["cell"] == cell] if not t.cells.empty else t.cells
     if rows.empty:
@@ -106,7 +106,7 @@ class Tracker:
         """Log one finished cell; returns the number of steps logged (0 when already logged)."""
         if cell in self.logged or not (self.run_dir / "cells" / cell).is_dir():
             return 0
-        t = results.read_run(self.run_dir)
+        t = tables.read_run(self.run_dir)
         steps = cell_steps(t, cell)
         getattr(self, f"_{self.kind}")(cell, cell_params(t, cell), steps)
         self.logged.add(cell)

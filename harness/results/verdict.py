@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.results import compare, regime_report, tables as results
+from harness.results import compare, regime_report, tables
 from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _ci, link, num as _num
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -220,7 +220,7 @@ def method_block(r, base_name: str, where: str) -> list[str]:
             *([f"  - {t_line}"] if t_line else [])]
 
 
-def incomplete(runs: list[results.Run]) -> str:
+def incomplete(runs: list[tables.Run]) -> str:
     """The verdict's first line for runs that stopped before finishing (meta.json's status: interrupted,
     failed, running), "" when every run completed: the figures after it cover only what was recorded."""
     bad = [r for r in runs if not r.meta.get("complete")]
@@ -256,7 +256,7 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
-def verdict(comp: pd.DataFrame, runs: list[results.Run], cells: pd.DataFrame | None = None) -> list[str]:
+def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | None = None) -> list[str]:
     """The verdict block: whether the run finished, the regime, the quorum (when updates went on
     without some workers), then one block per method (and link) against its baseline."""
     status = incomplete(runs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import json
 import secrets
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import units
+from harness.net import backend, plan, topology
+from harness.projection import commratio
+from harness.results import files, report, tables, tracking
 from harness.run import config, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from harness.signals import exit_code
@@ -82,8 +86,6 @@ class Live:
 
 def dry_run_text(cfg: RunConfig) -> str:
     """The resolved config, the shaping plan and the processes that would start; touches nothing."""
-    from harness.net import backend, plan, topology
-
     lines = ["config:", json.dumps(cfg.to_json(), indent=1, default=str)]
     if cfg.comm_ratio_target is not None:
         cached = regime.cache_file(cfg)
@@ -109,8 +111,6 @@ class CellLogger:
     def __init__(self, kind: str | None, run_dir: Path):
         self.tracker, self.current = None, None
         if kind is not None:
-            from harness.results import tracking
-
             self.tracker = tracking.Tracker(kind, run_dir)
 
     def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
@@ -148,8 +148,6 @@ def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
 
 def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
     if log is not None:
-        from harness.results import tracking
-
         try:
             tracking.check(log)
         except ValueError as err:  # before anything is built or touched (a dry run too): one line, exit 2
@@ -175,8 +173,9 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
 
     try:
         try:
-            cfg = regime.place(cfg, say=lambda line: None if quiet or as_json else print(line, file=sys.stderr))
-            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started)
+            say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
+            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
+                                     place=functools.partial(regime.place, say=say))
         finally:
             live.stop()
     except launch.PreflightFailed as err:  # nothing was built or written
@@ -252,8 +251,6 @@ def _axis(value: Any) -> list:
 
 
 def _ratio(text: Any) -> float | None:
-    from harness.projection import commratio
-
     return commratio.parse(text)
 
 
@@ -306,8 +303,6 @@ def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
 
 
 def is_complete(run_dir: Path) -> bool:
-    from harness.results import files
-
     try:
         meta = files.read_json(run_dir / "meta.json", {})
     except files.ResultsError:  # unreadable: run the grid point again
@@ -352,8 +347,6 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
-    from harness.results import files, report, tables
-
     try:
         report.write(out, tables=tables.read([out]))  # parsed once, for the report and its figures
     except (FileNotFoundError, files.ResultsError) as err:  # no run got far enough, or a malformed file
@@ -383,8 +376,6 @@ def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
 
 
 def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
-    from harness.results import files, report, tables
-
     try:
         runs = files.find_runs(paths)
         folder = report_folder(paths, out, runs)
@@ -402,7 +393,7 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
 
 
 def plot_cmd(paths: list[str], quiet: bool) -> int:
-    from harness.results import files, plots
+    from harness.results import plots   # matplotlib: only `harness plot` pays for it
 
     try:
         files.find_runs(paths)

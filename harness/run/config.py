@@ -11,12 +11,13 @@ kernel or starts a process. Torch is never imported here (the spec is torch-free
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.net import profiles
+from harness.net import cgroups, profiles
 from trainers import spec, tasks
 from trainers.spec import SpecError as ConfigError
 from harness.run import presets
@@ -54,8 +55,11 @@ class RunConfig:
     # `regime` records how (harness/run/regime.py fills it before the cells: pilot, factor, chosen rate)
     comm_ratio_target: float | None = None
     regime: dict[str, Any] = field(default_factory=dict)
-    # where the services find the cached pre-trained models; None: beside the run folders (launch.cache_dir)
+    # where the services find the cached pre-trained models (launch.models_cache: $WAN_CACHE_DIR, else
+    # beside the run folders); the regime's pilot cache sits there too
     models_dir: str | None = None
+    # worker name -> CPUs (cgroups.shares: --worker-cpu over the profile's cpu keys), resolved once
+    cpu_shares: dict[str, float] = field(default_factory=dict)
     run_id: str | None = None
     out_dir: str = "results"
     # the profile parsed from profile_doc (links resolved): built with the config, not written to config.json
@@ -174,7 +178,17 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     prof, overrides = _resolve_profile(values["profile"], link)
     return RunConfig(values=values, variants=tuple(variants), profile_doc=prof.to_doc(), profile_name=prof.name,
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
-                     out_dir=out_dir, profile=prof, comm_ratio_target=comm_ratio_target(values, shaping))
+                     out_dir=out_dir, profile=prof, comm_ratio_target=comm_ratio_target(values, shaping),
+                     models_dir=str(models_cache(Path(out_dir))),
+                     cpu_shares=cgroups.shares(values["worker_cpu"], prof, values["workers"]))
+
+
+def models_cache(out_dir: Path) -> Path:
+    """Where a run's services find (and the harness builds) the cached pre-trained models:
+    $WAN_CACHE_DIR when the user set it (one cache for runs in several output folders: a first
+    run's model build is most of its time), else `<out>/.cache` beside the run folders."""
+    root = os.environ.get("WAN_CACHE_DIR")
+    return Path(root).resolve() if root else out_dir.resolve() / ".cache"
 
 
 def _check_budget_bytes(values: dict[str, Any], variants: list[Variant]) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.run.config import RunConfig, Variant
+from harness.run.config import RunConfig, Variant, models_cache
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
 from trainers import spec
 from harness.owner import owner_record
@@ -130,14 +130,6 @@ def meta(cfg: RunConfig, backend: str) -> dict:
 
 def cache_dir(cfg: RunConfig) -> Path:
     return Path(cfg.models_dir) if cfg.models_dir else models_cache(Path(cfg.out_dir))
-
-
-def models_cache(out_dir: Path) -> Path:
-    """Where a run's services find (and the harness builds) the cached pre-trained models:
-    $WAN_CACHE_DIR when the user set it (one cache for runs in several output folders: a first
-    run's model build is most of its time), else `<out>/.cache` beside the run folders."""
-    root = os.environ.get("WAN_CACHE_DIR")
-    return Path(root).resolve() if root else out_dir.resolve() / ".cache"
 
 
 # malloc advises its large blocks (>= 2 MiB) to transparent huge pages (this kernel's THP is `madvise`:
@@ -341,7 +333,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     cell_dir.mkdir(parents=True, exist_ok=True)
     env = service_env(token, cache_dir(cfg))
     times = {"started_t": time.monotonic()}  # launch.json: the cell's fixed costs (CLOCK_MONOTONIC, as the events' t)
-    shares = cgroups.shares(cfg.worker_cpu, cfg.load_profile(), cfg.workers)
+    shares = cfg.cpu_shares
     groups = cgroups.CpuGroups(shares) if shares else None   # removed in `finally`, after the processes
     times["cpu_shares"] = shares
     procs = Processes(spawn, place=groups.place if groups else lambda name, pid: None)
@@ -431,7 +423,7 @@ def check_privileges(cfg: RunConfig) -> None:
                                   out_dir=cfg.out_dir, root=True)
         if missing:
             raise PreflightFailed("\n".join(missing))
-    if cgroups.shares(cfg.worker_cpu, cfg.load_profile(), cfg.workers) and (why := cgroups.problem()):
+    if cfg.cpu_shares and (why := cgroups.problem()):
         raise PreflightFailed(why)
 
 
@@ -470,13 +462,16 @@ def prepare_models(cfg: RunConfig, cache: Path) -> None:
 
 
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
-            started: Callable[[], None] = lambda: None, artefacts: bool = True) -> Path:
+            started: Callable[[], None] = lambda: None, artefacts: bool = True,
+            place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
     `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one).
-    `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot)."""
+    `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot).
+    `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`)."""
     check_privileges(cfg)
+    cfg = place(cfg)
     started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)

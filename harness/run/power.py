@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from harness.results import compare, quality, tables as results
+from harness.results import compare, quality, tables
 
 PAPER_GAP = 0.016  # the HiLo paper's K&K pass@4 gap, 83.2 vs 81.6
 
@@ -31,7 +31,7 @@ def parse_gaps(text: str) -> list[float]:
 
 def rows(paths: list[str], gaps: list[float]) -> list[dict]:
     """The power rows of the runs at `paths`; ValueError when they hold no paired evaluations."""
-    t = results.read(paths)
+    t = tables.read(paths)
     if t.evals is None or t.evals.empty:
         raise ValueError(f"{', '.join(paths)}: no held-out evaluations to size from (a run with --eval-problems > 0)")
     out = quality.power_rows(compare.comparison(t.updates, t.cells, t.evals), gaps)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from harness.net import profiles
 from harness.projection import commratio
+from harness.results import tables
 from harness.run import launch
 from harness.run.config import RunConfig, Variant
 from trainers.events import atomic_write_json
@@ -57,7 +58,7 @@ def pilot_key(cfg: RunConfig) -> dict[str, Any]:
 
 def cache_file(cfg: RunConfig) -> Path:
     key = json.dumps(pilot_key(cfg), sort_keys=True, default=str)
-    return launch.cache_dir(cfg) / "regime" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return Path(cfg.models_dir) / "regime" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def pilot_config(cfg: RunConfig, folder: Path) -> RunConfig:
@@ -68,7 +69,7 @@ def pilot_config(cfg: RunConfig, folder: Path) -> RunConfig:
               "emulation": False, "eval_problems": 0, "comm_ratio": commratio.OFF, "backend": None}
     return dataclasses.replace(cfg, values=values, variants=(Variant(full, None),), run_id=folder.name,
                                out_dir=str(folder.parent), comm_ratio_target=None, regime={},
-                               models_dir=str(launch.cache_dir(cfg)))   # the run's own cached models
+                               models_dir=cfg.models_dir)   # the run's own cached models
 
 
 def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Measured, dict]:
@@ -83,11 +84,9 @@ def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Meas
     folder = path.with_suffix("")
     say(f"regime: measuring full sync's compute per update here ({commratio.FULL_SYNC}, {PILOT_UPDATES} updates, "
         f"localhost; cached in {path})")
-    from harness.results import tables as results
-
     shutil.rmtree(folder, ignore_errors=True)   # an interrupted earlier pilot's cells
     launch.execute(pilot_config(cfg, folder), artefacts=False)
-    m = commratio.measure(results.read(folder).updates, skip_first=PILOT_SKIP)
+    m = commratio.measure(tables.read(folder).updates, skip_first=PILOT_SKIP)
     if m is None:
         raise RuntimeError(f"the regime pilot in {folder} recorded no usable update (see its cells' logs)")
     atomic_write_json(path, {"key": pilot_key(cfg), "measured": dataclasses.asdict(m), "pilot_run": str(folder)})
@@ -95,11 +94,12 @@ def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Meas
 
 
 def place(cfg: RunConfig, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> RunConfig:
-    """`cfg` with its profile's rates scaled to `cfg.comm_ratio_target` (itself when it has none)."""
+    """`cfg` with its profile's rates scaled to `cfg.comm_ratio_target` (itself when it has none).
+    `launch.execute(cfg, place=...)` calls it after the run's own preflight: a pilot for a run that
+    cannot start is waste."""
     target = cfg.comm_ratio_target
     if target is None:
         return cfg
-    launch.check_privileges(cfg)   # the run's own preflight first: a pilot for a run that cannot start is waste
     m, source = measured(cfg, say)
     prof = cfg.load_profile()
     try:

@@ -39,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -52,7 +52,7 @@ from harness.projection.ring import payload_from_sent, ring_allreduce_s
 from harness.results import wrapped
 from harness.run.config import ConfigError
 from harness.run.launch import PreflightFailed, describe_exit, write_final_meta
-from harness.signals import signals_raise
+from harness.signals import exit_code, signals_raise
 from trainers import spec
 from trainers.events import atomic_write_json
 
@@ -302,8 +302,6 @@ def network(cfg: WrapConfig) -> Iterator[tuple[topology.Topology | None, str]]:
 
 def measure_links(cfg: WrapConfig, topo: topology.Topology, backend: str) -> None:
     """calibration.json: each node's path to the (idle) learner node, as `harness calibrate` measures it."""
-    from dataclasses import asdict
-
     server = topo.run_in("learner", [sys.executable, "-m", "harness.net.calibrate", "serve", str(calibrate.PORT)],
                          stdout=subprocess.PIPE, text=True)
     rows = []
@@ -430,8 +428,6 @@ def main(values: dict, command: list[str], nodes: int | None, run_id: str | None
         print(f"harness wrap: {type(err).__name__}: {err} (run folder {cfg.run_dir})", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
-        from harness.signals import exit_code
-
         print(f"interrupted: job stopped, network torn down; what was measured is in {cfg.run_dir}", file=sys.stderr)
         return exit_code(err)
     summary = wrapped._json(run_dir / "summary.json")

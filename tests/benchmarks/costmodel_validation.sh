@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cost-model validation sweep (issue 12, item 4): one fitted run predicts every other cell.
+# Cost-model validation sweep: one fitted run predicts every other cell.
 # Run by hand on a QUIET box (the figures are only as good as the box's stability):
 #   bash tests/benchmarks/costmodel_validation.sh [OUT] [UPDATES]
 # then: harness project --from OUT/cv-fit-10mbit-w2 --validate OUT --figures OUT/figures

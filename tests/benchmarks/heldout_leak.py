@@ -1,7 +1,7 @@
-"""How much of the held-out set a run's training streams contain, by logic (issue 21).
+"""How much of the held-out set a run's training streams contain, by logic.
 
     .venv/bin/python -m tests.benchmarks.heldout_leak                 # the split as built (by canonical form)
-    .venv/bin/python -m tests.benchmarks.heldout_leak --split prompt  # the split before issue 21 (by prompt text)
+    .venv/bin/python -m tests.benchmarks.heldout_leak --split prompt  # the older split, by prompt text
 
 Per setting (the default run and each preset): the held-out set an evaluation uses
 (`eval_problems` of them), and how many of those problems have their canonical form
@@ -24,7 +24,7 @@ WARMUP_TRAIN, WARMUP_SEED = 4000, 0 + 1_000_003  # trainers/model/pretrained.py:
 
 
 class PromptKeyed:
-    """A task whose split key is its prompt text: the split as it was before issue 21."""
+    """A task whose split key is its prompt text: the older split."""
 
     def __init__(self, task):
         self.task, self.name = task, task.name

@@ -34,7 +34,7 @@ def test_compressors_on_a_qwen05b_shaped_adapter():
 @pytest.mark.benchmark
 @pytest.mark.timeout(1800)
 def test_codecs_against_the_memory_floor():
-    """Issue 24's figures in one run per allocator: each codec's steady-state encode and decode CPU time
+    """The codecs' figures in one run per allocator: each codec's steady-state encode and decode CPU time
     at 1.6 % (identity: whole) and the wire path (frame + checksum + unframe; a loopback Connection)
     as ratios to a memcpy of the fp32 adapter (141 MB), measured side by side, at 1 thread. Run once
     with glibc's default allocator and once as the services run (launch.MALLOC_TUNABLES: large blocks

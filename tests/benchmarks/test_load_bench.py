@@ -1,4 +1,4 @@
-"""Benchmark (issue 24): do two identical `harness run`s agree on the speedup while a CPU hog runs
+"""Benchmark: do two identical `harness run`s agree on the speedup while a CPU hog runs
 beside them? Prints, for each run, the wall-clock speedup (median ratio, and per paired seed with
 its 95 % CI), the speedup with compute charged at CPU time (harness/results/compare.cpu_charged),
 the contention flag, and how far the two runs' figures are apart. Root (emulated links).

@@ -34,6 +34,17 @@ The count, as a reader follows the values (one definition for every tree):
    files; **returns** = entries of a file that the walk had already left (the issue's back and
    forth, launch <-> spec <-> events). The cli walk's two traces (harness, learner) are one
    sequence.
+7. A trip: one call of a house function that returned before the walk's end (config.build,
+   regime.place, the learner's stack.build), walked from its call to its return with rules 1-6
+   at any depth, itself the entry. The walks' spines (cli.main down to the call the walk ends
+   in) never return, so a whole walk is no trip; it is counted by its own figure. The worst
+   trip is the most returns of any trip the two walks run.
+8. Each walk runs in a process of its own (`--walk both` starts both, side by side): what one walk
+   cached in its process never shortens the other. The profile walk's run is placed in a regime
+   (`--comm-ratio paper`): its pilot, a run of its own (unshaped, cached per machine in the
+   models cache), is measured, or found, by another process before the trace, so the walk always
+   follows the run that uses it, whatever this machine ran before (the models cache is
+   `$WAN_CACHE_DIR` as given, else the walk's own `--out`).
 
 Usage (from the repository root; `--root` walks another checkout, e.g. a `git worktree` of an
 older commit, with this tree's venv):
@@ -47,6 +58,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -194,6 +206,25 @@ def sequence(top: Node, carries, depth: int = DEPTH, keep=lambda f: True) -> lis
     return [f for i, f in enumerate(out) if i == 0 or out[i - 1] != f]
 
 
+def trips(top: Node, carries, keep=lambda f: True) -> list[tuple[int, str, list[str]]]:
+    """(returns, function, sequence) of every trip below `top` (rule 7), most returns first."""
+    out = []
+
+    def walk(node: Node) -> None:
+        if node.returned:
+            seq = sequence(Node("<trip>", "", 0, children=[node]), carries, UNLIMITED, keep)
+            out.append((count(seq)[1], node.code, seq))
+        seen = set()
+        for child in node.children:
+            if (child.line, child.code) not in seen:
+                seen.add((child.line, child.code))
+                walk(child)
+
+    for entry in top.children:
+        walk(entry)
+    return sorted(out, key=lambda t: -t[0])
+
+
 def count(seq: list[str]) -> tuple[int, int]:
     """(files entered, returns to a file already left)."""
     seen, returns = set(), 0
@@ -261,10 +292,28 @@ def cli_walk(root: str, out: str) -> list[Node]:
     return [harness_tree, learner_tree]
 
 
+PROFILE_RUN = {"profile": "paper-62.5mbit", "model": "micro", "method": "spar", "seed": "1", "updates": 1,
+               "workers": 1}
+
+
+def _pilot_first(root: str, out: str) -> None:
+    """The regime pilot of the profile walk's run, measured (or found in the cache) in another process
+    (rule 8), untraced."""
+    code = ("import sys; from harness.run import config, regime; "
+            f"cfg = config.build(**{PROFILE_RUN!r}, out_dir={out!r}); "
+            "cfg.comm_ratio_target is None or regime.measured(cfg, say=lambda line: None)")
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit("walk: the regime pilot failed:\n" + done.stderr[-3000:])
+
+
 def profile_walk(root: str, out: str) -> list[Node]:
     at_apply = lambda f: f.f_code.co_name == "apply" and f.f_code.co_filename.endswith("shaper.py")
-    flags = ["run", "--profile", "paper-62.5mbit", "--model", "micro", "--method", "spar", "--seeds", "1",
-             "--updates", "1", "--workers", "1", "--out", out, "--run-id", "walk-profile"]
+    _pilot_first(root, out)
+    flags = ["run", "--profile", PROFILE_RUN["profile"], "--model", PROFILE_RUN["model"], "--method",
+             PROFILE_RUN["method"], "--seeds", PROFILE_RUN["seed"], "--updates", str(PROFILE_RUN["updates"]),
+             "--workers", str(PROFILE_RUN["workers"]), "--out", out, "--run-id", "walk-profile"]
     return [Recorder(root, at_apply).run(_cli, flags)]
 
 
@@ -272,12 +321,54 @@ RUN_VALUES = {"RunConfig", "Variant", "Cell", "RunParams", "Stack", "run-values"
 PROFILE_VALUES = {"Profile", "LinkSpec", "Plan", "RunConfig", "profile-values"}
 
 
-def walk_sequence(name: str, trees: list[Node], depth: int = DEPTH) -> list[str]:
-    """One walk's files in order: its trees (harness, then learner) walked one after the other."""
+def _rules(name: str):
+    """(carries, keep) of a walk: which calls take its value, which files it keeps (rules 2, 5)."""
     values = RUN_VALUES if name == "cli" else PROFILE_VALUES
     keep = (lambda f: True) if name == "cli" else (lambda f: f.startswith(PROFILE_FILES))
-    seq = [f for t in trees for f in sequence(t, lambda tags: bool(tags & values), depth, keep)]
+    return (lambda tags: bool(tags & values)), keep
+
+
+def walk_sequence(name: str, trees: list[Node], depth: int = DEPTH) -> list[str]:
+    """One walk's files in order: its trees (harness, then learner) walked one after the other."""
+    carries, keep = _rules(name)
+    seq = [f for t in trees for f in sequence(t, carries, depth, keep)]
     return [f for i, f in enumerate(seq) if i == 0 or seq[i - 1] != f]
+
+
+def walk_trips(name: str, trees: list[Node], shown: int = 5) -> list[dict]:
+    """The `shown` worst trips of a walk's trees (rule 7)."""
+    carries, keep = _rules(name)
+    found = sorted((t for tree in trees for t in trips(tree, carries, keep)), key=lambda t: -t[0])
+    return [{"function": code, "returns": n, "sequence": seq} for n, code, seq in found[:shown]]
+
+
+def measure(name: str, root: str) -> dict:
+    """One walk, traced in this process (rule 8): per depth, files entered, returns and the
+    sequence; and its worst trips."""
+    walks = {"cli": cli_walk, "profile": profile_walk}
+    with tempfile.TemporaryDirectory(prefix="walk-") as out:
+        trees = walks[name](root, out)
+    found: dict = {}
+    for depth, what in ((DEPTH, f"depth {DEPTH}"), (UNLIMITED, "any depth")):
+        seq = walk_sequence(name, trees, depth)
+        files, returns = count(seq)
+        found[what] = {"files": files, "returns": returns, "sequence": seq}
+    found["trips"] = walk_trips(name, trees)
+    return found
+
+
+def _measure_apart(names: tuple[str, ...], root: str) -> dict:
+    """`measure` of each walk in a process of its own (rule 8), side by side; each prints its JSON last."""
+    procs = {name: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--root", root, "--walk", name,
+                                     "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in names}
+    found = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"walk: the {name} walk failed:\n{err[-3000:]}")
+        found[name] = json.loads(out.strip().splitlines()[-1])[name]
+    return found
 
 
 def main(argv=None) -> int:
@@ -291,21 +382,20 @@ def main(argv=None) -> int:
     root = os.path.realpath(args.root)
     sys.path.insert(0, root)  # before the editable install's finder: the checkout given is the one walked
     os.chdir(root)
-    walks = {"cli": cli_walk, "profile": profile_walk}
-    found: dict[str, dict] = {}
-    for name in (("cli", "profile") if args.walk == "both" else (args.walk,)):
-        with tempfile.TemporaryDirectory(prefix="walk-") as out:
-            trees = walks[name](root, out)
-        for depth, what in ((DEPTH, f"depth {DEPTH}"), (UNLIMITED, "any depth")):
-            seq = walk_sequence(name, trees, depth)
-            files, returns = count(seq)
-            found.setdefault(name, {})[what] = {"files": files, "returns": returns, "sequence": seq}
-            if not args.json:
-                print(f"{name} walk ({what}): {files} files entered, {returns} returns to a file already left")
-                if args.sequence:
-                    print("  " + " -> ".join(seq))
+    names = ("cli", "profile") if args.walk == "both" else (args.walk,)
+    found = {names[0]: measure(names[0], root)} if len(names) == 1 else _measure_apart(names, root)
     if args.json:
         print(json.dumps(found))
+        return 0
+    for name, walk in found.items():
+        for what in (f"depth {DEPTH}", "any depth"):
+            w = walk[what]
+            print(f"{name} walk ({what}): {w['files']} files entered, {w['returns']} returns to a file already left")
+            if args.sequence:
+                print("  " + " -> ".join(w["sequence"]))
+        for i, t in enumerate(walk["trips"][:1 if not args.sequence else None]):
+            print(f"{name} walk, {'worst ' if i == 0 else ''}trip {t['function']}: {t['returns']} returns"
+                  + (f"\n  {' -> '.join(t['sequence'])}" if args.sequence else ""))
     return 0
 
 

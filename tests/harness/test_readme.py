@@ -1,4 +1,4 @@
-"""The README's two commands are what CI runs (issue 11 item 1): `.ci/run` carries the README's first
+"""The README's two commands are what CI runs: `.ci/run` carries the README's first
 command, apt line included, as written (cut before its 4-minute main job), installs nothing before
 it, then runs the README's test command as written before it installs anything else (so CI fails where
 the README would), and last installs the extras (chromium, Docker) and runs only the tests that need them."""

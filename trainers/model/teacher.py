@@ -12,7 +12,7 @@ determines them (task name and options, model name, seed, steps, batch, lr, data
 module's recipe version), stored with safetensors (never pickle), written atomically.
 Every replica that asks for the same config gets bit-identical weights.
 
-CPU recipe (measured on this 2-core box by tests/benchmarks/heldout_curves.py):
+CPU recipe (tests/benchmarks/heldout_curves.py measures it):
 - A LoRA-only student on a *random* base cannot fit a sharp teacher: the frozen random LM
   head caps the logits (about +-1.3 for "micro"). A run's policy therefore starts from a
   pre-trained base (`trainers.model.pretrained.build_base`, spec `base_steps`), and a run's teacher
@@ -22,8 +22,8 @@ CPU recipe (measured on this 2-core box by tests/benchmarks/heldout_curves.py):
   for quality curves and "micro" for plumbing (runs never pre-train a micro base).
 - GRPO learns nothing on prompts where all G samples fail (zero advantage), so reward
   curves on CPU need a base that already solves a fair share of the problems.
-- Cost of the warm-up is tokens: a step is 32 prompt+gold rows; measured on the loaded 2-core
-  box (load ~10, one thread): digits (~20 tokens) 1.4 s/step, countdown with 3 numbers (~100)
+- Cost of the warm-up is tokens: a step is 32 prompt+gold rows; on one
+  thread of a loaded 2-core CPU: digits (~20 tokens) 1.4 s/step, countdown with 3 numbers (~100)
   ~6 s/step; knights_knaves in prose (~260 tokens even with 2 people) ~13x digits, which is
   why the hilo-kk preset uses `names=letters,style=compact` (~85 tokens, ~0.9 s/step alone).
 - Distillation on digits barely moves held-out quality in 20 updates (pass@1 +0.014, pass@4

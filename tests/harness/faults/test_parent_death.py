@@ -1,4 +1,4 @@
-"""D7 (issue 26): the services die with the harness that started them, whatever killed it.
+"""D7 (docs/FAULTS.md): the services die with the harness that started them, whatever killed it.
 
 A SIGKILLed `harness run` cannot tear anything down; its services used to keep training into the
 run folder (version 5 -> 137 in 30 s with --no-emulation), and a resumed sweep left the same

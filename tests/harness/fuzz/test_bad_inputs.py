@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from harness import cli
 from harness.net import traces
-from harness.run import commands as runcli, config
+from harness.run import commands, config
 from trainers import spec
 
 RUN = ["run", "--dry-run", "--model", "micro"]
@@ -116,7 +116,7 @@ def test_compose_settings_are_refused_in_one_line(files):
 def test_a_one_value_grid_axis_is_that_value(tmp_path):
     grid = tmp_path / "grid.yaml"
     grid.write_text("lr: [0.002]\nworkers: [1]\nseeds: [1]\nmodel: micro\nemulation: false\n")
-    cfgs = runcli.sweep_configs(runcli.load_grid(str(grid), {}), tmp_path / "sweep")
+    cfgs = commands.sweep_configs(commands.load_grid(str(grid), {}), tmp_path / "sweep")
     assert len(cfgs) == 1 and cfgs[0].lr == 0.002 and cfgs[0].workers == 1 and cfgs[0].seeds == (1,)
 
 

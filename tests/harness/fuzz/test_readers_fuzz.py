@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from harness import readers, units
 from harness.net import profiles, traces
-from harness.run import commands as runcli, presets
+from harness.run import commands, presets
 from harness.run.config import ConfigError
 
 EXAMPLES = 40
@@ -186,8 +186,8 @@ def test_presets_and_grids_of_any_bytes(tmp_path, examples):
         except presets.PresetError as err:
             one_line(err)
         try:
-            grid = runcli.load_grid(str(path), {})
-            runcli.grid_points(grid)
+            grid = commands.load_grid(str(path), {})
+            commands.grid_points(grid)
         except ConfigError as err:
             one_line(err)
     prop()

@@ -1,4 +1,4 @@
-"""`harness clean` removes only runs whose owner process is dead (issue 11 item 7).
+"""`harness clean` removes only runs whose owner process is dead.
 
 Every topology records its owner (pid + /proc start time) in /run/wan-harness/<run id>.json; a bare
 `harness clean` keeps a run whose owner lives, `--run-id` removes one run whoever owns it, `--all`

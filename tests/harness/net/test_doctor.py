@@ -1,4 +1,4 @@
-"""`harness doctor` and the preflight of `harness run` / `calibrate` (issue 11 item 1).
+"""`harness doctor` and the preflight of `harness run` / `calibrate`.
 
 On this machine without the iptables package (a PATH holding every binary but iptables-*), the
 doctor prints one line per missing binary saying what to install and exits 2, and a run or a

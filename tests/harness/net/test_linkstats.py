@@ -1,4 +1,4 @@
-"""Link counters (harness/net/linkstats.py), issue 11 items 1 and 2.
+"""Link counters (harness/net/linkstats.py).
 
 - ``loss_drops`` on a real lossy link equal the kernel's own rule counters, read independently
   with ``nft -j`` (they were always 0: the counter-prefixed `iptables-save -c` lines were parsed at

@@ -339,7 +339,7 @@ def test_sandbox_sees_a_change():
     assert res["rc"] == 0 and not res["unchanged"]
 
 
-# ---- the ends of every validated range apply (issue 11: values past them crashed in the apply) ------
+# ---- the ends of every validated range apply (values past them crashed in the apply) ------
 
 @pytest.mark.parametrize("link", [{"rate": "1kbit"}, {"rate": "100gbit"}, {"rate": "1mbit", "limit": 2**31 - 1},
                                   {"delay": "10s", "jitter": "10s", "loss": "99.99%"}], ids=str)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.net import delayline, plan as plans, profiles
+from harness.net import delayline, profiles
+from harness.net.plan import BURST_S, Plan, build_plan
 from harness.net.backend import BACKENDS
 from harness.net.topology import Topology
 
@@ -21,7 +22,7 @@ CASES = [("paper-62.5mbit", 2, 0.0), ("transatlantic", 1, 0.0), ("home-broadband
 
 
 def _plan(name, workers, at_s, backend):
-    return plans.build_plan(profiles.load(name), Topology.plan("0000", workers), backend, at_s=at_s)
+    return build_plan(profiles.load(name), Topology.plan("0000", workers), backend, at_s=at_s)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -33,7 +34,7 @@ def test_plan_matches_golden(name, workers, at_s, backend):
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(plan.to_json())
     assert plan.to_json() == path.read_text()
-    assert plans.Plan.from_json(path.read_text()).ops == plan.ops
+    assert Plan.from_json(path.read_text()).ops == plan.ops
 
 
 def test_fallback_plan_structure():
@@ -43,7 +44,7 @@ def test_fallback_plan_structure():
     assert "netem" not in kinds
     htb = {op["dev"]: op for op in plan.ops if op["op"] == "htb_class"}
     assert htb["eth0"]["rate_bit_s"] in (100e6, 1e9) and htb["p1"]["rate_bit_s"] == 100e6
-    assert htb["p1"]["burst_bytes"] == int(100e6 / 8 * plans.BURST_S)     # 2 ms of the rate
+    assert htb["p1"]["burst_bytes"] == int(100e6 / 8 * BURST_S)     # 2 ms of the rate
     [dl] = [op for op in plan.ops if op["op"] == "delayline" and op["node"] == "w1"]
     assert [(q["num"], q["dir"], q["delay_us"], q["jitter_us"]) for q in dl["queues"]] == [(2, "up", 35000, 1000), (3, "down", 35000, 1000)]
     rules = [" ".join(op["rule"]) for op in plan.ops if op["op"] == "iptables"]
@@ -96,7 +97,7 @@ def test_delay_line_seeds_come_from_the_run_id():
               for q in op["queues"]]
     assert [q["seed"] for q in queues] == [_seed("0000", q["num"]) for q in queues]
     assert len({q["seed"] for q in queues}) == len(queues)            # every queue draws its own stream
-    other = plans.build_plan(profiles.load("heterogeneous-edge"), Topology.plan("abcd", 3), "fallback")
+    other = build_plan(profiles.load("heterogeneous-edge"), Topology.plan("abcd", 3), "fallback")
     assert {q["seed"] for op in other.ops if op["op"] == "delayline" for q in op["queues"]}.isdisjoint(
         q["seed"] for q in queues)                                      # another run, other draws
 

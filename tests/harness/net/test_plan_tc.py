@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness import cli
-from harness.net import plan as plans, profiles
+from harness.net import profiles
+from harness.net.plan import build_plan, tc_commands
 from harness.net.topology import Topology
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -19,7 +20,7 @@ CASES = [("paper-62.5mbit", 2, "fallback"), ("paper-62.5mbit", 2, "netem"), ("tr
 
 
 def _commands(name, workers, backend):
-    return plans.tc_commands(plans.build_plan(profiles.load(name), Topology.plan("0000", workers), backend))
+    return tc_commands(build_plan(profiles.load(name), Topology.plan("0000", workers), backend))
 
 
 @pytest.mark.parametrize("name,workers,backend", CASES)
@@ -32,8 +33,8 @@ def test_tc_commands_match_golden(name, workers, backend):
 
 
 def test_every_operation_is_one_command_with_tc_units():
-    plan = plans.build_plan(profiles.load("transatlantic"), Topology.plan("0000", 1), "netem")
-    lines = [line for line in plans.tc_commands(plan).splitlines() if not line.startswith("#")]
+    plan = build_plan(profiles.load("transatlantic"), Topology.plan("0000", 1), "netem")
+    lines = [line for line in tc_commands(plan).splitlines() if not line.startswith("#")]
     assert len(lines) == len(plan.ops)
     # the worker's 100 Mbit/s, 2 ms burst (25,000 bytes), 35 ms +- 1 ms and 0.01 % loss, both directions
     assert "tc -n wh0000-w1 class replace dev eth0 parent 1: classid 1:1 htb rate 100000000bit burst 25000b " \

@@ -38,7 +38,7 @@ def test_parse_percent(text, frac):
     (units.parse_delay, 20, "needs a unit"), (units.parse_time, 0.5, "needs a unit"),
     (units.parse_percent, "101%", "within 0% and 100%"), (units.parse_percent, "0.05", "'%' suffix"),
     (units.parse_rate, True, "not a rate"), (units.parse_rate, "nan", "not a rate"),
-    # physical ranges: these passed validation once and crashed in the kernel apply (issue 11)
+    # physical ranges: these passed validation once and crashed in the kernel apply
     (units.parse_rate, "1e30tbit", "within 1kbit and 100gbit"), (units.parse_rate, "0.001bit", "within 1kbit and 100gbit"),
     (units.parse_rate, "999bit", "within 1kbit"), (units.parse_rate, "100.1gbit", "100gbit"),
     (units.parse_delay, "10.001s", "within 0 and 10s"), (units.parse_delay, "-1ms", ">= 0"),
@@ -136,7 +136,7 @@ BAD_DOCS = [
     ({"schedule": [{"at": "3s", "target": "everyone"}]}, "x.schedule[0].target", "'everyone'"),
     ({"defaults": {"burst_loss": {"p": "1%"}}}, "x.defaults.up.burst_loss", "'r'"),
     ({"name": "y"}, "x.name", "'y'"),
-    # physical ranges (issue 11): each of these once reached the kernel and crashed there
+    # physical ranges: each of these once reached the kernel and crashed there
     ({"defaults": {"limit": 99999999999999}}, "x.defaults.up.limit", "99999999999999"),
     ({"defaults": {"limit": 2**31}}, "x.defaults.up.limit", "<= 2147483647"),
     ({"defaults": {"loss": "100%"}}, "x.defaults.up.loss", "below 100%"),
@@ -174,7 +174,7 @@ def test_unreadable_yaml(tmp_path):
 
 
 def test_a_profile_resolves_its_links_once_when_it_loads():
-    """issue 20, item 3: resolve() = load + the flags over it; every worker the profile does not name
+    """resolve() = load + the flags over it; every worker the profile does not name
     shares the default link (built once), a named one keeps its own; to_doc() is a fresh copy."""
     prof = profiles.resolve("heterogeneous-edge")
     assert prof.link("w7") is prof.link("w1") is prof.link("w40")  # the default worker link, built at load

@@ -288,9 +288,9 @@ def test_from_profile_reads_learner_and_per_worker_links():
 
 def fixture(run: str):
     from harness.net import profiles
-    from harness.results import tables as results
+    from harness.results import tables
 
-    t = results.read(FIXTURES / run)
+    t = tables.read(FIXTURES / run)
     cfg = t.runs[0].config
     net = cm.Network.from_profile(profiles.from_doc(cfg["profile_doc"], cfg["profile_name"]), cfg["workers"],
                                   cc="bbr")

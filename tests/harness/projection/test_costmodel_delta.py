@@ -35,7 +35,7 @@ def test_project_from_a_delta_run_uses_the_density_and_compression_it_measured(t
     import sys
     from pathlib import Path
 
-    from harness.results import tables as results
+    from harness.results import tables
 
     root = Path(__file__).resolve().parents[3]
     run = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--no-emulation", "--model", "micro",
@@ -43,7 +43,7 @@ def test_project_from_a_delta_run_uses_the_density_and_compression_it_measured(t
                           "--out", str(tmp_path), "--run-id", "d", "--quiet"],
                          cwd=root, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    ups = results.read(tmp_path / "d").updates
+    ups = tables.read(tmp_path / "d").updates
     d = ups[ups["variant"] == "delta"]
     got = inputs.measured_delta(str(tmp_path / "d"))
     assert got["delta_density"] == pytest.approx(d["delta_density"].median())

@@ -14,7 +14,7 @@ import pytest
 
 from harness.projection import dpbytes, prediction
 from harness.projection.inputs import dp_tensors
-from harness.results import ledger, report, tables as results
+from harness.results import ledger, report, tables
 from trainers import cards
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "dp-micro-excerpt"
@@ -75,7 +75,7 @@ def test_a_plugin_or_unknown_name_is_one_line_naming_it():
 def test_a_real_runs_claimed_and_measured_bytes(tmp_path):
     """Row by row, the run's claimed bytes are the byte rules'; the measured SYNC payload is that plus
     its tensor table's header (a JSON table of names and shapes: under 8 KiB here)."""
-    t = results.read(FIXTURE)
+    t = tables.read(FIXTURE)
     cfg = t.runs[0].config
     tensors = dp_tensors(cfg["model"], cfg.get("dp_train"), int(cfg["lora_rank"]))
     sync = dpbytes.Sync.from_config(cfg)
@@ -103,4 +103,4 @@ def test_prediction_and_report_carry_the_data_parallel_bytes(tmp_path):
     assert "bytes per optimizer step only" in section
     rows = [ln for ln in section.splitlines() if ln.startswith("| dp |")]
     assert {r.split(" | ")[1] for r in rows} == {"lordo-global", "lordo-global-none", "lordo-local"}
-    assert ledger.model_section(results.read(run).runs)[0] == "## Cost model vs measured: data-parallel bytes"
+    assert ledger.model_section(tables.read(run).runs)[0] == "## Cost model vs measured: data-parallel bytes"

@@ -8,7 +8,7 @@ from harness.projection import costmodel as cm
 from harness.projection import prediction
 from harness.projection.prediction import _bottleneck
 from harness.results import compare
-from harness.results import tables as results
+from harness.results import tables
 
 
 def _p(down, up, rollout, train, where="w1 link"):
@@ -48,7 +48,7 @@ HELDOUT = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-heldo
 
 
 def test_fit_at_cpu_time_takes_the_cpu_columns_and_refuses_an_unknown_clock():
-    u = results.read(HELDOUT).updates
+    u = tables.read(HELDOUT).updates
     late = u[u["update_index"] > 1]
     wall, cpu = cm.fit(u).compute, cm.fit(u, clock="cpu").compute
     assert wall.train_s == pytest.approx(late["train_s"].median())
@@ -68,7 +68,7 @@ def test_a_contended_runs_prediction_reads_its_bottleneck_at_cpu_time(monkeypatc
         assert v["clock"] == "cpu" and v["evidence"].startswith("compute at CPU time: the machine was contended, load ")
         assert v["predicted_cpu_s"] < v["predicted_s"] and v["measured_cpu_s"] < v["measured_s"]
         assert v["link_share"] > v["link_share_wall"] and v["bottleneck_wall"] == "compute"
-    t = results.read(HELDOUT)
+    t = tables.read(HELDOUT)
     quiet = t.updates.assign(load1=0.5, train_cpu_s=t.updates["train_s"], steal_frac=0.0)
     monkeypatch.setattr(prediction, "read", lambda _: dataclasses.replace(t, updates=quiet))
     for v in prediction.build(HELDOUT)["variants"].values():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.results import compare, quality, tables as results
+from harness.results import compare, quality, tables
 from trainers import spec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
@@ -22,8 +22,8 @@ RESOLVED = {"backend": lambda cfg, meta: meta.get("backend") if cfg.get("backend
 
 
 def all_tables(run: Path) -> dict[str, pd.DataFrame]:
-    t = results.read(run)
-    out = {name: getattr(t, name) for name in results.TABLES}
+    t = tables.read(run)
+    out = {name: getattr(t, name) for name in tables.TABLES}
     out["comparison"] = compare.comparison(t.updates, t.cells, t.evals)
     if not t.evals.empty:
         keys = [k for k in compare.coords(t.evals) if k in t.evals]
@@ -56,7 +56,7 @@ def test_a_column_named_after_a_run_parameter_holds_that_parameter(run):
 
 
 def test_the_renamed_columns_are_gone_and_their_successors_say_what_they_hold():
-    t = results.read(FIXTURES / "run-spar-20mbit")
+    t = tables.read(FIXTURES / "run-spar-20mbit")
     for old in ("update", "budget", "loss", "quality"):
         assert old not in t.updates.columns
     if "quality_metric" in t.updates:  # now only ever the run parameter (pass_at_k, ...), never distill_loss
@@ -78,7 +78,7 @@ def test_no_column_shadows_a_dataframe_attribute(run):
 
 
 def test_the_comparison_has_a_numeric_speedup_per_method():
-    t = results.read(FIXTURES / "run-spar-20mbit")
+    t = tables.read(FIXTURES / "run-spar-20mbit")
     comp = compare.comparison(t.updates, t.cells, t.evals).set_index("variant")
     assert comp["speedup"].dtype.kind == "f" and comp.loc["full", "speedup"] == pytest.approx(1.0)
     assert comp.loc["spar@1.6%", "speedup"] == pytest.approx(

@@ -5,11 +5,11 @@ import warnings
 
 from pandas.errors import PerformanceWarning
 
-from harness.results import compare, plots, tables as results
+from harness.results import compare, plots, tables
 
 
 def test_the_comparison_with_held_out_columns_takes_new_columns_without_a_warning(heldout_run):
-    t = results.read(heldout_run)
+    t = tables.read(heldout_run)
     assert not t.evals.empty
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerformanceWarning)

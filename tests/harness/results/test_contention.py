@@ -1,4 +1,4 @@
-"""Load-aware measurement (issue 24): cells interleaved so load drifts hit every method alike, each
+"""Load-aware measurement: cells interleaved so load drifts hit every method alike, each
 phase's CPU seconds and the machine's load recorded beside its wall time, speedups with a CI over
 paired seeds, and a flag when the machine was contended."""
 import time
@@ -155,9 +155,9 @@ def test_the_depth_1_fixture_charges_each_update_at_least_its_download():
     """tests/fixtures/runs/run-spar-20mbit: depth 1, 20 Mbit/s, recorded before the CPU columns (so its
     figures stay the wall ones); with a train phase that got 10 % of a core and rollouts 10 %, every
     update is still charged at least the time its download took on the link."""
-    from harness.results import tables as results
+    from harness.results import tables
 
-    u = results.read(FIXTURES / "run-spar-20mbit").updates
+    u = tables.read(FIXTURES / "run-spar-20mbit").updates
     assert (u["pipeline"] == 1).all()
     assert compare.cpu_charged(u).tolist() == u["seconds_per_update"].tolist()
     busy = u.assign(train_cpu_s=u["train_s"] * 0.1, worker_rollout_cpu_s=u["worker_rollout_s"] * 0.1)
@@ -172,9 +172,9 @@ def test_the_depth_1_fixture_charges_each_update_at_least_its_download():
 # ---- the headline speedup: CPU time when the run was contended, wall time when it was quiet ----
 
 def _heldout(**assign):
-    from harness.results import tables as results
+    from harness.results import tables
 
-    t = results.read(FIXTURES / "run-heldout")      # recorded at load ~19 on 2 cores: contended
+    t = tables.read(FIXTURES / "run-heldout")      # recorded at load ~19 on 2 cores: contended
     return t.updates.assign(**assign), t.cells
 
 
@@ -248,9 +248,9 @@ def test_without_a_paired_seed_the_headline_is_the_ratio_of_the_medians_and_has_
 
 def _sweep_comp(contended: bool) -> pd.DataFrame:
     """tests/fixtures/runs/sweep-bw (10 and 50 Mbit/s), its rows loaded or quiet."""
-    from harness.results import tables as results
+    from harness.results import tables
 
-    t = results.read(FIXTURES / "sweep-bw")
+    t = tables.read(FIXTURES / "sweep-bw")
     u = t.updates.assign(load1=4.0 if contended else 0.5, cores=2, steal_frac=0.0,
                          train_cpu_s=t.updates["train_s"] * (0.3 if contended else 1.0),
                          worker_rollout_cpu_s=t.updates["worker_rollout_s"])

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from harness.results import style as style_mod
-from harness.results import compare, dataparallel_plots as dpplots, dataparallel_report as dpreport, plots, tables as results
+from harness.results import compare, dataparallel_plots, dataparallel_report, plots
+from harness.results.tables import read
 from harness.results.quality import ci95
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "dp-micro-excerpt"
@@ -40,7 +41,7 @@ def raw_overlaps() -> dict[tuple[str, int, int], float]:
 
 @pytest.fixture(scope="module")
 def tables():
-    return results.read(FIXTURE)
+    return read(FIXTURE)
 
 
 def test_overlap_is_a_column_of_the_updates_rows(tables):
@@ -58,7 +59,7 @@ def test_overlap_is_a_column_of_the_updates_rows(tables):
 
 def test_report_shows_mean_and_min_overlap_per_variant(tables):
     expect = raw_overlaps()
-    t = dpreport.overlap_table(tables.updates).set_index("method")
+    t = dataparallel_report.overlap_table(tables.updates).set_index("method")
     assert set(t.index) == {"lordo-global", "lordo-global-none", "lordo-local"}
     for method, row in t.iterrows():
         vals = {k: v for k, v in expect.items() if k[0] == method}
@@ -72,7 +73,7 @@ def test_report_shows_mean_and_min_overlap_per_variant(tables):
     # the review's falsifier, in the real rows: without full-rank QHM Q never moves; with it, it does
     assert t.loc["lordo-global-none", "overlap_min"] == pytest.approx(1.0, abs=1e-6)
     assert t.loc["lordo-global", "overlap_max"] < 0.9
-    md = "\n".join(dpreport.section(tables.updates))
+    md = "\n".join(dataparallel_report.section(tables.updates))
     g = t.loc["lordo-global"]
     assert "### Subspace overlap per sync" in md
     assert (f"| 2 | lordo-global | 3 x 3 | {g['overlap_mean']:.4f} ± {g['overlap_ci95']:.4f} | "
@@ -82,11 +83,11 @@ def test_report_shows_mean_and_min_overlap_per_variant(tables):
 
 def test_no_overlap_column_no_overlap_table():
     df = pd.DataFrame({"method": ["ddp"], "seed": [1], "update_index": [1], "workers": [2]})
-    assert dpreport.overlap_table(df).empty and dpreport.overlap_lines(df) == []
+    assert dataparallel_report.overlap_table(df).empty and dataparallel_report.overlap_lines(df) == []
 
 
 def test_ppl_vs_bytes_points_from_the_raw_rows(tables):
-    pts = dpplots.ppl_points(tables.updates).set_index("method")
+    pts = dataparallel_plots.ppl_points(tables.updates).set_index("method")
     for method in pts.index:
         cells = sorted(p.name for p in (FIXTURE / "cells").iterdir() if p.name.rsplit("-s", 1)[0] == method)
         ppl, per_step = [], []
@@ -105,7 +106,7 @@ def test_ppl_vs_bytes_points_from_the_raw_rows(tables):
 
 def test_overlap_bands_mean_over_seeds(tables):
     expect = raw_overlaps()
-    b = dpplots.overlap_bands(tables.updates).set_index(["method", "update_index"])
+    b = dataparallel_plots.overlap_bands(tables.updates).set_index(["method", "update_index"])
     at = [v for k, v in expect.items() if k[0] == "lordo-global" and k[2] == 64]
     assert b.loc[("lordo-global", 64), "mean"] == pytest.approx(sum(at) / 3)
     assert b.loc[("lordo-global", 64), "ci95"] == pytest.approx(ci95(at)[1])
@@ -131,13 +132,13 @@ def test_seconds_vs_bandwidth_over_a_bandwidth_sweep(tmp_path):
         cfg = json.loads((tmp_path / name / "config.json").read_text())
         cfg["profile_doc"]["defaults"]["rate"] = rate
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
-    t = results.read([tmp_path / "a", tmp_path / "b"])
+    t = read([tmp_path / "a", tmp_path / "b"])
     comp = compare.comparison(t.updates, t.cells, t.evals)
     rates = comp.groupby("variant")["rate_bit_s"].apply(lambda s: sorted(s.unique()))
     assert all(r == [20e6, 62.5e6] for r in rates)
     ax = plots.draw_seconds_vs_bandwidth(comp).fig.axes[0]
     assert sorted({x for line in ax.get_lines() for x in line.get_xdata()}) == [20.0, 62.5]
-    labels = dpplots.ppl_points(t.updates)                            # the sweep point shows in the label
+    labels = dataparallel_plots.ppl_points(t.updates)                            # the sweep point shows in the label
     assert len(labels) == 2 * 3 and set(labels["rate_bit_s"]) == {20e6, 62.5e6}
 
 

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from harness.results import dataparallel_report as dpreport
+from harness.results import dataparallel_report
 
 
 def rows(method, seed, syncs, claimed, payload, steps=4, workers=2, ppl=10.0):
@@ -24,7 +24,7 @@ def test_per_step_bytes_and_ratios():
                       + rows("lowrank-ddp", 1, {1, 2, 3, 4}, 200, 250) + rows("lowrank-ddp", 2, {1, 2, 3, 4}, 200, 250)
                       + rows("lowrank-ddp-dense", 1, {1, 2, 3, 4}, 1000, 1150)
                       + rows("lordo-global", 1, {4}, 1600, 1700) + rows("lordo-global", 2, {4}, 1600, 1700))
-    t = dpreport.table(df).set_index("method")
+    t = dataparallel_report.table(df).set_index("method")
     lordo = t.loc["lordo-global"]
     assert lordo["claimed_up"] == 400 and lordo["payload_up"] == 425 and lordo["wire_up"] == 436
     assert lordo["vs_ddp"] == pytest.approx(850 / 2200)
@@ -32,29 +32,29 @@ def test_per_step_bytes_and_ratios():
     assert lordo["vs_lowrank-ddp-projected"] == pytest.approx(850 / 500)
     assert lordo["vs_lowrank-ddp-dense"] == pytest.approx(850 / 2300)
     assert lordo["ppl_mean"] == pytest.approx(11.5) and lordo["ppl_ci95"] == pytest.approx(12.706 * 0.5)
-    md = "\n".join(dpreport.section(df))
+    md = "\n".join(dataparallel_report.section(df))
     assert "| 2 | lordo-global | 2 x 4 | 400 | 425 | 436 |" in md
 
 
 def test_ratios_need_the_same_number_of_steps():
     df = pd.DataFrame(rows("ddp", 1, {1, 2}, 1000, 1100, steps=2) + rows("lordo-global", 1, {4}, 1600, 1700))
-    assert pd.isna(dpreport.table(df).set_index("method").loc["lordo-global", "vs_ddp"])
+    assert pd.isna(dataparallel_report.table(df).set_index("method").loc["lordo-global", "vs_ddp"])
 
 
 def test_no_data_parallel_cells_no_section():
-    assert dpreport.section(pd.DataFrame({"method": ["spar"], "update_index": [1]})) == []
+    assert dataparallel_report.section(pd.DataFrame({"method": ["spar"], "update_index": [1]})) == []
 
 
 def test_falsifier_figure_from_csv(tmp_path):
-    from harness.results import dataparallel_plots as dpplots
+    from harness.results import dataparallel_plots
 
     data = [{"variant": v, "seed": s, "kind": k, "index": i, "value": 1.0 if v.endswith("none") else 0.9 - 0.01 * s}
             for v in ("lordo-global-none", "lordo-global-fullrank") for s in (1, 2, 3)
             for k in ("overlap", "loss") for i in range(1, 5)]
     pd.DataFrame(data).to_csv(tmp_path / "falsifier.csv", index=False)
-    b = dpplots.band(pd.DataFrame(data).query("kind == 'overlap' and variant == 'lordo-global-fullrank'"))
+    b = dataparallel_plots.band(pd.DataFrame(data).query("kind == 'overlap' and variant == 'lordo-global-fullrank'"))
     assert b["mean"].tolist() == pytest.approx([0.88] * 4) and (b["ci"] > 0).all()
-    paths = dpplots.figure(tmp_path)
+    paths = dataparallel_plots.figure(tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths) and paths[0].read_bytes()[:4] == b"%PDF"
 
 
@@ -81,8 +81,8 @@ def test_a_partial_last_window_is_left_out_of_k_step_bytes_and_named():
     """10 steps at K = 4: lordo syncs at 4, 8 and (the tail) 10; per-step bytes over steps 1-8 only."""
     df = pd.DataFrame(rows("lordo-global", 1, {4, 8, 10}, 400, 425, steps=10)
                       + rows("ddp", 1, set(range(1, 11)), 100, 110, steps=10)).assign(lordo_k=4)
-    t = dpreport.table(df).set_index("method")
+    t = dataparallel_report.table(df).set_index("method")
     assert t.loc["lordo-global", "steps"] == 8 and t.loc["lordo-global", "tail"] == 2
     assert t.loc["lordo-global", "claimed_up"] == 100 and t.loc["ddp", "steps"] == 10 and t.loc["ddp", "tail"] == 0
     assert t.loc["lordo-global", "ppl_mean"] == pytest.approx(11.0)  # the held-out figure is still the last step's
-    assert "1 x 8 (+2 tail steps left out)" in "\n".join(dpreport.section(df))
+    assert "1 x 8 (+2 tail steps left out)" in "\n".join(dataparallel_report.section(df))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import dataparallel_report as dpreport, tables as results
+from harness.results import dataparallel_report, tables
 from harness.results.quality import ci95
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "dp-micro-excerpt"
@@ -43,7 +43,7 @@ def mean_overlap(run: Path, cell: str) -> float:
 
 def test_pairs_are_taken_seed_by_seed_over_the_seeds_both_ran(tmp_path):
     run = with_baseline(tmp_path, "lordo-global-none")
-    t = dpreport.baseline_pairs(results.read(run).updates).set_index("method")
+    t = dataparallel_report.baseline_pairs(tables.read(run).updates).set_index("method")
     assert set(t.index) == {"lordo-global", "lordo-local"}
     diffs = [final_ppl(run, f"lordo-global-s{s}") - final_ppl(run, f"lordo-global-none-s{s}") for s in (1, 2)]
     mean, half = ci95(diffs)
@@ -55,15 +55,15 @@ def test_pairs_are_taken_seed_by_seed_over_the_seeds_both_ran(tmp_path):
     assert local["pairs"] == 1 and local["diff"] == pytest.approx(final_ppl(run, "lordo-local-s1")
                                                                   - final_ppl(run, "lordo-global-none-s1"))
     assert local["diff_ci95"] is None or local["diff_ci95"] != local["diff_ci95"]    # one pair: no CI
-    md = "\n".join(dpreport.section(results.read(run).updates))
+    md = "\n".join(dataparallel_report.section(tables.read(run).updates))
     assert "### Held-out perplexity paired against `lordo-global-none`" in md
     assert f"| 2 | lordo-global | 2 | " in md and f"{mean:+.3f} ± {half:.3f}" in md
 
 
 def test_no_pairs_without_a_data_parallel_baseline_that_ran(tmp_path):
-    assert dpreport.baseline_pairs(results.read(with_baseline(tmp_path, "full-bf16")).updates).empty
-    assert dpreport.baseline_pairs(results.read(FIXTURE).updates).empty           # ddp: not in the run
-    assert "paired against" not in "\n".join(dpreport.section(results.read(FIXTURE).updates))
+    assert dataparallel_report.baseline_pairs(tables.read(with_baseline(tmp_path, "full-bf16")).updates).empty
+    assert dataparallel_report.baseline_pairs(tables.read(FIXTURE).updates).empty           # ddp: not in the run
+    assert "paired against" not in "\n".join(dataparallel_report.section(tables.read(FIXTURE).updates))
 
 
 def test_the_stagnation_preset_names_its_baseline_and_only_dp_methods():

@@ -1,4 +1,4 @@
-"""The equal-bytes figures (harness/results/equal_bytes.py, issue 22) read back from their axes: every
+"""The equal-bytes figures (harness/results/equal_bytes.py) read back from their axes: every
 point, curve and error bar is recomputed here from the raw event rows of the checked-in runs (json),
 not through harness/results/tables.py:
     run-heldout       spar@12.8% vs full-bf16, 3 seeds x 12 updates, held-out evaluation every 3 versions
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import compare, equal_bytes, plots, report, tables as results
+from harness.results import compare, equal_bytes, plots, report, tables
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.quality import ci95
 
@@ -47,7 +47,7 @@ def error_bars(ax) -> dict[str, tuple[float, float, float]]:
 
 @pytest.fixture(scope="module")
 def hilo(heldout_run):
-    t = results.read(heldout_run)
+    t = tables.read(heldout_run)
     return heldout_run, t, compare.comparison(t.updates, t.cells, t.evals)
 
 
@@ -88,7 +88,7 @@ def test_hilo_per_update_panel_is_final_quality_with_its_ci(hilo):
 
 
 def test_dp_panels_from_the_raw_rows():
-    t = results.read(DP)
+    t = tables.read(DP)
     name, fig, caption = equal_bytes.draw_dp_equal_bytes(t.updates)
     assert name == "dp_equal_bytes"
     ax_u, ax_c = fig.axes
@@ -116,16 +116,16 @@ def test_dp_panels_from_the_raw_rows():
 
 
 def test_each_family_gets_only_its_own_figure():
-    dp = results.read(DP)
+    dp = tables.read(DP)
     names = [n for n, _, _ in equal_bytes.figures(dp.updates, dp.evals, compare.comparison(dp.updates, dp.cells, dp.evals))]
     assert names == ["dp_equal_bytes"]
-    spar = results.read(RUN)                                          # no held-out evaluation: nothing to draw
+    spar = tables.read(RUN)                                          # no held-out evaluation: nothing to draw
     assert equal_bytes.figures(spar.updates, spar.evals, compare.comparison(spar.updates, spar.cells, spar.evals)) == []
 
 
 def test_the_report_embeds_the_figure_with_its_caption(heldout_copy, tmp_path):
     run = heldout_copy(tmp_path / "run-heldout")
-    assert "equal_bytes" in {p.name for p in plots.render(results.read(run))}
+    assert "equal_bytes" in {p.name for p in plots.render(tables.read(run))}
     md = report.write(run, out=tmp_path / "report").read_text()
     [line] = [ln for ln in md.splitlines() if ln.startswith("*equal_bytes.png*")]
     assert "cumulative" in line and "95 % CI over seeds" in line

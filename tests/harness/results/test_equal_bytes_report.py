@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import compare, report, tables as results
+from harness.results import compare, report, tables
 
 RUN = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-spar-20mbit"
 
@@ -35,8 +35,8 @@ def expected(run: Path) -> dict[str, tuple[float, float]]:
 
 
 def comparison(run: Path):
-    tables = results.read([run])
-    return compare.comparison(tables.updates, tables.cells), report.build(tables)[0]
+    run_tables = tables.read([run])
+    return compare.comparison(run_tables.updates, run_tables.cells), report.build(run_tables)[0]
 
 
 def add_topk_at_double_bytes(run: Path) -> None:

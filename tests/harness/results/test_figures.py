@@ -13,7 +13,7 @@ import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
 
-from harness.results import compare, plots, quality, tables as results
+from harness.results import compare, plots, quality, tables
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.style import link_style
 
@@ -23,7 +23,7 @@ RUN, SWEEP, HELDOUT = FIXTURES / "run-spar-20mbit", FIXTURES / "sweep-bw", FIXTU
 
 @pytest.fixture(scope="module")
 def heldout(heldout_run):
-    t = results.read(heldout_run)
+    t = tables.read(heldout_run)
     return t, compare.comparison(t.updates, t.cells, t.evals)
 
 
@@ -78,7 +78,7 @@ def test_no_band_with_fewer_than_three_seeds(heldout):
 # ---- link throughput ----------------------------------------------------------------------------
 
 def test_link_throughput_names_the_seed_shares_time_and_draws_the_capacity():
-    t = results.read(RUN)
+    t = tables.read(RUN)
     p = plots.draw_link_throughput(t.links)
     axes = p.fig.axes
     assert len(axes) == 2                                   # spar and full
@@ -102,7 +102,7 @@ def test_a_run_without_link_samples_says_so_instead_of_naming_seed_none(heldout_
     samples (they read "seed None" before)."""
     from harness.results import report
 
-    t = results.read(heldout_run)
+    t = tables.read(heldout_run)
     assert t.links.empty
     p = by_name(t)["link_throughput"]
     assert "seed None" not in p.caption and "no link samples" in p.caption, p.caption
@@ -127,7 +127,7 @@ def test_every_link_has_its_own_style_at_any_worker_count():
 
 
 def test_link_throughput_of_nine_workers_draws_nine_distinct_styles():
-    t = results.read(RUN)
+    t = tables.read(RUN)
     links = t.links[t.links["node"] == "w1"]
     many = pd.concat([links.assign(node=f"w{i}") for i in range(1, 10)], ignore_index=True)
     ax = plots.draw_link_throughput(many).fig.axes[0]
@@ -139,8 +139,8 @@ def test_link_throughput_of_nine_workers_draws_nine_distinct_styles():
 # ---- bandwidth, timeline, captions -------------------------------------------------------------
 
 def test_bandwidth_figure_only_where_the_runs_vary_bandwidth():
-    assert "seconds_vs_bandwidth" not in by_name(results.read(RUN))
-    sweep = by_name(results.read(SWEEP))
+    assert "seconds_vs_bandwidth" not in by_name(tables.read(RUN))
+    sweep = by_name(tables.read(SWEEP))
     ax = sweep["seconds_vs_bandwidth"].fig.axes[0]
     xs = sorted({x for line in ax.get_lines() for x in line.get_xdata()})
     assert xs == [10.0, 50.0]
@@ -148,7 +148,7 @@ def test_bandwidth_figure_only_where_the_runs_vary_bandwidth():
 
 
 def test_timeline_says_which_seed_and_updates():
-    t = results.read(RUN)
+    t = tables.read(RUN)
     p = plots.draw_timeline(t.phases)
     titles = [ax.get_title(loc="left") for ax in p.fig.axes]
     assert titles == ["spar@1.6%: seed 1, updates 2-4", "full: seed 1, updates 2-4"]   # the run has 4 updates
@@ -160,13 +160,13 @@ def test_timeline_says_which_seed_and_updates():
 
 def test_every_caption_defines_its_error_bars(heldout):
     t, _ = heldout
-    for tables in (t, results.read(RUN), results.read(SWEEP)):
-        for p in plots.render(tables):
+    for run_tables in (t, tables.read(RUN), tables.read(SWEEP)):
+        for p in plots.render(run_tables):
             assert "error bar" in p.caption or "shaded" in p.caption, p.name
     qb = by_name(t)["quality_vs_bytes"]
     assert "95 % CI over seeds" in qb.caption
     assert qb.fig.axes[0].get_ylabel() == "held-out reverse kl"
-    no_heldout = by_name(results.read(RUN))["quality_vs_bytes"]
+    no_heldout = by_name(tables.read(RUN))["quality_vs_bytes"]
     assert "± 1 sd over seeds" in no_heldout.caption and "training-batch" in no_heldout.fig.axes[0].get_ylabel()
 
 

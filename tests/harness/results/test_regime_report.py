@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import files, regime_plots, regime_report, report, tables as results, verdict
+from harness.results import files, regime_plots, regime_report, report, tables, verdict
 
 SWEEP = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "sweep-comm-ratio"
 PAPER = 18.9 / 14.1
@@ -13,7 +13,7 @@ PAPER = 18.9 / 14.1
 
 @pytest.fixture(scope="module")
 def sweep():
-    return results.read([SWEEP])
+    return tables.read([SWEEP])
 
 
 def test_each_run_states_the_ratio_it_achieved_against_its_target(sweep):
@@ -66,7 +66,7 @@ def test_the_reproduction_figure_draws_points_model_curves_and_the_papers_points
 
 
 def test_one_ratio_draws_no_reproduction_figure():
-    one = results.read([SWEEP / "runs" / "comm_ratiopaper-pipeline0"])
+    one = tables.read([SWEEP / "runs" / "comm_ratiopaper-pipeline0"])
     assert regime_plots.figures(one) == []
 
 
@@ -127,5 +127,5 @@ def test_a_malformed_prediction_is_one_line_naming_the_field(tmp_path, field, va
         doc[head] = value
     (run / "prediction.json").write_text(json.dumps(doc))
     with pytest.raises(files.ResultsError) as err:
-        report.build(results.read(run))
+        report.build(tables.read(run))
     assert named in str(err.value) and "prediction.json" in str(err.value) and "\n" not in str(err.value)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.results import compare, report, tables as results, verdict
+from harness.results import compare, report, tables, verdict
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 RUN, HELDOUT = FIXTURES / "run-spar-20mbit", FIXTURES / "run-heldout"
@@ -51,7 +51,7 @@ def test_combined_report_keeps_heldout_quality_and_time_to_quality(two_runs, tmp
     assert CliRunner().invoke(app, ["report", str(a), str(b), "--out", str(out), "-q"]).exit_code == 0
     md = (out / "report.md").read_text()
     assert "## Held-out quality and time to quality" in md
-    t = results.read([a, b])
+    t = tables.read([a, b])
     comp = compare.comparison(t.updates, t.cells, t.evals)
     assert sorted(comp["rate_bit_s"].unique()) == [20e6, 62.5e6]
     assert comp["heldout_mean"].notna().all()               # was '-' for every method in a combined report
@@ -75,7 +75,7 @@ def test_one_folder_is_rebuilt_in_place(tmp_path):
 
 
 def test_the_verdict_states_speed_quality_time_to_quality_and_regime_first(heldout_run):
-    md, comp = report.build(results.read(heldout_run))
+    md, comp = report.build(tables.read(heldout_run))
     top = md.split("## Runs")[0]
     assert top.index("## Verdict") < top.index("**Regime**") < top.index("- **`spar@12.8%`")
     spar = comp[comp["method"] == "spar"].iloc[0]
@@ -112,7 +112,7 @@ def test_a_ci_over_two_seeds_is_printed_as_n(tmp_path, heldout_copy):
     run = heldout_copy(tmp_path / "r")
     for cell in (run / "cells").glob("*-s3"):
         shutil.rmtree(cell)
-    md, comp = report.build(results.read(run))
+    md, comp = report.build(tables.read(run))
     assert (comp["heldout_seeds"] == 2).all()
     assert "(n=2)" in md and "too few for an interval" in md
     r = comp.iloc[0]
@@ -120,7 +120,7 @@ def test_a_ci_over_two_seeds_is_printed_as_n(tmp_path, heldout_copy):
 
 
 def test_captions_say_train_batch_or_heldout(heldout_run):
-    md, _ = report.build(results.read(heldout_run))
+    md, _ = report.build(tables.read(heldout_run))
     assert "Quality over the last" not in md               # the old caption beside a held-out column
     assert "not held-out quality" in md and "problems never trained on" in md
     head = md.split("## Seconds per update")[1].split("\n| link")[1].split("\n")[0]
@@ -132,9 +132,9 @@ def test_runs_that_repeat_a_variant_and_seed_are_each_compared_within_themselves
     run, then another method later): pooled, each method met both runs' baseline cells as one and
     a verdict could flip. Each run's methods now meet their own run's baseline, named by run."""
     a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
-    single = results.read(a)
+    single = tables.read(a)
     single = compare.comparison(single.updates, single.cells, single.evals).set_index("variant")["speedup"]
-    t = results.read([a, b])
+    t = tables.read([a, b])
     updates = t.updates.copy()
     slow = (updates["run_id"] == "b") & (updates["variant"] == "full-bf16")
     updates.loc[slow, "seconds_per_update"] *= 3    # b's baseline 3x slower: pooled, a's ratios would move too
@@ -153,7 +153,7 @@ def test_runs_that_repeat_a_variant_and_seed_are_each_compared_within_themselves
 def test_runs_with_other_seeds_pool_as_more_seeds(tmp_path, heldout_copy):
     """The same experiment run twice with disjoint seeds is one experiment with more seeds: no run column."""
     a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
-    t = results.read([a, b])
+    t = tables.read([a, b])
     updates = t.updates.copy()
     updates.loc[updates["run_id"] == "b", "seed"] += 100
     assert "run_id" in compare.coords(t.updates) and "run_id" not in compare.coords(updates)
@@ -184,5 +184,5 @@ def test_a_config_whose_baseline_is_not_a_name_still_reports(tmp_path):
     cfg = json.loads(cfg_path.read_text())
     cfg["baseline"] = None
     cfg_path.write_text(json.dumps(cfg))
-    md, _ = report.build(results.read(sweep))
+    md, _ = report.build(tables.read(sweep))
     assert md.startswith("# Comparison against `full`: 2 runs")

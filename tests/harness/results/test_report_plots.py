@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 
 from harness.results import style as style_mod
-from harness.results import compare, files, plots, report, tables as results
+from harness.results import compare, files, plots, report, tables
 
 from harness.run import launch
 from harness.cli import app
@@ -46,7 +46,7 @@ def run_copy(tmp_path):
 
 
 def test_updates_table_has_one_row_per_method_seed_update():
-    df = results.load(RUN)
+    df = tables.load(RUN)
     assert set(REQUIRED) <= set(df.columns)
     assert len(df) == 2 * 2 * 4
     assert sorted(df.groupby(["method", "seed"]).size().items()) == [(("full", 1), 4), (("full", 2), 4),
@@ -62,7 +62,7 @@ def test_updates_table_has_one_row_per_method_seed_update():
 
 
 def test_comparison_values_match_the_event_files():
-    comp = compare.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    comp = compare.comparison(tables.load(RUN), tables.load_cells(RUN)).set_index("method")
     spu = {m: statistics.median(r["seconds_per_update"] for c in (RUN / "cells").glob(f"{m}-*")
                                 for r in learner_rows(c)) for m in ("spar", "full")}
     payload = {m: statistics.median(r["update_payload_bytes"] for c in (RUN / "cells").glob(f"{m}-*")
@@ -80,7 +80,7 @@ def test_comparison_values_match_the_event_files():
 
 
 def test_train_metric_is_the_last_updates_loss_with_spread_over_seeds():
-    comp = compare.comparison(results.load(RUN), results.load_cells(RUN)).set_index("method")
+    comp = compare.comparison(tables.load(RUN), tables.load_cells(RUN)).set_index("method")
     for method in ("spar", "full"):
         per_seed = [statistics.mean(r["loss"] for r in learner_rows(c)[-3:])
                     for c in sorted((RUN / "cells").glob(f"{method}-*"))]
@@ -93,7 +93,7 @@ def test_train_metric_is_the_last_updates_loss_with_spread_over_seeds():
 def test_report_md_shows_the_table(run_copy):
     path = report.write(run_copy)
     md = path.read_text()
-    comp = compare.comparison(results.load(run_copy), results.load_cells(run_copy)).set_index("method")
+    comp = compare.comparison(tables.load(run_copy), tables.load_cells(run_copy)).set_index("method")
     assert "| paper-62.5mbit: 20mbit, 5ms [fallback] | 2 | spar@1.6% | 2 x 4 |" in md
     assert f"| {comp.loc['spar', 'speedup']:.2f}x |" in md
     payload = {m: statistics.median(r["update_payload_bytes"] for c in (run_copy / "cells").glob(f"{m}-*")
@@ -106,18 +106,18 @@ def test_report_md_shows_the_table(run_copy):
 
 
 def test_sweep_report_is_one_table_compared_per_bandwidth():
-    comp = compare.comparison(results.load(SWEEP), results.load_cells(SWEEP))
+    comp = compare.comparison(tables.load(SWEEP), tables.load_cells(SWEEP))
     assert sorted(comp["rate_bit_s"].unique()) == [10e6, 50e6]
     for rate, g in comp.groupby("rate_bit_s"):
         g = g.set_index("method")
         assert g.loc["spar", "speedup"] == pytest.approx(g.loc["full", "s_per_update_median"]
                                                          / g.loc["spar", "s_per_update_median"])
-    md, _ = report.build(results.read(SWEEP))
+    md, _ = report.build(tables.read(SWEEP))
     assert md.count("## Seconds per update") == 1 and "10mbit" in md and "50mbit" in md
 
 
 def test_physical_floor_holds_in_the_fixture_runs():
-    df = results.load(SWEEP)
+    df = tables.load(SWEEP)
     full = df[df["method"] == "full"]
     floor = full["payload_bytes_down"] * 8 / full["rate_bit_s"]
     assert (full["seconds_per_update"] >= floor).all()
@@ -127,7 +127,7 @@ def test_interrupted_run_is_reported_as_incomplete(tmp_path):
     shutil.copytree(PARTIAL, tmp_path / "p")
     md = report.write(tmp_path / "p").read_text()
     assert "INCOMPLETE" in md
-    cells = results.load_cells(tmp_path / "p")
+    cells = tables.load_cells(tmp_path / "p")
     assert not cells["complete"].all()
 
 
@@ -194,7 +194,7 @@ def test_commands_rebuild_from_the_folder(tmp_path, cmd):
 
 
 def test_tables_written_as_parquet_and_csv(run_copy):
-    t = results.write_tables(run_copy)
+    t = tables.write_tables(run_copy)
     compare.write_summary(run_copy, t)
     back = pd.read_parquet(run_copy / "updates.parquet")
     pd.testing.assert_frame_equal(back, t.updates, check_dtype=False)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.results import tables as results, tracking
+from harness.results import tables, tracking
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 HELDOUT = FIXTURES / "run-heldout"
@@ -42,7 +42,7 @@ def expected(run: Path, cell: str) -> dict[int, dict[str, float]]:
 
 
 def test_metric_names_are_the_fields(run):
-    t = results.read_run(run)
+    t = tables.read_run(run)
     cell = t.cells["cell"].iloc[0]
     steps = dict(tracking.cell_steps(t, cell))
     assert list(steps) == sorted(steps)                      # increasing steps (W&B drops a step out of order)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.results import compare, report, tables as results, verdict, workers_report
+from harness.results import compare, report, tables, verdict, workers_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
@@ -53,7 +53,7 @@ def test_speed_and_quality_disagree_only_when_both_are_resolved():
 def _flat_baseline_evals() -> tuple:
     """run-heldout with held-out figures ~1e-6 that move by +-3e-8 (a tiny model's P(gold)): the
     baseline's gain is positive on average, its interval includes 0."""
-    t = results.read(FIXTURES / "run-heldout")
+    t = tables.read(FIXTURES / "run-heldout")
     ev = t.evals.copy()
     last = ev.groupby(["variant", "seed"])["version"].transform("max") == ev["version"]
     gain = {("full-bf16", 1): 3e-8, ("full-bf16", 2): -1e-8, ("full-bf16", 3): 2e-8,
@@ -81,13 +81,13 @@ def test_no_share_of_a_baseline_gain_not_resolved_above_zero():
 
 
 def test_an_interrupted_run_says_so_first():
-    t = results.read(FIXTURES / "run-interrupted")
+    t = tables.read(FIXTURES / "run-interrupted")
     md, _ = report.build(t)
     lines = md.split("## Verdict", 1)[1].strip().splitlines()
     assert lines[0].startswith("**INCOMPLETE**: `run-interrupted` (interrupted) stopped before finishing")
     assert "predates the comm ratio" not in md and "the run stopped before its prediction was written" in md
     assert "paired difference \n" not in md and not md.count("paired difference ;")
-    assert "**INCOMPLETE**" not in report.build(results.read(FIXTURES / "run-heldout"))[0]
+    assert "**INCOMPLETE**" not in report.build(tables.read(FIXTURES / "run-heldout"))[0]
 
 
 def test_a_paired_difference_is_never_left_without_its_figure():
@@ -130,7 +130,7 @@ def _quorum_run(tmp_path: Path) -> Path:
 
 
 def test_a_quorum_run_says_how_many_contributions_it_went_without(tmp_path):
-    t = results.read(_quorum_run(tmp_path))
+    t = tables.read(_quorum_run(tmp_path))
     spar = t.cells[t.cells["cell"] == "spar-12.8pct-s1"].iloc[0]
     assert (spar["left_out"], spar["stale_dropped"]) == (6, 6)     # 12 updates, the odd ones
     md, _ = report.build(t)
@@ -138,7 +138,7 @@ def test_a_quorum_run_says_how_many_contributions_it_went_without(tmp_path):
     assert ("**Quorum**: each update went on with the first 1 of 2 workers' contributions (--quorum 1), not every "
             "worker's: `spar@12.8%` went without 6 of 72 contributions (8 %), 6 dropped stale; `full-bf16` went "
             "without 0 of 72 contributions (0 %), 0 dropped stale.") in verdict_block
-    assert "**Quorum**" not in report.build(results.read(FIXTURES / "run-heldout"))[0]
+    assert "**Quorum**" not in report.build(tables.read(FIXTURES / "run-heldout"))[0]
 
 
 def test_the_workers_section_does_not_say_the_others_idled_under_a_quorum(tmp_path):

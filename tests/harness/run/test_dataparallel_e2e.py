@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import tables as results
+from harness.results import tables
 from trainers.events import read_events
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,14 +31,14 @@ def run(tmp_path_factory):
 def test_run_completes_consistent(run):
     proc, run_dir = run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = results.read_run(run_dir).cells
+    cells = tables.read_run(run_dir).cells
     assert set(cells["method"]) == {"lordo-global", "ddp"}
     assert cells["complete"].all() and cells["consistent"].all()
 
 
 def test_tables_carry_the_bytes_the_aggregator_counted(run):
     _, run_dir = run
-    updates = results.read_run(run_dir).updates
+    updates = tables.read_run(run_dir).updates
     for method, g in updates.groupby("method"):
         rows = [r for r in read_events(run_dir / "cells" / f"{method}-s1" / "events-learner.jsonl")
                 if r["kind"] == "update"]

@@ -90,7 +90,7 @@ def test_a_profile_that_is_not_a_mapping_is_one_line(doc):
     _one_line(err.value)
 
 
-# ---- issue 26: the inputs that broke (profile YAML, project numbers, run folders, grids) -------------
+# ---- the inputs that broke (profile YAML, project numbers, run folders, grids) -------------
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from harness import owner
 
-from harness.results import report, tables as results
+from harness.results import report, tables
 from harness.cli import app
 from trainers.events import read_events
 
@@ -107,9 +107,9 @@ def test_report_and_plot_name_the_malformed_file(run_copy, cmd, breakage):
 
 def test_results_error_names_the_file_in_the_api_too(run_copy):
     _update_row_without_t(run_copy)
-    with pytest.raises(results.ResultsError, match=r"spar-1\.6pct-s1/events-learner\.jsonl: row \d+ \(update\) "
+    with pytest.raises(tables.ResultsError, match=r"spar-1\.6pct-s1/events-learner\.jsonl: row \d+ \(update\) "
                                                    r"has no numeric time 't'"):
-        results.read(run_copy)
+        tables.read(run_copy)
 
 
 def test_sweep_names_the_flag_of_a_bad_value(tmp_path):
@@ -168,7 +168,7 @@ def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_pat
     proc = start_run(tmp_path, "k")
     run_dir, cell = tmp_path / "k", tmp_path / "k" / "cells" / "spar-12.8pct-s1"
     wait_for_updates(proc, cell, 1)
-    md = report.build(results.read(run_dir))[0]  # the harness is alive: the run is running
+    md = report.build(tables.read(run_dir))[0]  # the harness is alive: the run is running
     assert "status running" in md and "| running |" in md
     proc.kill()
     proc.communicate(timeout=60)
@@ -181,7 +181,7 @@ def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_pat
     assert result.exit_code == 0, result.output
     assert f"status interrupted — **INCOMPLETE (interrupted)**: partial results (its harness process (pid {proc.pid})" \
         in result.stdout
-    cells = results.load_cells(run_dir)
+    cells = tables.load_cells(run_dir)
     # "interrupted", or "interrupted: SIGTERM" where the learner got the parent-death signal in time to say so
     assert [str(x).split(":")[0] for x in cells["status"]] == ["interrupted"]
     assert list(cells["updates_done"]) == [learner_updates(cell)[-1]["version"]]
@@ -202,9 +202,9 @@ def test_owner_liveness_uses_the_pid_and_its_start_time(run_copy):
     cases_dead = {"interrupted": {"pid": gone.pid, "start_time": 1}}
     for want, record in [*cases.items(), *cases_dead.items()]:
         _with_meta(run_copy, status="running", complete=False, owner=record, host=platform.node())
-        assert results.read(run_copy).runs[0].meta["status"] == want, record
+        assert tables.read(run_copy).runs[0].meta["status"] == want, record
     _with_meta(run_copy, status="running", owner=None)  # no owner recorded: cannot tell, left as it is
-    assert results.read(run_copy).runs[0].meta["status"] == "running"
+    assert tables.read(run_copy).runs[0].meta["status"] == "running"
 
 
 def test_a_killed_learner_counts_the_updates_it_logged(tmp_path):
@@ -218,7 +218,7 @@ def test_a_killed_learner_counts_the_updates_it_logged(tmp_path):
     assert proc.returncode == 1, stderr[-3000:]
     logged = learner_updates(cell)[-1]["version"]
     assert json.loads((cell / "summary.json").read_text())["updates"] == 0  # the learner's summary is stale
-    (row,) = results.load_cells(tmp_path / "kl").to_dict(orient="records")
+    (row,) = tables.load_cells(tmp_path / "kl").to_dict(orient="records")
     assert row["updates_done"] == logged >= 3 and row["status"] == "learner killed by SIGKILL"
     md = (tmp_path / "kl" / "report.md").read_text()
     assert f"| {logged} / 400 |" in md and "learner killed by SIGKILL" in md
@@ -239,5 +239,5 @@ def test_report_shows_recorded_errors_and_pipelining_lag(run_copy):
         median, top = statistics.median(lags[method]), max(lags[method])
         row = next(line for line in md.splitlines() if f"| {label} |" in line)
         assert f"| {config['pipeline']} | {median:g} / {top:g} |" in row, row
-    summary = results.read(run_copy)
+    summary = tables.read(run_copy)
     assert summary.runs[0].meta["errors"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from harness.results import tables as results
+from harness.results import tables
 from harness.cli import app
 from trainers.events import read_events
 
@@ -103,7 +103,7 @@ def check_replicas(cell: Path) -> dict[str, list[list[int]]]:
 
 
 def cell_row(run_dir: Path) -> dict:
-    cells = results.load_cells(run_dir)
+    cells = tables.load_cells(run_dir)
     assert len(cells) == 1
     return cells.iloc[0].to_dict()
 

@@ -4,14 +4,14 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from harness.results import tables as results
+from harness.results import tables
 from harness.run import launch
 
 RUN = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-heldout"
 
 
 def test_a_runs_seconds_split_into_loop_evaluations_and_the_rest():
-    t = results.read(RUN)
+    t = tables.read(RUN)
     meta = json.loads((RUN / "meta.json").read_text())
     end = dt.datetime.fromisoformat(meta["finished_utc"])
     o = launch.overhead(RUN, t, now=end)
@@ -26,7 +26,7 @@ def test_a_runs_seconds_split_into_loop_evaluations_and_the_rest():
 
 def test_a_folder_without_a_start_time_reports_nothing(tmp_path):
     (tmp_path / "meta.json").write_text("{}")
-    assert launch.overhead(tmp_path, results.read(RUN)) is None
+    assert launch.overhead(tmp_path, tables.read(RUN)) is None
 
 
 def test_the_report_states_the_fixed_cost_meta_json_holds(tmp_path):

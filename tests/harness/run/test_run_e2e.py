@@ -16,7 +16,7 @@ import pytest
 
 from harness.net import clean
 
-from harness.results import tables as results
+from harness.results import tables
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE = 20e6
@@ -86,7 +86,7 @@ def test_every_artefact_is_written(e2e):
 
 
 def test_full_is_no_faster_than_the_link_allows(e2e):
-    df = results.load(e2e[3])
+    df = tables.load(e2e[3])
     full = df[df["method"] == "full"]
     floor = full["payload_bytes_down"] * 8 / RATE   # one update to one worker over its own 20 Mbit/s link
     assert len(full) == 3 and (full["payload_bytes_down"] > 50_000).all()

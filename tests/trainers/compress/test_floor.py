@@ -1,4 +1,4 @@
-"""The codecs' memory-floor paths (issue 24) give the same answers as the plain ones: zero-copy
+"""The codecs' memory-floor paths give the same answers as the plain ones: zero-copy
 views where the layout allows, a kept decode buffer, top-k from a sampled threshold."""
 import pytest
 import torch

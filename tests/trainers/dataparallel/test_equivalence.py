@@ -1,4 +1,4 @@
-"""The equivalences of the data-parallel family (issue 14), each against an independent oracle:
+"""The equivalences of the data-parallel family, each against an independent oracle:
 torch's own Adam, plain parameter averaging, the identity."""
 import subprocess
 import sys

@@ -4,7 +4,7 @@ keeps moving.
 
 Thresholds from measurements (micro model, 2 workers, r = 4, omega = 0.97, lr 3e-3):
 - the figure's run (K = 4, 96 steps = 24 syncs, seeds 1-3, `python -m trainers.dataparallel.falsifier`),
-  first Q random (before the last part of issue 22): QHM none 1.000000 at all 72 syncs; full-rank mean
+  first Q random (--lordo-initial-q random): QHM none 1.000000 at all 72 syncs; full-rank mean
   0.871, max 0.926;
 - this test's run (K = 3, 18 steps = 6 syncs, 5 refreshes after the first Q, batch 2 x 16 tokens), first Q
   from the first averaged pseudo-gradient (the default), seeds 1-3: QHM none 1.000000 at every sync;

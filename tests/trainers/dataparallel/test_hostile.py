@@ -1,4 +1,4 @@
-"""Hostile peers against the data-parallel aggregator (issue 26, D4-D6), over real sockets: the
+"""Hostile peers against the data-parallel aggregator (docs/FAULTS.md D4-D6), over real sockets: the
 aggregator and its dp workers run as threads of this process with the services' own classes.
 
 - idle connections without the token, re-opened as fast as they close, cannot keep the workers out

@@ -1,4 +1,4 @@
-"""LoRDO-global's first Q (issue 22): from the first averaged pseudo-gradient (the review's choice,
+"""LoRDO-global's first Q: from the first averaged pseudo-gradient (the review's choice,
 the default), after a first window at Q = I, or a seeded random basis (--lordo-initial-q random).
 Real micro-model gradients, the services' step/combine/finish in one process (inprocess.py)."""
 import dataclasses

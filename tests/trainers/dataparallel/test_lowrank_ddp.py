@@ -1,4 +1,4 @@
-"""Low-rank DDP's two readings (trainers/dataparallel/lowrank_ddp.py, issue 22): what each puts on the wire
+"""Low-rank DDP's two readings (trainers/dataparallel/lowrank_ddp.py): what each puts on the wire
 and where the low-rank part lives."""
 import torch
 

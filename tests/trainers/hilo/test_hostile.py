@@ -1,4 +1,4 @@
-"""Hostile peers against a real learner process (issue 11, items 4 and 6).
+"""Hostile peers against a real learner process.
 
 Each test runs a learner and one genuine worker as processes on 127.0.0.1 and attacks the
 learner over real sockets, sometimes with the run token (a hostile member), sometimes without
@@ -407,7 +407,7 @@ def test_the_caps_and_deadlines_are_learner_flags_with_checked_values(tmp_path, 
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-# ----------------------------------------------------------------------------- issue 26: memory, joins, forged ids
+# ----------------------------------------------------------------------------- memory, joins, forged ids
 
 
 def rss_mib(pid: int) -> float:

@@ -1,4 +1,4 @@
-"""`rank-R` as real processes (issue 22): train at rank R, ship the whole adapter in bf16 like full-bf16;
+"""`rank-R` as real processes: train at rank R, ship the whole adapter in bf16 like full-bf16;
 every replica holds the bf16-rounded adapter, and its hash is the one compared."""
 import pytest
 

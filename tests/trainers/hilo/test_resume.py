@@ -1,5 +1,5 @@
 """A learner killed mid-run and started again from its snapshot file (`--resume`) continues
-bit-identically (issue 21, item 7): the real services on loopback, as `harness run` starts them.
+bit-identically: the real services on loopback, as `harness run` starts them.
 
 Two runs of the same parameters: one straight through; one whose learner is SIGKILLed after its
 first snapshots and restarted on the same address with `--resume <run>/learner-snapshot.safetensors`,

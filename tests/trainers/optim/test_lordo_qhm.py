@@ -1,4 +1,4 @@
-"""LoRDO's full-rank QHM term (trainers/optim/lordo.py, issue 22): how much of one projection residual
+"""LoRDO's full-rank QHM term (trainers/optim/lordo.py): how much of one projection residual
 it applies over many steps, in each reading. The default must never apply the same residual twice."""
 import math
 
@@ -39,7 +39,7 @@ def test_reduced_reading_applies_each_residual_at_most_once_in_total():
 
 
 def test_reapplied_reading_applies_the_same_residual_at_every_step():
-    """The code before issue 22: E is applied by the term while it is also carried, every step."""
+    """The double-counting reading: E is applied by the term while it is also carried, every step."""
     share, _ = applied_out_of_span("reapplied")
     assert share == pytest.approx(200 * (1 - OMEGA), rel=1e-3)
 
