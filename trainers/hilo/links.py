@@ -56,9 +56,10 @@ HANDSHAKE, ADMITTING, MEMBER, DONE = "handshake", "admitting", "member", "done"
 class SendBatch:
     """Frames handed to the loop together; `wait` returns once each is written or has failed."""
 
-    def __init__(self, count: int):
+    def __init__(self, keys: list):
         self._cond = threading.Condition()
-        self._left = count
+        self.keys = keys
+        self._left = len(keys)
         self.results: dict = {}  # key -> frame bytes written, or the OSError that failed it
 
     def done(self, key, result) -> None:
@@ -70,12 +71,14 @@ class SendBatch:
             if self._left <= 0:
                 self._cond.notify_all()
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, alive: Callable[[], bool] = lambda: True) -> bool:
+        """True once every frame is done; False after `timeout` seconds, or once `alive()` is False
+        (the loop that would write them is gone)."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._left > 0:
                 left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
+                if (left is not None and left <= 0) or not alive():
                     return False
                 self._cond.wait(1.0 if left is None else min(left, 1.0))
             return True
@@ -148,7 +151,7 @@ class Links:
 
     def send(self, frames: list[tuple[object, Connection, MessageType, list[memoryview]]]) -> SendBatch:
         """Queue each (key, connection, type, frame parts); the batch says when each is written."""
-        batch = SendBatch(len(frames))
+        batch = SendBatch([key for key, *_ in frames])
         if not self.running:
             for key, *_ in frames:
                 batch.done(key, OSError("the learner's connections are closed"))
@@ -189,8 +192,12 @@ class Links:
         if self.thread is None or not self.thread.is_alive():
             self._close_all()
 
-    def threads(self) -> int:
-        return 1 if self.thread is not None and self.thread.is_alive() else 0
+    def wait(self, batch: SendBatch, timeout: float | None = None) -> None:
+        """Wait for `batch`; whatever is not done by then (or when the loop ends) fails."""
+        alive = lambda: self.thread is not None and self.thread.is_alive()  # noqa: E731
+        if not batch.wait(timeout, alive):
+            for key in batch.keys:
+                batch.done(key, OSError("not written: " + ("timed out" if alive() else "the connection loop ended")))
 
     # ------------------------------------------------------------------ the loop
 

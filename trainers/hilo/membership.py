@@ -369,7 +369,7 @@ class Membership:
         body = wire.prepare_body(msg)
         batch = self.links.send([(p.worker, p.conn, MessageType.UPDATE,
                                   wire.claim_prepared_frame(p.conn, MessageType.UPDATE, body, version)) for p in peers])
-        batch.wait()
+        self.links.wait(batch)
         written = {}
         for worker in sorted(batch.results):
             result = batch.results[worker]
@@ -387,7 +387,7 @@ class Membership:
         batch = self.links.send([(p.worker, p.conn, MessageType.STOP,
                                   wire.claim_prepared_frame(p.conn, MessageType.STOP, body, self.replica.version))
                                  for p in peers])
-        batch.wait(self.send_timeout_s + 1.0)
+        self.links.wait(batch, self.send_timeout_s + 1.0)
 
     def close_connections(self) -> None:
         """After the loop: stop listening and close every connection, so that nothing is read or

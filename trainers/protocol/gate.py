@@ -1,8 +1,9 @@
 """Admission before the handshake: which new connections may wait to show the run token.
 
 Both service families (the HiLo learner's membership and the data-parallel aggregator) accept
-connections on one listener and give each its own handshake thread, so a slow or silent peer holds
-one slot, never the listener. Only connections that have not yet shown the run token are budgeted
+connections on one listener and handshake each on its own (the learner on one event loop for all,
+trainers/hilo/links.py; the aggregator in a thread each), so a slow or silent peer holds one slot,
+never the listener. Only connections that have not yet shown the run token are budgeted
 here: `await_token` peeks at the first frame's header and, once the token check in it is right, the
 connection leaves the gate (`leave`), so an authenticated worker never competes with token-less
 peers for a slot, and the slots cost a flood only what it holds itself:
