@@ -9,9 +9,10 @@
    broadcast of a 1 MiB update to all N, and the learner's threads. The fitted exponent b of
    CPU ~ N^b (least squares on log-log, N >= 8) says how the work grows: 1 is linear.
 2. End to end (root only, WAN_BENCH_RUN_WORKERS): `harness run --model micro --workers N --updates 2`
-   on emulated links; printed per N: join s (learner listening -> the last worker joined: worker
-   start-up included), the peak of the learner's threads (sampled from /proc every 0.2 s), and the
-   run's wall. Every run must complete with hash-equal replicas; no time is asserted.
+   on emulated links; printed per N: join s (learner listening -> the last worker joined), of it the
+   harness starting the workers one after another (listening -> the last worker started) and the
+   rest (the last start -> the last join: the learner's share and the last worker's start-up), the
+   peak of the learner's threads (sampled from /proc every 0.2 s), and the run's wall. Every run must complete with hash-equal replicas; no time is asserted.
 Each part prints the load average (`os.getloadavg`) at its start and end.
 """
 from __future__ import annotations
@@ -163,10 +164,13 @@ def test_join_and_threads_of_harness_runs(tmp_path):
         summary = json.loads((cell / "summary.json").read_text())
         assert summary["complete"] and summary["consistent"], summary
         costs = fixed_costs(cell)
-        rows.append({"N": n, "join s": costs["join s"], "learner threads (peak)": peak.get("threads", 0),
+        rows.append({"N": n, "join s": costs["join s"], "start workers s": costs["start workers s"],
+                     "join after the last start s": costs["join s"] - costs["start workers s"],
+                     "learner threads (peak)": peak.get("threads", 0),
                      "loop s": costs["loop s"], "run wall s": time.monotonic() - t0, "load1": os.getloadavg()[0]})
     print(f"load average at the end: {os.getloadavg()}")
     print_table(rows)
     fit = [r for r in rows if r["N"] >= 8]
     if len(fit) > 1:
-        print(f"join s ~ N^{exponent([(r['N'], r['join s']) for r in fit]):.2f} (N {fit[0]['N']}..{fit[-1]['N']})")
+        for key in ("join s", "start workers s"):
+            print(f"{key} ~ N^{exponent([(r['N'], r[key]) for r in fit]):.2f} (N {fit[0]['N']}..{fit[-1]['N']})")
