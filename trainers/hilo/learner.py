@@ -22,8 +22,9 @@ samples its first batch one version newer, as any joiner does).
 
 This file is the loop and the training state. Who takes part (connections, joins and catch-up,
 disconnects, drops, sends) is `trainers/hilo/membership.py`; the hash checks and the consistency
-verdict are `trainers/hilo/consistency.py`. Reader threads only validate frames and queue them: the
-main thread owns all state and acts on what arrived in `pump`.
+verdict are `trainers/hilo/consistency.py`. One event-loop thread serves every connection
+(`trainers/hilo/links.py`: it only validates frames, queues them and writes what is sent): the main
+thread owns all state and acts on what arrived in `pump`.
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """Membership: which workers take part in a run, as the learner sees it.
 
-Threads: one listener accepts connections; one reader per connection checks the handshake
-(the first frame must be a valid HELLO, whole, within the handshake timeout: a total deadline,
-not one per recv) and then every frame, and puts what it got in the inbox. Only the learner's
-main thread acts on the inbox, through `Membership.pump`, which handles joins and departures
-here and hands the members' frames (rollouts, hash reports) to the caller in arrival order.
+Threads: the main thread and one event loop (`trainers.hilo.links.Links`), whatever the number of
+workers. The loop accepts connections, checks each handshake (the first frame must be a valid HELLO,
+whole, within the handshake timeout: a total deadline), reassembles every connection's frames without
+blocking and puts what it got in the inbox; it also writes the frames the main thread sends (one
+output queue per connection: a slow link holds up only its own). Only the learner's main thread acts
+on the inbox, through `Membership.pump`, which handles joins and departures here and hands the
+members' frames (rollouts, hash reports) to the caller in arrival order.
 
 Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
 - at most `max_pending` connections that have not shown the run token may be in their handshake
@@ -16,25 +18,25 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
 - every refused connection (over the budget, evicted, a wrong token, a bad HELLO, a forged id) is
   counted in `rejections`: one `rejected` row per source address per interval, with the count, so
   a flood grows the event file with the number of its addresses, not with its rate;
-- memory is bounded in bytes in every phase: a reader queues a connection's next frame only while
-  that connection has less than `max_frame_bytes` waiting in the inbox (so at most two frames per
-  connection are held: one queued, one being read), and what it cannot queue waits in the kernel's
-  socket buffers and, past them, in the sender (TCP backpressure); after the loop
+- memory is bounded in bytes in every phase: the loop starts reading a connection's next frame only
+  while that connection has less than `max_frame_bytes` waiting in the inbox (so at most two frames
+  per connection are held: one queued, one being read), and what it does not read waits in the
+  kernel's socket buffers and, past them, in the sender (TCP backpressure); after the loop
   `close_connections` closes the listener and every connection, so nothing is read during the
   held-out evaluation;
 - accept() errors (EMFILE, ENFILE, ECONNABORTED, ...) are retried with back-off, logged once
   per burst (`accept_error`, then `accept_recovered`): the listener ends only with the learner;
 - a connection that breaks (EOF, reset) is a disconnect; one that breaks the protocol (a bad
   frame, a HELLO or any JSON that fails its schema in `trainers.protocol.messages`, any unexpected
-  exception in its reader) is `rejected` before it joined and `dropped` after; an exception
+  exception while the loop serves it) is `rejected` before it joined and `dropped` after; an exception
   while the main thread handles a peer's event drops that peer, never the learner;
 - a HELLO for a worker id whose member is still connected is refused (`rejected`); the member and
   its connection are untouched, so a forger cannot use up a genuine worker's reconnects.
-- liveness: once a member is welcomed its reader waits at most `liveness_s` (--liveness, 10 s) for
+- liveness: once a member is welcomed the loop waits at most `liveness_s` (--liveness, 10 s) for
   each byte; a member silent that long (no frame, no HEARTBEAT: workers send one every quarter of it
   when nothing else went out, trainers/protocol/heartbeat.py) is `dropped` at once with that reason,
-  instead of holding every update for --worker-timeout. The clock runs only while the reader is free
-  to read: a frame the learner has not taken yet holds it back, which is not the member's silence.
+  instead of holding every update for --worker-timeout. The clock runs only while the loop reads
+  that member: frames the learner has not taken yet hold it back, which is not the member's silence.
 
 - Join: a worker that says HELLO is admitted at the learner's current version v: WELCOME,
   then the catch-up from the replay log (replay methods: the newest snapshot at or below v and
@@ -53,20 +55,18 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
 """
 from __future__ import annotations
 
-import errno
 import queue
 import socket
-import struct
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from trainers.protocol import messages, wire
 from trainers.protocol import gate
-from trainers.protocol.gate import Gate, Ticket, await_token, source_of
+from trainers.protocol.gate import Gate
+from trainers.hilo.links import Links
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
@@ -74,7 +74,7 @@ from trainers.model.replica import Replica
 from trainers.model.rollout import Rollouts
 from trainers.process import log
 from trainers.spec import RunParams
-from trainers.protocol.wire import Connection, DeadlineExceeded, MessageType, PeerClosed, WireError
+from trainers.protocol.wire import Connection, MessageType, WireError
 
 PROCESS = "learner"
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before it has said a valid HELLO
@@ -84,7 +84,7 @@ REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per 
 TOKEN_TIMEOUT_S = 3.0  # seconds a new connection has to send the frame header with the token (--token-timeout)
 EXCLUDE_UPDATES = 2  # updates a worker is kept out after its first drop (after its second: the rest of the run)
 LIVENESS_S = 10.0  # seconds without a byte from a joined member before it is dropped (--liveness; spec.py)
-ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest sleep after a failed accept()
+ACCEPT_BACKLOG = 1024  # connections the kernel queues before accept(): every worker of a large run connects at once
 
 
 @dataclass
@@ -130,7 +130,7 @@ class ReplayLog:
 
 
 class Membership:
-    """The listener, the readers, the inbox and the members (`peers`, by worker id)."""
+    """The connections (`links`: the listener and the event loop), the inbox and the members (`peers`, by worker id)."""
 
     def __init__(self, params: RunParams, method: Method, token: str, listen: tuple[str, int], replica: Replica,
                  replay_log: ReplayLog, consistency: Consistency, events: EventLog, counter: wire.ByteCounter,
@@ -147,169 +147,54 @@ class Membership:
         self.liveness_s = liveness_s
         self.gate = Gate(max_pending, per_source)
         self.rejections = Tally(events, "rejected", REJECTED_INTERVAL_S)  # refused connections, per source
-        self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the readers
+        self.inbox: queue.Queue = queue.Queue()  # (kind, worker, conn, frame or reason) from the loop
         self._queued: dict[Connection, int] = {}  # body bytes each live connection has in the inbox
-        self._room = threading.Condition()  # guards _queued; notified when the inbox drains or a connection closes
+        self._room = threading.Lock()  # guards _queued (the loop adds, the main thread takes)
         self.peers: dict[int, Peer] = {}  # current members by worker id
         self.dropped: list[dict] = []
         self.exclude_updates = exclude_updates
         self.strikes: dict[int, int] = {}  # drops per worker id
         self.kept_out: dict[int, int | None] = {}  # worker id -> the version it may rejoin at (None: never)
         self.stalls = 0  # drops for a missed contribution (the caller says which: `drop(..., stall=True)`)
-        self.server = socket.create_server(listen, reuse_port=False)
+        self.handshake_max_body = HANDSHAKE_MAX_BODY
+        self.server = socket.create_server(listen, reuse_port=False, backlog=ACCEPT_BACKLOG)
         self.address = self.server.getsockname()[:2]
-        self.pool = ThreadPoolExecutor(max_workers=max(1, params.workers))  # parallel sends
-        self._stopping = False
+        self.links = Links(self, self.server)  # the one thread that accepts, reads and sends
 
-    # ------------------------------------------------------------------ connections (threads)
+    # ------------------------------------------------------------------ connections (the loop's thread)
 
     def listen(self) -> None:
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self) -> None:
-        """Accept connections until stopped; each gets its own reader thread. An accept() error
-        (out of file descriptors, an aborted connection, ...) never ends it: it backs off and
-        retries, logging once per burst of errors."""
-        backoff, errors = 0.0, 0
-        while not self._stopping:
-            try:
-                sock, addr = self.server.accept()
-            except OSError as e:
-                if self._stopping:
-                    return
-                errors += 1
-                if errors == 1:
-                    self.events.write("accept_error", errno=e.errno, error=str(e))
-                    log(PROCESS, f"accept failed: {e}; retrying with back-off")
-                if e.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN):
-                    backoff = min(max(2 * backoff, ACCEPT_BACKOFF_S[0]), ACCEPT_BACKOFF_S[1])
-                    time.sleep(backoff)
-                continue
-            if errors:
-                self.events.write("accept_recovered", errors=errors)
-                log(PROCESS, f"accept works again after {errors} failed attempts")
-                backoff, errors = 0.0, 0
-            try:
-                self.start_reader(sock, addr)
-            except Exception as e:  # e.g. no thread could be started: this connection only
-                sock.close()
-                log(PROCESS, f"could not serve a connection from {addr}: {type(e).__name__}: {e}")
-
-    def start_reader(self, sock: socket.socket, addr) -> None:
-        """A reader thread for a new connection, if the gate has a slot for it (see `Gate`)."""
-        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
-        source = source_of(addr)
-        evicted = self.gate.evicted
-        ticket, refused = self.gate.enter(sock, source)
-        if ticket is None:
-            sock.close()
-            self.reject(source, peer, None, refused)
-            return
-        if self.gate.evicted > evicted:
-            self.reject(source, peer, None, "evicted from its handshake slot (token-less past its grace) by a newcomer")
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(sock, token=self.token, sender=0, peer=peer, counter=self.counter,
-                              max_body_bytes=HANDSHAKE_MAX_BODY)
-            conn.source = source
-            threading.Thread(target=self.read, args=(conn, ticket), daemon=True).start()
-        except BaseException:
-            self.gate.leave(ticket)
-            raise
+        """Start serving connections: one event-loop thread for all of them (trainers/hilo/links.py)."""
+        self.links.start()
 
     def reject(self, source: str, peer: str | None, worker: int | None, reason: str) -> None:
         """A connection refused before (or instead of) joining: counted per source (`rejections`)."""
         self.rejections.add(source, peer=peer, worker=worker, reason=reason)
 
-    def read(self, conn: Connection, ticket: Ticket) -> None:
-        """Reader thread: handshake, then every frame into the inbox (within the connection's byte
-        budget). It always ends by queueing ("error" (the connection broke) or "bad" (it broke the
-        protocol), worker, conn, reason) and closing the connection, whatever was raised; a
-        connection the gate evicted ends silently (the listener counts those)."""
-        worker, kind = None, "error"
+    def queued_add(self, conn: Connection, nbytes: int) -> int:
+        """Count `nbytes` more of `conn`'s frames in the inbox; returns its bytes there now."""
         with self._room:
-            self._queued[conn] = 0
-        try:
-            try:
-                worker = self.handshake(conn, ticket)
-            finally:
-                self.gate.leave(ticket)
-            conn.sock.settimeout(None)
-            # A member that takes no bytes for this long fails the send (and is dropped), instead of
-            # blocking the learner's sends to it forever. SO_SNDTIMEO bounds each send() without
-            # progress, not a whole frame: a slow link that keeps moving is never cut.
-            secs = max(self.send_timeout_s, 0.001)
-            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                                 struct.pack("ll", int(secs), int(secs % 1 * 1e6)))
-            conn.max_body_bytes = self.max_frame_bytes
-            conn.admitted = threading.Event()
-            self.inbox.put(("hello", worker, conn, None))
-            if not self._wait_until_admitted(conn):
-                return
-            while self._wait_for_room(conn):
-                # The liveness clock runs only while this reader is free to read: a frame the learner
-                # has not taken yet holds it back (backpressure), and that is not the member's silence.
-                frame = conn.recv(idle_s=self.liveness_s)
-                if frame.type == MessageType.HEARTBEAT:
-                    messages.decode(MessageType.HEARTBEAT, frame.body)  # its arrival was the point
-                    continue
-                with self._room:
-                    self._queued[conn] += len(frame.body)
-                self.inbox.put(("frame", worker, conn, frame))
-            return  # closed by the learner while it waited: nothing more to say
-        except (PeerClosed, OSError) as e:
-            reason = str(e) or type(e).__name__
-        except wire.Silent as e:
-            kind, reason = "silent", f"silent for {self.liveness_s:g} s (the liveness deadline): {e}"
-        except DeadlineExceeded as e:
-            kind, reason = "bad", (f"handshake timed out: no frame header (the run token) within {self.token_timeout_s} s"
-                                   if "header" in str(e) and self.token_timeout_s < self.handshake_timeout_s
-                                   else f"handshake timed out: no whole HELLO within {self.handshake_timeout_s} s")
-            reason += f" ({e})"
-        except WireError as e:
-            kind, reason = "bad", str(e) or type(e).__name__
-        except Exception as e:  # a bug or a case nobody foresaw: this connection ends, the learner goes on
-            kind, reason = "bad", f"{type(e).__name__}: {e}"
-            log(PROCESS, f"reader of {conn.peer}: {reason}\n{traceback.format_exc()}")
-        finally:
-            conn.close()
-            with self._room:
-                self._queued.pop(conn, None)
-        if not ticket.evicted:
-            self.inbox.put((kind, worker, conn, reason))
+            total = self._queued[conn] = self._queued.get(conn, 0) + nbytes
+            return total
 
-    def _wait_until_admitted(self, conn: Connection) -> bool:
-        """Block until the main thread has welcomed `conn` (the worker's heartbeats start with its
-        WELCOME, so the liveness clock must not start before); False once it is closed (refused)."""
-        while not conn.admitted.wait(0.5):
-            if conn.closed:
-                return False
-        return not conn.closed
-
-    def _wait_for_room(self, conn: Connection) -> bool:
-        """Block until `conn` has less than `max_frame_bytes` waiting in the inbox; False once it
-        is closed. The frames it cannot send meanwhile stay in the socket buffers (backpressure)."""
+    def queued_forget(self, conn: Connection) -> None:
         with self._room:
-            while self._queued.get(conn, 0) >= self.max_frame_bytes and not conn.closed:
-                self._room.wait(1.0)
-            return not conn.closed
+            self._queued.pop(conn, None)
 
     def _taken(self, item: tuple) -> None:
-        """The main thread took `item` from the inbox: its bytes no longer count."""
+        """The main thread took `item` from the inbox: its bytes no longer count, and a connection
+        held back by its budget is read again."""
         if item[0] == "frame":
             with self._room:
-                if item[2] in self._queued:
-                    self._queued[item[2]] -= len(item[3].body)
-                self._room.notify_all()
+                if item[2] not in self._queued:
+                    return
+                left = self._queued[item[2]] = self._queued[item[2]] - len(item[3].body)
+            link = getattr(item[2], "link", None)
+            if link is not None and link.paused and left < self.max_frame_bytes:
+                self.links.resume(item[2])
 
-    def handshake(self, conn: Connection, ticket: Ticket | None = None) -> int:
-        """The HELLO's worker id. The token is checked first, on the peeked header: a connection
-        that shows it leaves the gate's token-less budget before the rest of its HELLO is read."""
-        start = time.monotonic()
-        await_token(conn.sock, conn.check, start + self.token_timeout_s)
-        if ticket is not None:
-            self.gate.leave(ticket)
-        frame = conn.recv(deadline=start + self.handshake_timeout_s)
+    def check_hello(self, frame: wire.Frame) -> int:
+        """The worker id of a connection's first frame, which must be a valid HELLO (WireError if not)."""
         if frame.type != MessageType.HELLO:
             raise WireError(f"expected HELLO as the first frame, got {frame.type.name}")
         worker = messages.decode(MessageType.HELLO, frame.body)["worker"]
@@ -317,8 +202,6 @@ class Membership:
             raise WireError(f"HELLO names worker {worker}, expected 1..{self.params.workers}")
         if frame.sender != worker:
             raise WireError(f"HELLO from sender {frame.sender} claims to be worker {worker}")
-        self.counter.rename(conn.peer, f"w{worker}")
-        conn.peer = f"w{worker}"
         return worker
 
     # ------------------------------------------------------------------ the inbox (main thread)
@@ -375,8 +258,7 @@ class Membership:
         if current is not None and current.conn is conn:
             self.drop(worker, reason)
         else:
-            conn.dropped_by_learner = True
-            conn.close()
+            self.links.hang_up(conn)
             self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
 
     # ------------------------------------------------------------------ joins and departures
@@ -388,8 +270,7 @@ class Membership:
         alive is dropped by its deadlines, after which the worker, retrying, gets in."""
         current = self.peers.get(worker)
         if current is not None and current.conn is not None and not current.conn.closed:
-            conn.dropped_by_learner = True
-            conn.close()
+            self.links.hang_up(conn)
             self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, f"worker {worker} is already connected")
             return
         if self.keep_out(worker, conn):
@@ -413,11 +294,11 @@ class Membership:
                 sent += conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
         except OSError as e:
             self.events.write("rejected", worker=worker, reason=f"catch-up failed: {e}")
-            conn.close()
+            self.links.hang_up(conn)
             return
         self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
-        if hasattr(conn, "admitted"):  # its reader may read now, and the liveness clock starts
-            conn.admitted.set()
+        if hasattr(conn, "link"):  # the loop may read it now, and its liveness clock starts
+            self.links.admitted(conn)
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
         self.events.write("joined", worker=worker, version=version, snapshot_version=base,
@@ -440,8 +321,7 @@ class Membership:
                 conn.send(MessageType.STOP, wire.pack_json({"reason": reason}), self.replica.version)
             except OSError:
                 pass
-        conn.dropped_by_learner = True
-        conn.close()
+        self.links.hang_up(conn)
         self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, reason)
         return True
 
@@ -459,8 +339,7 @@ class Membership:
         if peer is None:
             return
         if peer.conn is not None:
-            peer.conn.dropped_by_learner = True  # its reader's error is then expected, not news
-            peer.conn.close()
+            self.links.hang_up(peer.conn)  # what the loop still reads of it is then not news
         version, version_of_rejoin = self.replica.version, None
         if stall:
             self.stalls += 1
@@ -482,57 +361,47 @@ class Membership:
     # ------------------------------------------------------------------ sending
 
     def broadcast(self, msg: bytes, version: int) -> dict[str, int]:
-        """Send update `version` to every connected member at once; returns frame bytes written per worker."""
+        """Send update `version` to every connected member; returns frame bytes written per worker.
+        One checksum of the body for every worker's frame; the loop writes each socket what it
+        takes, so a slow link delays only its own copy. Returns once every copy is written or has
+        failed (a member whose socket takes no byte for the send timeout is dropped)."""
         peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
-        body = wire.prepare_body(msg)   # one checksum of the body for every worker's frame
-        futures = {p.worker: self.pool.submit(p.conn.send_prepared, MessageType.UPDATE, body, version) for p in peers}
+        body = wire.prepare_body(msg)
+        batch = self.links.send([(p.worker, p.conn, MessageType.UPDATE,
+                                  wire.claim_prepared_frame(p.conn, MessageType.UPDATE, body, version)) for p in peers])
+        self.links.wait(batch)
         written = {}
-        for worker, fut in futures.items():
-            try:
-                written[f"w{worker}"] = fut.result()
-            except OSError as e:
-                self.drop(worker, f"send failed: {e}")
+        for worker in sorted(batch.results):
+            result = batch.results[worker]
+            if isinstance(result, OSError):
+                self.drop(worker, f"send failed: {result}")
+            else:
+                written[f"w{worker}"] = result
         return written
 
     def stop_all(self, reason: str) -> None:
-        """Tell every connected member to stop (best effort)."""
-        for peer in [p for p in self.peers.values() if p.conn is not None]:
-            try:
-                peer.conn.send(MessageType.STOP, wire.pack_json({"reason": reason[:1000]}), self.replica.version)
-            except OSError:
-                pass
+        """Tell every connected member to stop (best effort: a member that takes no byte for the
+        send timeout is not waited for longer)."""
+        peers = [p for p in self.peers.values() if p.conn is not None]
+        body = wire.prepare_body(wire.pack_json({"reason": reason[:1000]}))
+        batch = self.links.send([(p.worker, p.conn, MessageType.STOP,
+                                  wire.claim_prepared_frame(p.conn, MessageType.STOP, body, self.replica.version))
+                                 for p in peers])
+        self.links.wait(batch, self.send_timeout_s + 1.0)
 
     def close_connections(self) -> None:
-        """After the loop: stop listening and close every connection, so that no reader holds or
-        reads a byte while the learner evaluates and tears down."""
-        self._stopping = True
-        try:
-            self.server.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.server.close()
+        """After the loop: stop listening and close every connection, so that nothing is read or
+        held while the learner evaluates and tears down."""
+        self.links.stop()
         self.rejections.flush(due_only=False)
-        with self._room:
-            conns = list(self._queued)
-        for conn in conns:
-            conn.dropped_by_learner = True
-            conn.close()
         while True:  # what is queued is not going to be read: let it go
             try:
                 self.inbox.get_nowait()
             except queue.Empty:
                 break
-        with self._room:
-            self._room.notify_all()
 
     def close(self) -> None:
         self.rejections.flush(due_only=False)  # an interrupted run's held counts too
-        self._stopping = True
-        try:
-            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the listener thread
-        except OSError:
-            pass
-        self.server.close()
+        self.links.stop()
         for peer in [p for p in self.peers.values() if p.conn is not None]:
             peer.conn.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)  # a send blocked on a dead peer must not hold us

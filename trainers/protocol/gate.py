@@ -1,8 +1,9 @@
 """Admission before the handshake: which new connections may wait to show the run token.
 
 Both service families (the HiLo learner's membership and the data-parallel aggregator) accept
-connections on one listener and give each its own handshake thread, so a slow or silent peer holds
-one slot, never the listener. Only connections that have not yet shown the run token are budgeted
+connections on one listener and handshake each on its own (the learner on one event loop for all,
+trainers/hilo/links.py; the aggregator in a thread each), so a slow or silent peer holds one slot,
+never the listener. Only connections that have not yet shown the run token are budgeted
 here: `await_token` peeks at the first frame's header and, once the token check in it is right, the
 connection leaves the gate (`leave`), so an authenticated worker never competes with token-less
 peers for a slot, and the slots cost a flood only what it holds itself:
@@ -123,15 +124,24 @@ def await_token(sock: socket.socket, check: bytes, deadline: float) -> None:
         data = sock.recv(TOKEN_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         if not data:
             raise wire.PeerClosed("connection closed by peer")
-        if data[:4] != wire.MAGIC[:len(data[:4])]:
-            raise wire.WireError(f"bad magic {data[:4]!r}, expected {wire.MAGIC!r}")
-        if len(data) > 4 and data[4] != wire.FORMAT_VERSION:
-            raise wire.WireError(f"unsupported format version {data[4]}, expected {wire.FORMAT_VERSION}")
-        if len(data) >= TOKEN_BYTES:
-            if not hmac.compare_digest(bytes(data[8:16]), check):
-                raise wire.WireError("wrong run token")
+        if token_shown(data, check):
             return
         time.sleep(PARTIAL_POLL_S)  # part of the header is here: the rest is on its way
+
+
+def token_shown(data, check: bytes) -> bool:
+    """Whether the first bytes of a connection's first frame header (`data`, any prefix of it) show
+    the run token: True once they do, False while too few have arrived; WireError for a wrong magic,
+    format or token, as soon as the bytes that show it are there."""
+    if bytes(data[:4]) != wire.MAGIC[:len(data[:4])]:
+        raise wire.WireError(f"bad magic {bytes(data[:4])!r}, expected {wire.MAGIC!r}")
+    if len(data) > 4 and data[4] != wire.FORMAT_VERSION:
+        raise wire.WireError(f"unsupported format version {data[4]}, expected {wire.FORMAT_VERSION}")
+    if len(data) < TOKEN_BYTES:
+        return False
+    if not hmac.compare_digest(bytes(data[8:16]), check):
+        raise wire.WireError("wrong run token")
+    return True
 
 
 def source_of(addr) -> str:

@@ -738,3 +738,19 @@ class Connection:
         except OSError:
             pass
         self.sock.close()
+
+
+def claim_prepared_frame(conn: Connection, msg_type: MessageType, body: PreparedBody,
+                         version: int = 0) -> list[memoryview]:
+    """The frame `conn.send_prepared` would write, as [header, *body parts], with the connection's
+    next sequence number claimed, for a caller that writes the bytes itself (a non-blocking sender,
+    the learner's event loop: trainers/hilo/links.py). The caller must write every frame it claims,
+    whole and in claim order, and count it (`ByteCounter.add`) once written."""
+    with conn._send_lock:
+        t0 = time.perf_counter()
+        header = prepared_header(msg_type, body, check=conn.check, sender=conn.sender, version=version,
+                                 seq=conn._send_seq)
+        conn.counter.add_seconds(time.perf_counter() - t0)
+        conn._send_seq += 1
+        conn.sent_t = time.monotonic()
+    return [memoryview(header), *body.parts]
