@@ -236,21 +236,22 @@ class SparCompressor(BudgetedCompressor):
         counts = seg["counts"].tolist()
         require(len(counts) == len(p.tensors), self.name, "counts do not match the table")
         require(bool((seg["sigma"] >= 0).all()), self.name, "negative singular value")
-        s_pos = l_pos = r_pos = 0
-        terms = {}
-        # fp32 once per segment (~the payload's size): per-factor slices then need no conversion
-        sigma, left, right = (seg[key].to(torch.float32) for key in ("sigma", "left", "right"))
         for (name, shape), k in zip(p.tensors, counts):
             require(len(shape) == 2 and 0 <= k <= min(shape), self.name, f"bad count {k} for {name!r} {shape}")
-            a, b = shape
-            require(s_pos + k <= sigma.numel() and l_pos + k * a <= left.numel() and r_pos + k * b <= right.numel(),
-                    self.name, "segments shorter than the counts say")
+        # fp32 once per segment (~the payload's size): per-factor slices then need no conversion
+        sigma, left, right = (seg[key].to(torch.float32) for key in ("sigma", "left", "right"))
+        need = (sum(counts), sum(k * s[0] for k, (_, s) in zip(counts, p.tensors)),
+                sum(k * s[1] for k, (_, s) in zip(counts, p.tensors)))
+        have = (sigma.numel(), left.numel(), right.numel())
+        require(all(n <= h for n, h in zip(need, have)), self.name, "segments shorter than the counts say")
+        require(need == have, self.name, "segments longer than the counts say")
+        s_pos = l_pos = r_pos = 0
+        terms = {}
+        for (name, (a, b)), k in zip(p.tensors, counts):
             if k:
                 terms[name] = (sigma[s_pos:s_pos + k], left[l_pos:l_pos + k * a].view(k, a),
                                right[r_pos:r_pos + k * b].view(k, b))
             s_pos, l_pos, r_pos = s_pos + k, l_pos + k * a, r_pos + k * b
-        require((s_pos, l_pos, r_pos) == (sigma.numel(), left.numel(), right.numel()),
-                self.name, "segments longer than the counts say")
         add_low_rank_(out, terms, alpha, overwrite, portable)
 
 
