@@ -242,10 +242,11 @@ def bench_compress(
     except ValueError as err:
         raise usage_error(err) from None
     console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
-    table = Table(title="compressors: first-step error and bytes; steady-state CPU time (warm-up excluded, median "
-                        "of %d) and its ratio to a memcpy of the fp32 gradients in this process" % repeats)
+    table = Table(title="compressors: first-step error and bytes; steady-state CPU seconds at %d thread(s) (warm-up "
+                        "excluded, median of %d) and their ratio to a memcpy of the fp32 gradients measured beside "
+                        "them in this process (x memcpy)" % (threads, repeats))
     for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
-                "encode s", "decode s", "total s", "x memcpy"):
+                "encode CPU s", "decode CPU s", "total CPU s", "encode x", "decode x", "x memcpy"):
         table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
     rows = bench.run(kinds, fracs, repeats, threads, model=model, rank=rank,
                      real_model="micro" if shape == "small" else "tiny",
@@ -255,7 +256,7 @@ def bench_compress(
     for r in rows:
         table.add_row(r.gradients, r.compressor, r.budget, f"{r.payload_bytes:,}", f"{100 * r.fraction_of_full:.2f}",
                       f"{r.rel_error:.4f}", f"{r.encode_s:.4f}", f"{r.decode_s:.4f}", f"{r.total_s:.4f}",
-                      f"{r.total_x:.1f}")
+                      f"{r.encode_x:.1f}", f"{r.decode_x:.1f}", f"{r.total_x:.1f}")
     console.print(table)
     if json_out:
         with open(json_out, "w") as fh:

@@ -69,6 +69,14 @@ class Row:
         """Encode + decode as a multiple of the memcpy beside them."""
         return self.total_s / self.memcpy_s if self.memcpy_s > 0 else float("nan")
 
+    @property
+    def encode_x(self) -> float:
+        return self.encode_s / self.memcpy_s if self.memcpy_s > 0 else float("nan")
+
+    @property
+    def decode_x(self) -> float:
+        return self.decode_s / self.memcpy_s if self.memcpy_s > 0 else float("nan")
+
 
 def model_shapes(model: str = DEFAULT_MODEL, rank: int = DEFAULT_RANK) -> dict[str, tuple[int, int]]:
     """(name -> shape) of the LoRA factors of `model` at `rank` on all seven projections: A is
@@ -205,7 +213,8 @@ def run(kinds=("synthetic", "real"), budgets=DEFAULT_BUDGETS, repeats: int = 5, 
 
 
 def as_dicts(rows: list[Row]) -> list[dict]:
-    return [{**asdict(r), "total_s": r.total_s, "total_x": r.total_x} for r in rows]
+    return [{**asdict(r), "total_s": r.total_s, "total_x": r.total_x, "encode_x": r.encode_x, "decode_x": r.decode_x}
+            for r in rows]
 
 
 # ---- the memory floor ------------------------------------------------------------------------

@@ -22,13 +22,14 @@ from trainers import spec
 
 from trainers.compress.base import (BudgetedCompressor, check_wire_dtype, OptionError, ordered_state, rng_state,
                                     set_rng_state, take_ordered)
-from trainers.compress.container import header_bytes, require, Segment, Unpacked
+from trainers.compress.container import header_bytes, pack, require, Segment, Unpacked
 from trainers.compress.kernels import add_low_rank_, shape_groups, stacked, strided_view
 from trainers.protocol.dtypes import DTYPES, itemsize
 
 _SIGMA_BYTES = 4
 _SELECTIONS = ("energy", "energy_per_byte")
 _FULL_RANK = 1e-6   # a warm start is kept while its smallest sigma^2 exceeds this fraction of the largest
+_FINITE_BOUND = 1e37  # a decode whose terms are bounded below this is finite without a look (fp32 max 3.4e38)
 
 
 class SparCompressor(BudgetedCompressor):
@@ -68,33 +69,52 @@ class SparCompressor(BudgetedCompressor):
         set_rng_state(self.name, self.generator, state.pop("rng", None))
         super().load_state_dict(state)
 
-    def _compress(self, m):
-        layout = [(n, tuple(t.shape)) for n, t in m.items()]
+    def encode(self, grads: dict[str, torch.Tensor]) -> bytes:
+        """The exact (Gram) path in two passes over M = G + E (`_GramPass`), what was sent taken out of E
+        in the second; the sketch through the base class (`_compress`, then E <- M - sent)."""
+        self._check_kinds(grads)
+        layout = [(n, tuple(t.shape)) for n, t in grads.items()]
         for name, shape in layout:
             if len(shape) != 2:
                 raise ValueError(f"{self.name}: {name!r} is not a matrix (shape {shape})")
         budget = self.budget_for([s for _, s in layout])
-        # A budget that could pay for every sketched triplet would be capped by the sketch:
-        # such updates take the exact path.
-        sketch_cost = sum(min(self.config["sketch"], *shape) * self._cost(shape) for _, shape in layout)
-        exact = self.config["svd"] == "gram" or budget >= sketch_cost
-        spectra = _gram_spectra(m) if exact else self._sketch_spectra(m)
-        counts = self._select(layout, spectra, budget)
-        # A factor that took every leading eigenpair found may deserve more: its whole spectrum, once.
-        capped = [name for (name, _), k in zip(layout, counts)
-                  if k and isinstance(spectra[name], _GramSpectrum) and spectra[name].partial
-                  and k == len(spectra[name].energy)]
-        if capped:
-            for name in capped:
-                spectra[name].complete()
-            counts = self._select(layout, spectra, budget)
+        if not self._exact(layout, budget):
+            return super().encode(grads)
+        self._check_inputs(grads)
+        with torch.no_grad():
+            m = self._error_corrected(grads)
+            work = _GramPass(m, layout)
+            spectra = _GramSpectra(work)
+            counts = self._select(layout, *spectra.flat(), budget)
+            # A factor that took every leading eigenpair found may deserve more: its whole spectrum, once.
+            capped = [i for i, k in enumerate(counts) if k and spectra.partial(i) and k == spectra.found(i)]
+            if capped:
+                for i in capped:
+                    spectra.complete(i)
+                counts = self._select(layout, *spectra.flat(), budget)
+            while self._payload_size(layout, counts) > budget:
+                self._drop_weakest(spectra.flat(), counts)
+            # E <- M - sent is done here, each chunk while it is in cache
+            segments = work.segments(spectra, counts, self.dtype, subtract=self.error_feedback)
+        return pack(self.name, layout, segments, {})
+
+    def _exact(self, layout, budget: int) -> bool:
+        """The Gram path: the default, and a sketch whose budget could pay for every sketched triplet
+        (the sketch would cap it)."""
+        if self.config["svd"] == "gram":
+            return True
+        return budget >= sum(min(self.config["sketch"], *shape) * self._cost(shape) for _, shape in layout)
+
+    def _compress(self, m):
+        """The sketch path (`encode` takes the exact one): M = G + E is the residual buffer itself."""
+        layout = [(n, tuple(t.shape)) for n, t in m.items()]
+        budget = self.budget_for([s for _, s in layout])
+        spectra = self._sketch_spectra(m)
+        energy = [spectra[name].energy.numpy() for name, _ in layout]
+        flat = (np.concatenate(energy).astype(np.float64), np.array([len(e) for e in energy]))
+        counts = self._select(layout, *flat, budget)
         while self._payload_size(layout, counts) > budget:
-            self._drop_weakest(layout, spectra, counts)
-        if all(isinstance(s, _GramSpectrum) for s in spectra.values()):
-            # the residual's own buffer: E <- M - sent is done here, each chunk while it is in cache
-            subtract = self.error_feedback and m is self.residuals
-            self._subtracted = subtract
-            return _gram_segments(m, layout, spectra, counts, self.dtype, subtract), {}
+            self._drop_weakest(flat, counts)
         return self._segments(m, layout, spectra, counts), {}
 
     def _payload_size(self, layout, counts: list[int]) -> int:
@@ -109,18 +129,18 @@ class SparCompressor(BudgetedCompressor):
     def _cost(self, shape: tuple[int, int]) -> int:
         return (shape[0] + shape[1]) * itemsize(self.dtype) + _SIGMA_BYTES
 
-    def _select(self, layout, spectra, budget: int) -> list[int]:
+    def _select(self, layout, energy: np.ndarray, lengths: np.ndarray, budget: int) -> list[int]:
+        """Counts per factor from every factor's candidate energies (sigma^2 descending), `energy` the
+        factors' lists back to back in layout order, `lengths` their sizes."""
         n = len(layout)
         worst_specs = [("counts", "int16", n)] + [(k, d, 10**12) for k, d in
                                                   (("sigma", "fp32"), ("left", self.dtype), ("right", self.dtype))]
         left = budget - header_bytes(self.name, layout, worst_specs) - 2 * n
         if left < 0:
             raise ValueError(f"{self.name}: budget of {budget} bytes is below the payload's fixed overhead")
-        energy = [spectra[name].energy.numpy() for name, _ in layout]
-        factor = np.concatenate([np.full(len(e), i) for i, e in enumerate(energy)])
-        index = np.concatenate([np.arange(len(e)) for e in energy])
-        cost = np.concatenate([np.full(len(e), self._cost(shape)) for e, (_, shape) in zip(energy, layout)])
-        energy = np.concatenate(energy).astype(np.float64)
+        factor = np.repeat(np.arange(n), lengths)
+        index = np.arange(len(energy)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        cost = np.repeat(np.array([self._cost(shape) for _, shape in layout]), lengths)
         score = energy / cost if self.config["select"] == "energy_per_byte" else energy
         keep = energy > 0
         # By score, ties by (factor, index): deterministic, and a factor's directions come in order.
@@ -138,11 +158,15 @@ class SparCompressor(BudgetedCompressor):
                 left -= c
         return counts
 
-    def _drop_weakest(self, layout, spectra, counts: list[int]) -> None:
-        taken = [(spectra[name].energy[counts[i] - 1].item(), i) for i, (name, _) in enumerate(layout) if counts[i]]
-        if not taken:
+    def _drop_weakest(self, flat: tuple[np.ndarray, np.ndarray], counts: list[int]) -> None:
+        """One direction less for the factor whose last one taken is the weakest (the first such factor)."""
+        energy, lengths = flat
+        k = np.array(counts)
+        taken = np.flatnonzero(k)
+        if not len(taken):
             raise ValueError(f"{self.name}: budget too small for an empty payload")
-        counts[min(taken)[1]] -= 1
+        last = energy[(np.cumsum(lengths) - lengths)[taken] + k[taken] - 1]
+        counts[int(taken[np.argmin(last)])] -= 1
 
     def _segments(self, m, layout, spectra, counts) -> list[Segment]:
         picked = [spectra[name].top(k) for (name, _), k in zip(layout, counts) if k]
@@ -190,13 +214,21 @@ class SparCompressor(BudgetedCompressor):
         self._accumulate(p, out, 1.0, overwrite=True)
         return out
 
-    _subtracted = False     # `_compress` already took what it sent out of the residual (`_gram_segments`)
-
     def _subtract_sent(self, p: Unpacked, residuals) -> None:
-        if self._subtracted:
-            self._subtracted = False
-            return
+        """The sketch path's E <- M - sent (the exact path takes it out in `_GramPass.segments`)."""
         self._accumulate(p, residuals, -1.0, portable=False)     # the encoder's own E: BLAS is fine
+
+    def _nonfinite_output(self, unpacked: Unpacked, grads) -> str | None:
+        """No pass over the output where the payload bounds it: every decoded element is a sum of at
+        most max(counts) products sigma_j u_j[x] v_j[y] of finite values (the container refuses
+        non-finite segments), so it is finite, each rounding included, while that sum's bound stays
+        well below fp32's largest value (3.4e38)."""
+        seg = unpacked.segments
+        peaks = [float(seg[key].abs().max()) if seg[key].numel() else 0.0 for key in ("sigma", "left", "right")]
+        bound = math.prod(peaks) * max([int(seg["counts"].max())] if seg["counts"].numel() else [0])
+        if bound < _FINITE_BOUND:
+            return None
+        return super()._nonfinite_output(unpacked, grads)
 
     def _accumulate(self, p: Unpacked, out, alpha: float, overwrite: bool = False, portable: bool = True) -> None:
         seg = p.segments
@@ -204,41 +236,23 @@ class SparCompressor(BudgetedCompressor):
         counts = seg["counts"].tolist()
         require(len(counts) == len(p.tensors), self.name, "counts do not match the table")
         require(bool((seg["sigma"] >= 0).all()), self.name, "negative singular value")
-        s_pos = l_pos = r_pos = 0
-        terms = {}
-        # fp32 once per segment (~the payload's size): per-factor slices then need no conversion
-        sigma, left, right = (seg[key].to(torch.float32) for key in ("sigma", "left", "right"))
         for (name, shape), k in zip(p.tensors, counts):
             require(len(shape) == 2 and 0 <= k <= min(shape), self.name, f"bad count {k} for {name!r} {shape}")
-            a, b = shape
-            require(s_pos + k <= sigma.numel() and l_pos + k * a <= left.numel() and r_pos + k * b <= right.numel(),
-                    self.name, "segments shorter than the counts say")
+        # fp32 once per segment (~the payload's size): per-factor slices then need no conversion
+        sigma, left, right = (seg[key].to(torch.float32) for key in ("sigma", "left", "right"))
+        need = (sum(counts), sum(k * s[0] for k, (_, s) in zip(counts, p.tensors)),
+                sum(k * s[1] for k, (_, s) in zip(counts, p.tensors)))
+        have = (sigma.numel(), left.numel(), right.numel())
+        require(all(n <= h for n, h in zip(need, have)), self.name, "segments shorter than the counts say")
+        require(need == have, self.name, "segments longer than the counts say")
+        s_pos = l_pos = r_pos = 0
+        terms = {}
+        for (name, (a, b)), k in zip(p.tensors, counts):
             if k:
                 terms[name] = (sigma[s_pos:s_pos + k], left[l_pos:l_pos + k * a].view(k, a),
                                right[r_pos:r_pos + k * b].view(k, b))
             s_pos, l_pos, r_pos = s_pos + k, l_pos + k * a, r_pos + k * b
-        require((s_pos, l_pos, r_pos) == (sigma.numel(), left.numel(), right.numel()),
-                self.name, "segments longer than the counts say")
         add_low_rank_(out, terms, alpha, overwrite, portable)
-
-
-class _GramSpectrum:
-    """Leading spectrum of a thin factor from its short-side Gram matrix: the top `len(energy)`
-    eigenpairs (all s of them once `complete()` has run). Its triplets are formed per shape group
-    by `_gram_segments`."""
-
-    def __init__(self, mat: torch.Tensor, gram: torch.Tensor, evals: torch.Tensor, evecs: torch.Tensor):
-        self.mat, self.gram, self.energy, self.evecs = mat, gram, evals, evecs   # sigma^2 descending; columns
-
-    @property
-    def partial(self) -> bool:
-        return len(self.energy) < self.gram.shape[0]
-
-    def complete(self) -> None:
-        """The whole spectrum, by an exact eigh of the Gram matrix (for a factor whose leading
-        eigenpairs were all selected: it may deserve more than were computed)."""
-        evals, evecs = torch.linalg.eigh(self.gram)
-        self.energy, self.evecs = evals.flip(-1).clamp_min(0), evecs.flip(-1)
 
 
 class _SketchSpectrum:
@@ -255,90 +269,163 @@ class _SketchSpectrum:
         return sigma, z.T @ self.q.T, right                              # (k,), (k, a), (k, b)
 
 
-# Factor bytes per chunk of `_gram_segments`: a chunk's long-side products and its residual update
-# run while it sits in the core's L2 cache (2 MiB here), so M is read from memory once for both.
+# Factor bytes per chunk of `_GramPass`: a chunk's M, its products and its residual update stay in the
+# core's L2 cache (2 MiB here) between the steps of one pass, so each pass reads the adapter from memory once.
 _CHUNK_BYTES = 1 << 20
 
 
-def _gram_segments(m: dict[str, torch.Tensor], layout, spectra: dict[str, "_GramSpectrum"], counts: list[int],
-                   dtype: str, subtract: bool) -> list[Segment]:
-    """The payload's segments for `counts` directions per factor, batched per shape group (one bmm per
-    chunk of factors instead of a product per factor): each direction's long-side vector M^T u (or
-    M v) with its norm, sigma, measured on M itself (not the root of a Gram eigenvalue), the unit
-    vectors in the wire dtype; `subtract`: M <- M - sum_j sigma_j left_j right_j^T of the values as sent (the
-    wire's rounding included: the residual keeps exactly what was not sent), chunk by chunk, while
-    the chunk is in cache. The products are (k, s) @ (s, long side), rows out: the (long, s) @ (s, k)
-    product with its tall, k-wide output ran ~10x slower in MKL."""
-    wire = DTYPES[dtype]
-    k_of = {name: k for (name, _), k in zip(layout, counts)}
-    picked: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-    for names in shape_groups(m):
-        ks = [k_of[n] for n in names]
-        kmax = max(ks)
-        if kmax == 0:
-            continue
-        view = strided_view([m[n] for n in names])                                # (g, a, b) over M itself
-        inplace = view is not None
-        view = view if inplace else torch.stack([m[n] for n in names])             # a copy: subtract per factor
-        a, b = view.shape[1:]
-        left_is_short = a <= b
-        step = max(1, _CHUNK_BYTES // (4 * a * b))
-        for c0 in range(0, len(names), step):
-            chunk, sub, kc = names[c0:c0 + step], view[c0:c0 + step], ks[c0:c0 + step]
-            km = max(kc)
-            if km == 0:
+class _GramPass:
+    """The exact path over M = G + E (the residual buffer itself) or M = G (no error feedback), one
+    shape group (a projection's factors across layers, `shape_groups`) at a time, over strided views
+    of M (`strided_view`: a bmm per group or chunk, not a call per factor):
+
+    1. here: each factor's short-side Gram matrix (s x s, s = min(a, b)), one bmm per group into a
+       (factors, s, s) stack per short side s (`_GramSpectra` takes every factor's eigenpairs from
+       it in one call);
+    2. `segments`, one cache-sized chunk of a group at a time: each selected direction's long-side
+       vector M^T u (or M v) with its norm and, with error feedback, E <- M - sent while the chunk is
+       in cache (M is read from memory once for both)."""
+
+    def __init__(self, m: dict[str, torch.Tensor], layout):
+        self.names = [n for n, _ in layout]
+        index = {n: i for i, n in enumerate(self.names)}
+        self.rows: dict[int, list[int]] = {}            # short side s -> layout indices, in Gram-stack order
+        self.groups = []                                 # (layout indices, s, first Gram row, (g, a, b) view of M, chunk)
+        for names in shape_groups(m):
+            a, b = m[names[0]].shape
+            rows = self.rows.setdefault(min(a, b), [])
+            view = strided_view([m[n] for n in names])
+            if view is not None:
+                self.groups.append(([index[n] for n in names], min(a, b), len(rows), view,
+                                    max(1, _CHUNK_BYTES // (4 * a * b))))
+            else:                                        # not equally spaced in M: each factor's own view
+                self.groups += [([index[n]], min(a, b), len(rows) + j, m[n][None], 1) for j, n in enumerate(names)]
+            rows.extend(index[n] for n in names)
+        self.row = {i: (s, r) for s, idx in self.rows.items() for r, i in enumerate(idx)}
+        self.grams = {s: torch.empty(len(idx), s, s) for s, idx in self.rows.items()}
+        for _, s, r0, x, _ in self.groups:
+            out = self.grams[s][r0:r0 + len(x)]
+            if x.shape[1] <= x.shape[2]:
+                torch.bmm(x, x.transpose(1, 2), out=out)
+            else:
+                torch.bmm(x.transpose(1, 2), x, out=out)
+
+    def segments(self, spectra: "_GramSpectra", counts: list[int], dtype: str, subtract: bool) -> list[Segment]:
+        """The payload's segments for `counts` directions per factor; `subtract`: M <- M - what was sent,
+        of the values as sent (the wire's rounding included: the residual keeps exactly what was not
+        sent). sigma is each long-side vector's norm, measured on M itself (not the root of a Gram
+        eigenvalue). The products are (k, s) @ (s, long side), rows out: the (long, s) @ (s, k) product
+        with its tall, k-wide output ran ~10x slower in MKL."""
+        wire = DTYPES[dtype]
+        picked: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        for idx, s, r0, view, step in self.groups:
+            ks = [counts[i] for i in idx]
+            if not any(ks):
                 continue
-            short = torch.zeros(len(chunk), km, min(a, b))                        # rows past a factor's k stay 0
-            for i, (n, k) in enumerate(zip(chunk, kc)):
-                if k:
-                    short[i, :k] = spectra[n].evecs[:, :k].T
-            long = torch.bmm(short, sub if left_is_short else sub.transpose(1, 2))   # (c, km, long side)
-            norms = torch.linalg.vector_norm(long, dim=2)
-            long /= torch.where(norms > 0, norms, torch.ones_like(norms))[:, :, None]
-            short_w, long_w = short.to(wire), long.to(wire)
-            if subtract:
-                left, right = (short_w, long_w) if left_is_short else (long_w, short_w)
-                scaled = left.to(torch.float32) * norms[:, :, None]                 # (c, km, a)
-                if inplace:
-                    sub.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
-                else:
-                    for i, n in enumerate(chunk):
-                        m[n].addmm_(scaled[i].T, right[i].to(torch.float32), alpha=-1.0)
-            for i, (n, k) in enumerate(zip(chunk, kc)):
-                if k:
-                    picked[n] = (norms[i, :k], *((short_w[i, :k], long_w[i, :k]) if left_is_short
-                                                 else (long_w[i, :k], short_w[i, :k])))
-    order = [picked[n] for n, _ in layout if n in picked]
-    cat = lambda xs, dt: torch.cat(xs).to(dt) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
-    return [Segment("counts", "int16", torch.tensor(counts, dtype=torch.int16)),
-            Segment("sigma", "fp32", cat([s for s, _, _ in order], torch.float32)),
-            Segment("left", dtype, cat([u.reshape(-1) for _, u, _ in order], wire)),
-            Segment("right", dtype, cat([v.reshape(-1) for _, _, v in order], wire))]
+            short = spectra.short(s, r0, idx, ks, max(ks))                           # (g, km, s); rows past k: 0
+            short_w = short.to(wire)
+            left_is_short = view.shape[1] <= view.shape[2]
+            for i0, i1 in _runs(ks, step):                                            # factors that send something
+                km, x = max(ks[i0:i1]), view[i0:i1]
+                long = torch.bmm(short[i0:i1, :km], x if left_is_short else x.transpose(1, 2))   # (c, km, long side)
+                norms = torch.linalg.vector_norm(long, dim=2)
+                long /= torch.where(norms > 0, norms, torch.ones_like(norms))[:, :, None]
+                long_w = long.to(wire)
+                left, right = (short_w[i0:i1, :km], long_w) if left_is_short else (long_w, short_w[i0:i1, :km])
+                if subtract:
+                    scaled = left.to(torch.float32) * norms[:, :, None]             # (c, km, a)
+                    x.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
+                for c in range(i1 - i0):
+                    k = ks[i0 + c]
+                    picked[idx[i0 + c]] = (norms[c, :k], left[c, :k], right[c, :k])
+        order = [picked[i] for i in range(len(counts)) if i in picked]
+        cat = lambda xs, dt: torch.cat(xs).to(dt) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
+        return [Segment("counts", "int16", torch.tensor(counts, dtype=torch.int16)),
+                Segment("sigma", "fp32", cat([sg for sg, _, _ in order], torch.float32)),
+                Segment("left", dtype, cat([u.reshape(-1) for _, u, _ in order], wire)),
+                Segment("right", dtype, cat([v.reshape(-1) for _, _, v in order], wire))]
+
+
+def _runs(ks: list[int], step: int):
+    """(start, end) of the runs of consecutive nonzero `ks`, each cut into pieces of at most `step`."""
+    i, n = 0, len(ks)
+    while i < n:
+        if not ks[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and ks[j] and j - i < step:
+            j += 1
+        yield i, j
+        i = j
+
+
+class _GramSpectra:
+    """Each factor's leading spectrum from its Gram matrix: the top `_GRAM_TOP` eigenpairs, one
+    `leading_eigenpairs` call for every factor of one short side s, and the whole spectrum (an exact
+    eigh) of a factor `complete` was asked for."""
+
+    def __init__(self, work: _GramPass):
+        self.work = work
+        self.values, self.vectors = {}, {}              # s -> (n_s, p) sigma^2 descending, (n_s, s, p)
+        for s, grams in work.grams.items():
+            self.values[s], self.vectors[s] = leading_eigenpairs(grams, _GRAM_TOP)
+        self.whole: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # layout index -> (s,), (s, s)
+        self._flat = None
+
+    def found(self, i: int) -> int:
+        s, _ = self.work.row[i]
+        return len(self.whole[i][0]) if i in self.whole else self.values[s].shape[1]
+
+    def partial(self, i: int) -> bool:
+        return self.found(i) < self.work.row[i][0]
+
+    def complete(self, i: int) -> None:
+        """The whole spectrum of factor i, by an exact eigh of its Gram matrix (for a factor whose leading
+        eigenpairs were all selected: it may deserve more than were computed)."""
+        s, r = self.work.row[i]
+        evals, evecs = torch.linalg.eigh(self.work.grams[s][r])
+        self.whole[i] = (evals.flip(-1).clamp_min(0), evecs.flip(-1))
+        self._flat = None
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every factor's energies back to back in layout order, float64; their counts), as `_select` takes them."""
+        if self._flat is None:
+            n = len(self.work.names)
+            lengths = np.array([self.found(i) for i in range(n)])
+            start = np.cumsum(lengths) - lengths
+            energy = np.empty(int(lengths.sum()), dtype=np.float64)
+            for s, idx in self.work.rows.items():
+                idx = np.array(idx)
+                values = self.values[s].numpy()
+                keep = np.array([i not in self.whole for i in idx.tolist()], dtype=bool)
+                energy[start[idx[keep]][:, None] + np.arange(values.shape[1])] = values[keep]
+            for i, (values, _) in self.whole.items():
+                energy[start[i]:start[i] + len(values)] = values.numpy()
+            self._flat = (energy, lengths)
+        return self._flat
+
+    def short(self, s: int, r0: int, idx: list[int], ks: list[int], km: int) -> torch.Tensor:
+        """(c, km, s): the first k eigenvectors (rows) of each of a chunk's factors (Gram rows r0...),
+        zero rows past each factor's k."""
+        vectors = self.vectors[s][r0:r0 + len(idx)]                                 # (c, s, p)
+        if km <= vectors.shape[2] and not any(i in self.whole for i in idx):
+            taken = torch.arange(km)[None, :] < torch.tensor(ks)[:, None]           # (c, km)
+            return torch.where(taken[:, :, None], vectors[:, :, :km].transpose(1, 2), 0.0).contiguous()
+        short = torch.zeros(len(idx), km, s)
+        for c, (i, k) in enumerate(zip(idx, ks)):
+            if k:
+                short[c, :k] = (self.whole[i][1] if i in self.whole else vectors[c])[:, :k].T
+        return short
 
 
 # Leading eigenpairs per Gram matrix before a full eigh is needed, and the subspace iterations that
 # find them. A batched 64 x 64 eigh cost ~4x a memcpy of the adapter (Qwen2.5-0.5B rank 64, 336
 # factors, 1 thread), as much as the Gram products; 2 iterations on 8 vectors cost ~0.6x and gave the
 # top 4 eigenvalues to 2e-4 of the largest (power-law spectra). At ~1 direction per factor (1.6 %)
-# hardly a factor takes all 8; one that does gets the exact spectrum (`_GramSpectrum.complete`).
+# hardly a factor takes all 8; one that does gets the exact spectrum (`_GramSpectra.complete`).
 _GRAM_TOP = 8
 _GRAM_ITERATIONS = 2
-
-
-def _gram_spectra(m: dict[str, torch.Tensor]) -> dict[str, _GramSpectrum]:
-    """One small Gram matrix per factor (reads the factor once, allocates s x s, s = min(a, b)), one
-    bmm per factor shape over strided views of M (`stacked`: no copy of the adapter where M is the
-    residual buffer), then the leading `_GRAM_TOP` eigenpairs of each (`leading_eigenpairs`, batched;
-    the constant is read at each call, so a benchmark can raise it to time the exact eigh)."""
-    out = {}
-    for names in shape_groups(m):
-        a, b = m[names[0]].shape
-        mats = stacked([m[n] for n in names])
-        grams = torch.bmm(mats, mats.transpose(1, 2)) if a <= b else torch.bmm(mats.transpose(1, 2), mats)
-        evals, evecs = leading_eigenpairs(grams, _GRAM_TOP)
-        for name, gram, w, z in zip(names, grams, evals, evecs):
-            out[name] = _GramSpectrum(m[name], gram, w, z)
-    return out
 
 
 def leading_eigenpairs(grams: torch.Tensor, top: int, iterations: int = _GRAM_ITERATIONS):
