@@ -328,12 +328,13 @@ def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
 
 # ---- all of them -------------------------------------------------------------------------------
 
-def render(t: results.RunTables) -> list[Plot]:
+def render(t: results.RunTables, comp: pd.DataFrame | None = None) -> list[Plot]:
     """Every figure that applies to these tables (quality_vs_time only with held-out evaluations,
-    seconds_vs_bandwidth only over several rates)."""
+    seconds_vs_bandwidth only over several rates). `comp`: their compare.comparison, where the
+    caller has it already (the report builds its tables from the same one)."""
     if t.updates.empty:
         raise ValueError(f"{t.runs[0].dir if t.runs else 'results'}: no completed update to plot yet")
-    comp = compare.comparison(t.updates, t.cells, t.evals)
+    comp = compare.comparison(t.updates, t.cells, t.evals) if comp is None else comp
     with plt.rc_context(STYLE):
         plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
         plots += [draw_quality_vs_bytes(comp), draw_phase_breakdown(t.updates), draw_timeline(t.phases),
@@ -359,10 +360,10 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.Ru
 
 
 def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
-                out: str | Path | None = None) -> tuple[list[Plot], list[Path]]:
+                out: str | Path | None = None, comp: pd.DataFrame | None = None) -> tuple[list[Plot], list[Path]]:
     """(the Plots with their captions, the files written): what the report embeds."""
     t = tables if tables is not None else results.read([Path(path), *extra])
     out = Path(out) if out is not None else Path(path) / "figures"
-    plots = render(t)
+    plots = render(t, comp)
     with plt.rc_context(STYLE):
         return plots, save_plots(plots, out) + dpplots.figures(t.updates, out)

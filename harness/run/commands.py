@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import units
-from harness.run import config, launch, presets, regime
+from harness.run import config, fixed_cost, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from harness.signals import exit_code
 from trainers import spec
@@ -173,10 +173,13 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
                   file=sys.stderr)
         live.start()
 
+    clock = fixed_cost.Stopwatch()   # the run's fixed cost by part, from the process's start (meta.json, report)
     try:
         try:
-            cfg = regime.place(cfg, say=lambda line: None if quiet or as_json else print(line, file=sys.stderr))
-            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started)
+            with clock.part("regime (cached ratio, or its pilot run)"):
+                cfg = regime.place(cfg, say=lambda line: None if quiet or as_json else print(line, file=sys.stderr))
+            run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
+                                     clock=clock)
         finally:
             live.stop()
     except launch.PreflightFailed as err:  # nothing was built or written

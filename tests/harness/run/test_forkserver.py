@@ -104,6 +104,58 @@ def test_the_service_enters_the_named_network_namespace(server, tmp_path):
         netns.remove(name)
 
 
+def test_a_server_started_without_waiting_serves_once_its_imports_are_done(tmp_path):
+    """wait=False (a run builds its network meanwhile): start returns with the imports under way; the
+    first spawn waits for them, then serves as usual."""
+    with ForkServer.started([CHILD], python_env(tmp_path / ".cache", threads=1), tmp_path / "fs.log",
+                            wait=False) as srv:
+        assert not srv.ready
+        proc, report, _ = spawn(srv, tmp_path, "--exit", "0")
+        assert srv.ready and proc.wait(timeout=GUARD_S) == 0
+        assert read_report(report, proc)["ppid"] == os.getpid()
+
+
+def test_a_server_that_cannot_import_its_modules_fails_its_wait_not_its_start(tmp_path):
+    with ForkServer.started(["tests.harness.run.no_such_module"], python_env(tmp_path / ".cache", threads=1),
+                            tmp_path / "fs.log", wait=False) as srv:
+        for _ in range(2):   # closed after the first failure: the second wait says the same, at once
+            with pytest.raises(ForkServerError, match="did not start"):
+                srv.wait_ready()
+        assert srv.proc.poll() is not None
+        with open(tmp_path / "x.log", "ab") as log, pytest.raises(ForkServerError, match="did not start"):
+            srv.spawn([sys.executable, "-m", CHILD, str(tmp_path / "r.json")], cwd=tmp_path, env={}, stdout=log)
+    assert "no_such_module" in (tmp_path / "fs.log").read_text()
+
+
+SIGKILLED_WHILE_IMPORTING = """
+import sys, time
+from pathlib import Path
+from harness.run.forkserver import ForkServer
+from harness.run.launch import python_env
+out = Path(sys.argv[1])
+srv = ForkServer.start(["trainers.hilo.learner"], python_env(out / ".cache", threads=1), out / "fs.log",
+                       label=str(out), wait=False)
+print(srv.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_harness_sigkilled_while_its_server_imports_takes_the_server_with_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGKILLED_WHILE_IMPORTING, str(tmp_path)], cwd=ROOT,
+                            env=python_env(tmp_path / ".cache", threads=1), stdout=subprocess.PIPE, text=True)
+    server = int(proc.stdout.readline())
+    assert Path(f"/proc/{server}").exists()
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + GUARD_S
+    while pids_of(str(tmp_path)) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = pids_of(str(tmp_path))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
 SIGKILLED_HARNESS = """
 import sys, time
 from pathlib import Path

@@ -1,11 +1,14 @@
-"""The fixed cost a run reports (launch.overhead): its wall seconds split into training loops, the held-out
-evaluations outside them and the harness's own rest, from a recorded run folder."""
+"""The fixed cost a run reports (launch.overhead, harness/run/fixed_cost.py): its wall seconds split into
+training loops, the held-out evaluations outside them and the harness's own rest, and that rest by part
+(the run's stopwatch, each cell's launch.json), from a recorded run folder."""
 import datetime as dt
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.results import tables as results
-from harness.run import launch
+from harness.run import fixed_cost, launch
 
 RUN = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-heldout"
 
@@ -47,3 +50,70 @@ def test_the_report_states_the_fixed_cost_meta_json_holds(tmp_path):
         line = next(x for x in text.splitlines() if "harness overhead" in x)
         assert "40.0 s of the run's 200.0 s" in line and "(20%)" in line and says in line
         assert ("until this report" in line) == (until == "report")
+
+
+def _with_launch_json(tmp_path: Path, cell: str, learner_start_s: float, join_s: float, teardown_s: float) -> Path:
+    """A copy of RUN whose `cell` has a launch.json: its learner listening `learner_start_s` after its
+    start, stopped `join_s` after its loop and held-out evaluations, gone `teardown_s` later."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    spans = fixed_cost.loop_spans(results.read(run))
+    inside = float(spans.loc[cell, "loop_s"] + spans.loc[cell, "eval_s"])
+    started = 1000.0
+    listening = started + learner_start_s
+    stopping = listening + inside + join_s
+    (run / "cells" / cell / "launch.json").write_text(json.dumps(
+        {"started_t": started, "listening_t": listening, "stopping_t": stopping, "stopped_t": stopping + teardown_s}))
+    return run
+
+
+def test_a_cells_fixed_cost_is_split_from_its_launch_json_less_its_loop_and_evaluations(tmp_path):
+    run = _with_launch_json(tmp_path, "spar-12.8pct-s1", learner_start_s=1.5, join_s=2.0, teardown_s=0.25)
+    parts = fixed_cost.cell_parts(run, fixed_cost.loop_spans(results.read(run)))
+    assert parts == pytest.approx({"learner start (until it listens)": 1.5, "join, learner's own start and end": 2.0,
+                                   "teardown (stop processes)": 0.25})
+
+
+def test_with_the_runs_stopwatch_the_parts_and_the_rest_add_up_to_the_fixed_cost(tmp_path):
+    """run_s counts from the process's start; every part the stopwatch timed is listed, the cells' own
+    replace their wall ("cells" -> cell setup), and `other` is what no part covers."""
+    run = _with_launch_json(tmp_path, "spar-12.8pct-s1", learner_start_s=1.5, join_s=2.0, teardown_s=0.25)
+    t = results.read(run)
+    clock = fixed_cost.Stopwatch()
+    assert clock.parts["start-up (python, CLI imports, config)"] == clock.age0 > 0   # this test's process ran before
+    clock.t0 -= 100.0                             # the run's cells took the fixture's loops: it started 100 s ago
+    clock.add("network (namespaces, shaping)", 0.5)
+    cells_wall = fixed_cost.cells_wall_s(run)
+    clock.add("cells", cells_wall + 0.3)          # 0.3 s of the harness's own around the cell
+    with clock.part("figures"):
+        pass
+    o = launch.overhead(run, t, clock=clock)
+    spans = fixed_cost.loop_spans(t)
+    assert o["loop_s"] == pytest.approx(spans["loop_s"].sum()) and o["eval_outside_loop_s"] == pytest.approx(spans["eval_s"].sum())
+    assert o["run_s"] >= clock.age0 and o["overhead_s"] == pytest.approx(o["run_s"] - o["loop_s"] - o["eval_outside_loop_s"])
+    parts = o["parts"]
+    assert "cells" not in parts and parts["cell setup (schedule, link sampler)"] == pytest.approx(0.3)
+    assert parts["network (namespaces, shaping)"] == 0.5 and parts["learner start (until it listens)"] == 1.5
+    assert parts["other"] > 0 and sum(parts.values()) == pytest.approx(o["overhead_s"], abs=0.01)
+    line = launch.overhead_line(o)
+    assert "learner start (until it listens) 1.5 s" in line and "network (namespaces, shaping) 0.5 s" in line
+    assert "figures 0.0 s" not in line               # a part that rounds to nothing is not listed
+
+
+def test_the_report_lists_the_parts_meta_json_holds(tmp_path):
+    import shutil
+
+    from harness.results import report
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    meta = json.loads((run / "meta.json").read_text())
+    cost = {"run_s": 20.0, "loop_s": 10.0, "eval_outside_loop_s": 2.0, "overhead_s": 8.0,
+            "parts": {"fork server (the wait for its imports)": 4.0, "figures": 2.5, "tables": 0.01, "other": 1.49}}
+    (run / "meta.json").write_text(json.dumps({**meta, "overhead": cost}))
+    report.write(run)
+    line = next(x for x in (run / "report.md").read_text().splitlines() if "harness overhead" in x)
+    assert "by part: fork server (the wait for its imports) 4.0 s, figures 2.5 s, other 1.5 s" in line
+    assert "tables" not in line
