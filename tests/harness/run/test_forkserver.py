@@ -238,3 +238,22 @@ def test_a_forked_run_trains_the_same_bits_in_the_right_namespaces_and_leaves_no
         assert cell["join_s"] >= 0  # the run's summary says how long its workers took to join
     assert (tmp_path / "fork" / "forkserver.log").exists() and not (tmp_path / "exec" / "forkserver.log").exists()
     assert runs["fork"] == runs["exec"]
+
+
+@pytest.mark.root
+def test_a_run_interrupted_before_its_first_cell_stops_its_importing_server_and_network(tmp_path):
+    """The server starts first and imports while the network is built: a SIGTERM then (the network up,
+    no cell yet, on any but an idle box) tears both down and leaves the run marked interrupted."""
+    run_dir = tmp_path / "early"
+    proc = harness("run", *RUN, "--updates", "8", "--run-id", "early", "--out", str(tmp_path))
+    end = time.monotonic() + 600
+    while not ((run_dir / "forkserver.log").exists() and (run_dir / "meta.json").exists()):
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 143, stderr[-3000:]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and not meta["complete"]
+    assert meta["netns_run_id"] and clean.leftovers(meta["netns_run_id"]) == []
+    assert pids_of(str(run_dir)) == []
