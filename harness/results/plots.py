@@ -33,7 +33,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from harness.results import compare, dataparallel_plots as dpplots, quality, tables as results  # noqa: E402
 from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
-from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
+from harness.results.style import PHASE_COLOURS, STYLE, link_style, save_all, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
 
 GANTT_UPDATES = 4
@@ -349,7 +349,7 @@ def render(t: results.RunTables, comp: pd.DataFrame | None = None) -> list[Plot]
 
 def save_plots(plots: list[Plot], out: Path) -> list[Path]:
     with plt.rc_context(STYLE):
-        return [p for plot in plots for p in save(plot.fig, out, plot.name)]
+        return save_all([(plot.fig, plot.name) for plot in plots], out)
 
 
 def write(path: str | Path, extra: Iterable[str | Path] = (), tables: results.RunTables | None = None,
