@@ -78,9 +78,11 @@ def prewarm() -> None:
             importlib.import_module(name)
 
 
-def loop_spans(tables) -> pd.DataFrame:
+def loop_spans(tables, run_dir: Path | None = None) -> pd.DataFrame:
     """Per cell: `loop_s` (first update's start to last update's end, evaluations between updates
-    included) and `eval_s` (the held-out evaluations outside it: before the first update, after the last)."""
+    included) and `eval_s`: the held-out evaluations outside it. With `run_dir`, by when each ran (the
+    cell's events: an evaluation the learner deferred to after its last update is outside the loop,
+    whatever version it scores); else by version (before the first update, after the last)."""
     import pandas as pd
 
     u, e = tables.updates, tables.evals
@@ -93,7 +95,32 @@ def loop_spans(tables) -> pd.DataFrame:
         bounds = e.join(spans[["first", "last"]], on="cell", how="inner")
         outside = bounds[(bounds["version"] < bounds["first"]) | (bounds["version"] >= bounds["last"])]
         spans["eval_s"] = outside.groupby("cell")["eval_s"].sum().reindex(spans.index).fillna(0.0)
+    if run_dir is not None:
+        for cell in spans.index:
+            timed = evals_outside_by_time(run_dir / "cells" / str(cell) / "events-learner.jsonl")
+            if timed is not None:
+                spans.loc[cell, "eval_s"] = timed
     return spans[["loop_s", "eval_s"]].astype(float)
+
+
+def evals_outside_by_time(events: Path) -> float | None:
+    """Seconds of the held-out evaluations in a learner's event file that ran before its first update
+    started or after its last ended (CLOCK_MONOTONIC `t`: an eval row's is its end, an update's too);
+    None when the file has no update or no timed evaluation."""
+    from trainers.events import read_events
+
+    try:
+        rows = read_events(events)
+    except (OSError, ValueError):
+        return None
+    updates = [(float(r["t"]) - float(r.get("seconds_per_update") or 0.0), float(r["t"])) for r in rows
+               if r.get("kind") == "update" and isinstance(r.get("t"), (int, float))]
+    evals = [(float(r["t"]), float(r["eval_s"])) for r in rows if r.get("kind") == "eval"
+             and isinstance(r.get("t"), (int, float)) and isinstance(r.get("eval_s"), (int, float))]
+    if not updates or not evals:
+        return None
+    first, last = min(a for a, _ in updates), max(b for _, b in updates)
+    return sum(s for end, s in evals if end <= first + 1e-3 or end - s >= last - 1e-3)
 
 
 def cell_parts(run_dir: Path, spans: pd.DataFrame) -> dict[str, float]:
@@ -135,7 +162,7 @@ def split(run_dir: Path, tables, clock: Stopwatch | None = None, now: dt.datetim
         except (OSError, ValueError, KeyError):
             return None
         run_s = ((now or dt.datetime.now(dt.timezone.utc)) - started).total_seconds()
-    spans = loop_spans(tables)
+    spans = loop_spans(tables, run_dir)
     loop_s, eval_s = float(spans["loop_s"].sum()), float(spans["eval_s"].sum())
     overhead_s = max(run_s - loop_s - eval_s, 0.0)
     parts = dict(clock.parts) if clock is not None else {}

@@ -246,7 +246,8 @@ def fork_server(cfg: RunConfig, run_dir: Path, containers: bool) -> Iterator[For
     if cfg.spawn != "fork" or containers:
         yield None
         return
-    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)})
+    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)}
+                     | ({MODELS_MODULE} if models_to_build(cfg) else set()))
     with ForkServer.started(modules, python_env(cache_dir(cfg), threads=1), run_dir / "forkserver.log",
                             label=str(run_dir), wait=False) as server:
         yield server
@@ -459,20 +460,35 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
     return out
 
 
-def prepare_models(cfg: RunConfig, cache: Path) -> None:
+MODELS_MODULE = "trainers.model.run_models"
+
+
+def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None) -> None:
     """Build (or find) the cached models the cells load, before the first cell, with every core.
 
     Inside a cell the learner would build them with its one thread while the cell's processes wait:
     a 1500-step teacher (the hilo-kk preset) is ~20 min there, past `wait_address`'s limit. Here it
     runs once, in its own process (the harness stays torch-free), its progress lines on our stderr;
-    the services then load the same files. A cache hit costs one process start."""
+    the services then load the same files. A cache hit costs one process start: forked by the run's
+    fork `server` when there is one (its torch already imported: ~0.1 s), else a fresh Python (torch's
+    import, seconds of CPU); its progress lines go to our stderr either way."""
     threads = os.cpu_count() or 1
     for values in models_to_build(cfg):
-        argv = [sys.executable, "-m", "trainers.model.run_models", "--threads", str(threads),
+        argv = [sys.executable, "-m", MODELS_MODULE, "--threads", str(threads),
                 "--run-params", json.dumps(spec.RunParams(**values).to_json())]
-        done = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
+        if server is not None:
+            with os.fdopen(os.dup(2), "wb") as stderr:
+                proc = server.spawn(argv, cwd=ROOT, env=python_env(cache, threads), stdout=stderr)
+            try:
+                code = proc.wait()
+            except BaseException:   # interrupted: the build stops with us, as subprocess.run's would
+                proc.kill()
+                proc.wait()
+                raise
+        else:
+            code = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL).returncode
+        if code != 0:
+            raise RuntimeError(f"building the run's models failed ({describe_exit(code)}): {' '.join(argv[:5])} ...")
 
 
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
@@ -486,8 +502,8 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
 
     The fork server starts first: its imports (torch, transformers, peft: seconds of CPU) run on
-    another core while the models cache is checked, the network built and finalize's own imports
-    done (fixed_cost.prewarm); the first cell waits for whatever is left of them."""
+    another core while the network is built and finalize's own imports are done (fixed_cost.prewarm);
+    then it forks the models step (a cache hit: no second torch import) and the cells."""
     clock = clock or fixed_cost.Stopwatch()
     with clock.part("preflight"):
         check_privileges(cfg)
@@ -503,13 +519,6 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
 
     try:
         with signals_raise(), fork_server(cfg, run_dir, containers=net is not None) as server:
-            try:
-                with clock.part("models (build, or find in the cache)"):
-                    prepare_models(cfg, cache_dir(cfg))
-            except RuntimeError as e:
-                status = "failed"
-                doc["errors"].append(str(e))
-                raise
             with contextlib.ExitStack() as built:   # torn down on the way out, before the fork server stops
                 with clock.part("network (namespaces, shaping)"):
                     topo, backend = built.enter_context((net or network)(cfg))
@@ -522,6 +531,13 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
                             fixed_cost.prewarm()
                     with clock.part("fork server (the wait for its imports)"):
                         server.wait_ready()
+                try:
+                    with clock.part("models (build, or find in the cache)"):
+                        prepare_models(cfg, cache_dir(cfg), server)
+                except RuntimeError as e:
+                    status = "failed"
+                    doc["errors"].append(str(e))
+                    raise
                 run_cells(cfg, run_dir, topo, token, progress, doc, server, clock)
         status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "failed"
     except CellFailed:  # --on-drop fail: the run stops at the first lost worker
