@@ -257,3 +257,19 @@ def test_a_run_interrupted_before_its_first_cell_stops_its_importing_server_and_
     assert meta["status"] == "interrupted" and not meta["complete"]
     assert meta["netns_run_id"] and clean.leftovers(meta["netns_run_id"]) == []
     assert pids_of(str(run_dir)) == []
+
+
+def test_the_models_step_forked_by_the_server_fills_the_cache_a_fresh_python_then_finds(tmp_path):
+    """launch.prepare_models through the run's server (its torch imported once) builds the run's base
+    into the cache; the exec'ed step (no server) then finds it there and rebuilds nothing."""
+    from harness.run import config, launch
+
+    cfg = config.build(model="tiny", objective="grpo", base_steps="2", emulation=False, out_dir=str(tmp_path))
+    assert launch.models_to_build(cfg)
+    cache = tmp_path / "cache"
+    with ForkServer.started([launch.MODELS_MODULE], python_env(cache, threads=1), tmp_path / "fs.log") as srv:
+        launch.prepare_models(cfg, cache, srv)
+    built = {p: p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
+    assert built
+    launch.prepare_models(cfg, cache)
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")} == built
