@@ -688,10 +688,11 @@ def _set_meta(run_dir: Path, **fields) -> None:
 def finalize(run_dir: Path, clock: fixed_cost.Stopwatch | None = None) -> None:
     """Tables, summary, report and figures from the folder alone (also for partial runs); the
     folder's files are parsed once and the tables handed to each. `clock`: the run's (execute),
-    which times each of them for the fixed cost's split."""
+    which times each of them for the fixed cost's split (without it, as for a run whose cells ran in
+    another process, the run's seconds count from meta.json's start and only the cells are split)."""
     from harness.results import compare, report, tables as results
 
-    clock = clock or fixed_cost.Stopwatch()
+    run_clock, clock = clock, clock or fixed_cost.Stopwatch()
     try:
         with clock.part("tables"):
             tables = results.write_tables(run_dir)
@@ -699,14 +700,14 @@ def finalize(run_dir: Path, clock: fixed_cost.Stopwatch | None = None) -> None:
             compare.write_summary(run_dir, tables)
         with clock.part("prediction (cost model)"):
             write_prediction(run_dir, tables)
-        if (cost := overhead(run_dir, tables, clock=clock)) is not None:   # the report states the cost so far
+        if (cost := overhead(run_dir, tables, clock=run_clock)) is not None:   # the report states the cost so far
             _set_meta(run_dir, overhead={**cost, "until": "report"})
             tables.runs[0].meta["overhead"] = {**cost, "until": "report"}
         timings: dict[str, float] = {}
         report.write(run_dir, tables=tables, timings=timings)  # and figures/, whose PNGs report.html inlines
         for name, seconds in timings.items():
             clock.add(name, seconds)
-        cost = overhead(run_dir, tables, clock=clock)
+        cost = overhead(run_dir, tables, clock=run_clock)
         if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
             _set_meta(run_dir, overhead=cost)
             print(overhead_line(cost), file=sys.stderr)
