@@ -34,7 +34,7 @@ from harness.results import compare, dataparallel_plots, quality  # noqa: E402
 from harness.results.tables import LEARNER_PHASES, RunTables, read  # noqa: E402
 from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
-from harness.results.style import PHASE_COLOURS, STYLE, link_style, save, style  # noqa: E402
+from harness.results.style import PHASE_COLOURS, STYLE, link_style, save_all, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
 
 GANTT_UPDATES = 4
@@ -329,12 +329,13 @@ def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
 
 # ---- all of them -------------------------------------------------------------------------------
 
-def render(t: RunTables) -> list[Plot]:
+def render(t: RunTables, comp: pd.DataFrame | None = None) -> list[Plot]:
     """Every figure that applies to these tables (quality_vs_time only with held-out evaluations,
-    seconds_vs_bandwidth only over several rates)."""
+    seconds_vs_bandwidth only over several rates). `comp`: their compare.comparison, where the
+    caller has it already (the report builds its tables from the same one)."""
     if t.updates.empty:
         raise ValueError(f"{t.runs[0].dir if t.runs else 'results'}: no completed update to plot yet")
-    comp = compare.comparison(t.updates, t.cells, t.evals)
+    comp = compare.comparison(t.updates, t.cells, t.evals) if comp is None else comp
     with plt.rc_context(STYLE):
         plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
         plots += [draw_quality_vs_bytes(comp), draw_phase_breakdown(t.updates), draw_timeline(t.phases),
@@ -349,7 +350,7 @@ def render(t: RunTables) -> list[Plot]:
 
 def save_plots(plots: list[Plot], out: Path) -> list[Path]:
     with plt.rc_context(STYLE):
-        return [p for plot in plots for p in save(plot.fig, out, plot.name)]
+        return save_all([(plot.fig, plot.name) for plot in plots], out)
 
 
 def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
@@ -360,10 +361,10 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables 
 
 
 def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
-                out: str | Path | None = None) -> tuple[list[Plot], list[Path]]:
+                out: str | Path | None = None, comp: pd.DataFrame | None = None) -> tuple[list[Plot], list[Path]]:
     """(the Plots with their captions, the files written): what the report embeds."""
     t = tables if tables is not None else read([Path(path), *extra])
     out = Path(out) if out is not None else Path(path) / "figures"
-    plots = render(t)
+    plots = render(t, comp)
     with plt.rc_context(STYLE):
         return plots, save_plots(plots, out) + dataparallel_plots.figures(t.updates, out)

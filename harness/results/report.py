@@ -21,6 +21,7 @@ import base64
 import html
 import math
 import re
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -32,6 +33,7 @@ from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
+from harness.results.wording import seconds_by_part
 from trainers import spec
 
 
@@ -102,9 +104,11 @@ def _run_header(run: Run) -> list[str]:
     cost = meta.get("overhead")
     if isinstance(cost, dict) and all(_finite(cost.get(k)) for k in ("overhead_s", "run_s")) and cost["run_s"] > 0:
         until = " until this report (its own writing and figures come after)" if cost.get("until") == "report" else ""
+        parts = cost.get("parts")
+        split = (f"; by part: {seconds_by_part(parts)}" if isinstance(parts, dict) and parts else
+                 ": model cache, namespaces and shaping, process starts and joins, tables, prediction, report")
         lines.append(f"  - harness overhead: {cost['overhead_s']:.1f} s of the run's {cost['run_s']:.1f} s were outside "
-                     f"the training loops ({cost['overhead_s'] / cost['run_s']:.0%}){until}: model cache, namespaces "
-                     "and shaping, process starts and joins, tables, prediction, report")
+                     f"the training loops ({cost['overhead_s'] / cost['run_s']:.0%}){until}{split}")
     errors = meta.get("errors") or []
     for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
         lines.append(f"  - **error**: {' '.join(str(err).split())}")
@@ -198,10 +202,11 @@ def figures_section(captions: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def build(tables: RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str, pd.DataFrame]:
-    """(markdown, comparison table) over every run in `tables`."""
+def build(tables: RunTables, captions: list[tuple[str, str]] = (),
+          comp: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
+    """(markdown, comparison table) over every run in `tables` (`comp`: their compare.comparison, if made)."""
     cells = tables.cells
-    comp = compare.comparison(tables.updates, cells, tables.evals)
+    comp = compare.comparison(tables.updates, cells, tables.evals) if comp is None else comp
     head, rows = table_rows(comp)
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
     # a config.json whose baseline is not a name (null, a number) names none: no row is its baseline
@@ -238,29 +243,36 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = ()) -> tuple[str,
 
 
 def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables | None = None,
-          out: str | Path | None = None) -> Path:
+          out: str | Path | None = None, timings: dict[str, float] | None = None) -> Path:
     """report.md, report.html and figures/ in `out` (default `path`), covering every run under `path`
-    (and `extra`); the runs are parsed here unless `tables` (already read by the caller) is given."""
+    (and `extra`); the runs are parsed here unless `tables` (already read by the caller) is given.
+    `timings`: filled with the wall seconds of the figures and of the report's text (a run's fixed cost)."""
     out = Path(out) if out is not None else Path(path)
     tables = tables if tables is not None else read([path, *extra])
+    timings = {} if timings is None else timings
     try:
         out.mkdir(parents=True, exist_ok=True)
-        captions = _write_figures(path, tables, out / "figures")
-        md, _ = build(tables, captions)
+        t = time.monotonic()
+        comp = compare.comparison(tables.updates, tables.cells, tables.evals)   # once, for figures and text
+        captions = _write_figures(path, tables, out / "figures", comp)
+        timings["figures"] = time.monotonic() - t
+        t = time.monotonic()
+        md, _ = build(tables, captions, comp)
         (out / "report.md").write_text(md)
         (out / "report.html").write_text(to_html(md, out, title=out.name))
+        timings["report text (md, html)"] = time.monotonic() - t
     except OSError as err:   # a read-only or full disk, a file where the folder should be
         raise ResultsError(f"{out}: cannot write the report ({err.strerror or type(err).__name__})") from None
     return out / "report.md"
 
 
-def _write_figures(path, tables: RunTables, folder: Path) -> list[tuple[str, str]]:
+def _write_figures(path, tables: RunTables, folder: Path, comp: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     """Every figure into `folder`; (PNG file name, caption) for the report. A run with no update yet
     has no figure (its report still says what happened)."""
     from harness.results import plots  # matplotlib: only where figures are drawn
 
     try:
-        drawn, files = plots.write_plots(path, tables=tables, out=folder)
+        drawn, files = plots.write_plots(path, tables=tables, out=folder, comp=comp)
     except ValueError:  # no completed update to plot yet
         return []
     captions = [(f"{p.name}.png", p.caption) for p in drawn]

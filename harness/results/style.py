@@ -1,8 +1,14 @@
 """One look for every figure: the colour and marker of each method, the phase colours, the
-matplotlib settings (PDF Type-42 fonts), and `save` (PDF + PNG). plots.py and
+matplotlib settings (PDF Type-42 fonts), and `save` / `save_all` (PDF + PNG). plots.py and
 dataparallel_plots.py both draw with it; neither imports the other's privates."""
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import threading
+import time
+import warnings
 import zlib
 from pathlib import Path
 
@@ -66,3 +72,63 @@ def save(fig, out: Path, name: str) -> list[Path]:
         fig.savefig(p)
     plt.close(fig)
     return paths
+
+
+CHILD_TIMEOUT_S = 600.0   # a PDF child that has not finished by then is killed and its PDFs written here
+PR_SET_PDEATHSIG = 1      # <linux/prctl.h>
+
+
+def save_all(figures: list[tuple[object, str]], out: Path) -> list[Path]:
+    """`save` for several (figure, name): the PDFs (Type-42 font subsetting, most of the work) written by a
+    forked child while this process writes the PNGs, on a box with a core to spare. Only where no other
+    thread runs here (a lock another thread held at the fork would stay held in the child: `harness run`'s
+    live display is one); else, or if the child fails, one after the other here. Each figure is closed."""
+    out.mkdir(parents=True, exist_ok=True)
+    pdfs = [(fig, out / f"{name}.pdf") for fig, name in figures]
+    child = _fork_pdfs(pdfs) if len(figures) > 1 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1 \
+        else None
+    for fig, name in figures:
+        fig.savefig(out / f"{name}.png")
+        if child is None:
+            fig.savefig(out / f"{name}.pdf")
+    if child is not None and not _child_done(child):
+        for fig, path in pdfs:
+            fig.savefig(path)
+    for fig, _ in figures:
+        plt.close(fig)
+    return [path for _, name in figures for path in (out / f"{name}.pdf", out / f"{name}.png")]
+
+
+def _fork_pdfs(pdfs: list[tuple[object, Path]]) -> int | None:
+    """The pid of a child writing `pdfs` (None: fork failed). It dies with us (PR_SET_PDEATHSIG) and says
+    nothing: its exit status is its report (0: every PDF written)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid:
+        return pid
+    code = 1
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        warnings.simplefilter("ignore")   # no write to a stream whose lock the fork may have copied held
+        for fig, path in pdfs:
+            fig.savefig(path)
+        code = 0
+    except BaseException:   # noqa: BLE001 (whatever it was, the parent writes the PDFs itself)
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _child_done(pid: int) -> bool:
+    """Whether the PDF child exited 0 (waited for up to CHILD_TIMEOUT_S; killed past it)."""
+    end = time.monotonic() + CHILD_TIMEOUT_S
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return False

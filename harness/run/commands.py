@@ -19,7 +19,7 @@ from harness import units
 from harness.net import backend, plan, topology
 from harness.projection import commratio
 from harness.results import files, report, tables, tracking
-from harness.run import config, launch, presets, regime
+from harness.run import config, fixed_cost, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from harness.signals import exit_code
 from trainers import spec
@@ -171,10 +171,12 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
                   file=sys.stderr)
         live.start()
 
+    clock = fixed_cost.Stopwatch()   # the run's fixed cost by part, from the process's start (meta.json, report)
     try:
         try:
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
+                                     clock=clock,
                                      place=functools.partial(regime.place, say=say))
         finally:
             live.stop()

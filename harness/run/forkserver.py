@@ -92,20 +92,24 @@ class ForkServer:
         self.proc, self.control, self.modules = proc, control, modules
         self.launch: tuple = ()          # (env, log, label): what `restart` starts again
         self.notes: list[str] = []       # one line per restart (meta.json "errors": survived, said)
+        self.ready = False               # it said it has imported `modules` (wait_ready)
 
     @classmethod
     @contextlib.contextmanager
-    def started(cls, modules: list[str], env: dict, log: Path, label: str = "") -> Iterator["ForkServer"]:
-        server = cls.start(modules, env, log, label)
+    def started(cls, modules: list[str], env: dict, log: Path, label: str = "",
+                wait: bool = True) -> Iterator["ForkServer"]:
+        server = cls.start(modules, env, log, label, wait=wait)
         try:
             yield server
         finally:
             server.close()
 
     @classmethod
-    def start(cls, modules: list[str], env: dict, log: Path, label: str = "") -> "ForkServer":
+    def start(cls, modules: list[str], env: dict, log: Path, label: str = "", wait: bool = True) -> "ForkServer":
         """Start the server and wait until it has imported `modules` (ForkServerError if it exits first).
-        `label` goes on its command line (the run folder: tools that find a run's processes by it)."""
+        `label` goes on its command line (the run folder: tools that find a run's processes by it).
+        `wait=False`: return at once, the imports under way (seconds of CPU: the caller builds its
+        network meanwhile); `wait_ready()`, or the first `spawn`, waits for them."""
         set_subreaper(True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", "trainers.forkserver", "--fd", str(theirs.fileno()),
@@ -119,12 +123,23 @@ class ForkServer:
             theirs.close()
         server = cls(proc, ours, modules)
         server.launch = (env, log, label)
-        try:
-            server._await_ready(log)
-        except BaseException:
-            server.close()
-            raise
+        if wait:
+            server.wait_ready()
         return server
+
+    def wait_ready(self) -> None:
+        """Wait until the server has imported its modules; a server that exits or hangs first is
+        closed and ForkServerError raised (the same again on a second call: it is closed)."""
+        if self.ready:
+            return
+        if self.control.fileno() == -1:
+            raise ForkServerError(f"the fork server did not start (see {self.launch[1]})")
+        try:
+            self._await_ready(self.launch[1])
+        except BaseException:
+            self.close()
+            raise
+        self.ready = True
 
     def trouble(self) -> str | None:
         """Why the server cannot answer now (it exited, or it is stopped: SIGSTOP), or None."""
@@ -141,7 +156,7 @@ class ForkServer:
         self.close(grace_s=1.0)
         env, log, label = self.launch
         fresh = type(self).start(self.modules, env, log, label)
-        self.proc, self.control, self.launch = fresh.proc, fresh.control, fresh.launch
+        self.proc, self.control, self.launch, self.ready = fresh.proc, fresh.control, fresh.launch, fresh.ready
         self.notes.append(f"the fork server {why}: a new one was started")
         print(f"harness run: the fork server {why}; started a new one", file=sys.stderr)
 
@@ -162,7 +177,9 @@ class ForkServer:
               **_popen) -> ForkedProcess:
         """Fork `argv` ([python, "-m", module, ...]) with `env` in `cwd`, stdout and stderr to the open
         file `stdout`, inside network namespace `netns` (a name in /run/netns) when given. A server
-        that died or stopped (or stops answering) is restarted once, and the request sent again."""
+        that died or stopped (or stops answering) is restarted once, and the request sent again; one
+        still importing its modules is waited for (one that never gets there: ForkServerError)."""
+        self.wait_ready()
         if (why := self.trouble()) is not None:
             self.restart(why)
         try:

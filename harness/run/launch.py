@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from harness.run.config import RunConfig, Variant, models_cache
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
@@ -48,8 +48,12 @@ from harness.net import doctor
 from harness.net import cgroups
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
-from harness.projection import prediction
-from harness.results import compare, report, tables as results
+from harness.run import fixed_cost
+
+if TYPE_CHECKING:
+    from harness.results import tables as results
+# the results and the cost model (pandas, matplotlib) are imported where finalize uses them: a run's
+# first seconds are the fork server's imports, and ours overlap them (fixed_cost.prewarm)
 
 ROOT = Path(__file__).resolve().parents[2]
 LEARNER_PORT = 29500
@@ -228,14 +232,16 @@ def spawner(topo, server: ForkServer | None) -> Callable:
 @contextlib.contextmanager
 def fork_server(cfg: RunConfig, run_dir: Path, containers: bool) -> Iterator[ForkServer | None]:
     """The run's fork server (`--spawn fork`): started once, before the first cell, with the modules
-    of every cell's services imported; stopped after the last. None with `--spawn exec` and in
+    of every cell's services imported; stopped after the last. Yielded at once, its imports under
+    way (`wait_ready`, or its first spawn, waits for them). None with `--spawn exec` and in
     containers (each service runs in its own container there)."""
     if cfg.spawn != "fork" or containers:
         yield None
         return
-    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)})
+    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)}
+                     | ({MODELS_MODULE} if models_to_build(cfg) else set()))
     with ForkServer.started(modules, python_env(cache_dir(cfg), threads=1), run_dir / "forkserver.log",
-                            label=str(run_dir)) as server:
+                            label=str(run_dir), wait=False) as server:
         yield server
 
 
@@ -445,70 +451,89 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
     return out
 
 
-def prepare_models(cfg: RunConfig, cache: Path) -> None:
+MODELS_MODULE = "trainers.model.run_models"
+
+
+def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None) -> None:
     """Build (or find) the cached models the cells load, before the first cell, with every core.
 
     Inside a cell the learner would build them with its one thread while the cell's processes wait:
     a 1500-step teacher (the hilo-kk preset) is ~20 min there, past `wait_address`'s limit. Here it
     runs once, in its own process (the harness stays torch-free), its progress lines on our stderr;
-    the services then load the same files. A cache hit costs one process start."""
+    the services then load the same files. A cache hit costs one process start: forked by the run's
+    fork `server` when there is one (its torch already imported: ~0.1 s), else a fresh Python (torch's
+    import, seconds of CPU); its progress lines go to our stderr either way."""
     threads = os.cpu_count() or 1
     for values in models_to_build(cfg):
-        argv = [sys.executable, "-m", "trainers.model.run_models", "--threads", str(threads),
+        argv = [sys.executable, "-m", MODELS_MODULE, "--threads", str(threads),
                 "--run-params", json.dumps(spec.RunParams(**values).to_json())]
-        done = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise RuntimeError(f"building the run's models failed (exit {done.returncode}): {' '.join(argv[:5])} ...")
+        if server is not None:
+            with os.fdopen(os.dup(2), "wb") as stderr:
+                proc = server.spawn(argv, cwd=ROOT, env=python_env(cache, threads), stdout=stderr)
+            try:
+                code = proc.wait()
+            except BaseException:   # interrupted: the build stops with us, as subprocess.run's would
+                proc.kill()
+                proc.wait()
+                raise
+        else:
+            code = subprocess.run(argv, cwd=ROOT, env=python_env(cache, threads), stdout=subprocess.DEVNULL).returncode
+        if code != 0:
+            raise RuntimeError(f"building the run's models failed ({describe_exit(code)}): {' '.join(argv[:5])} ...")
 
 
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
             started: Callable[[], None] = lambda: None, artefacts: bool = True,
-            place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg) -> Path:
+            place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg,
+            clock: fixed_cost.Stopwatch | None = None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
     `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one).
     `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot).
-    `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`)."""
-    check_privileges(cfg)
-    cfg = place(cfg)
+    `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`).
+    `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
+
+    The fork server starts first: its imports (torch, transformers, peft: seconds of CPU) run on
+    another core while the network is built and finalize's own imports are done (fixed_cost.prewarm);
+    then it forks the models step (a cache hit: no second torch import) and the cells."""
+    clock = clock or fixed_cost.Stopwatch()
+    with clock.part("preflight"):
+        check_privileges(cfg)
+    with clock.part("regime (cached ratio, or its pilot run)"):
+        cfg = place(cfg)
     started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)
     reserve = SpaceReserve(run_dir / ".space-reserve")
     atomic_write_json(run_dir / "config.json", cfg.to_json())
     token = secrets.token_hex(16)
-    doc = meta(cfg, "pending")
+    with clock.part("metadata (git, package versions)"):
+        doc = meta(cfg, "pending")
     status = "interrupted"
 
     try:
-        with signals_raise():
-            try:
-                prepare_models(cfg, cache_dir(cfg))
-            except RuntimeError as e:
-                status = "failed"
-                doc["errors"].append(str(e))
-                raise
-        with signals_raise(), (net or network)(cfg) as (topo, backend), \
-                fork_server(cfg, run_dir, containers=net is not None) as server:
-            doc["backend"] = backend
-            doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
-            atomic_write_json(run_dir / "meta.json", doc)
-            for cell in cells(cfg):
-                try:
-                    summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)
-                except ForkServerError as err:   # not even a restarted server could start it: the rest still run
-                    summary = {"complete": False, "status": f"not started: {err}"}
-                if summary.get("complete"):
-                    doc["cells_complete"].append(cell.name)
-                else:   # a cell cut short: the run goes on with the rest, and ends "failed" saying why
-                    doc["errors"].append(cell_error(cell, summary))
-                    if disk_full(run_dir):   # the services could not even say so: the disk is the reason
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir))
-                if server is not None:
-                    doc["errors"].extend(server.notes)
-                    server.notes.clear()
+        with signals_raise(), fork_server(cfg, run_dir, containers=net is not None) as server:
+            with contextlib.ExitStack() as built:   # torn down on the way out, before the fork server stops
+                with clock.part("network (namespaces, shaping)"):
+                    topo, backend = built.enter_context((net or network)(cfg))
+                doc["backend"] = backend
+                doc["netns_run_id"] = getattr(topo, "run_id", None)  # `harness clean --run-id` finds leftovers by it
                 atomic_write_json(run_dir / "meta.json", doc)
+                if server is not None:
+                    if artefacts:   # finalize's imports, on our core while the server imports on the other
+                        with clock.part("report imports (while the fork server imports)"):
+                            fixed_cost.prewarm()
+                    with clock.part("fork server (the wait for its imports)"):
+                        server.wait_ready()
+                try:
+                    with clock.part("models (build, or find in the cache)"):
+                        prepare_models(cfg, cache_dir(cfg), server)
+                except RuntimeError as e:
+                    status = "failed"
+                    doc["errors"].append(str(e))
+                    raise
+                run_cells(cfg, run_dir, topo, token, progress, doc, server, clock)
         status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "failed"
     except CellFailed:  # --on-drop fail: the run stops at the first lost worker
         status = "failed"
@@ -522,8 +547,34 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
-        finalize(run_dir) if artefacts else results.write_tables(run_dir)
+        if artefacts:
+            finalize(run_dir, clock)
+        else:
+            from harness.results import tables as results
+
+            results.write_tables(run_dir)
     return run_dir
+
+
+def run_cells(cfg: RunConfig, run_dir: Path, topo, token: str, progress, doc: dict,
+              server: ForkServer | None, clock: fixed_cost.Stopwatch) -> None:
+    """Every cell in order, meta.json rewritten after each (its cells_complete, errors)."""
+    for cell in cells(cfg):
+        try:
+            with clock.part("cells"):   # fixed_cost splits it with the cells' launch.json
+                summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)
+        except ForkServerError as err:   # not even a restarted server could start it: the rest still run
+            summary = {"complete": False, "status": f"not started: {err}"}
+        if summary.get("complete"):
+            doc["cells_complete"].append(cell.name)
+        else:   # a cell cut short: the run goes on with the rest, and ends "failed" saying why
+            doc["errors"].append(cell_error(cell, summary))
+            if disk_full(run_dir):   # the services could not even say so: the disk is the reason
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir))
+        if server is not None:
+            doc["errors"].extend(server.notes)
+            server.notes.clear()
+        atomic_write_json(run_dir / "meta.json", doc)
 
 
 class SpaceReserve:
@@ -586,6 +637,8 @@ def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> 
     else its own process, which sizes the adapter on the meta device (torch; the harness stays
     torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
     reads the folder once). A failure is one stderr line; the report then has no model section."""
+    from harness.projection import prediction
+
     cache = models_cache(run_dir.parent)
     try:
         if prediction.in_process(run_dir, cache):
@@ -601,36 +654,25 @@ def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> 
         print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)
 
 
-def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None) -> dict | None:
-    """The run's wall seconds since meta.json's start, the seconds its cells spent in their training loops
-    (first update's start to last update's end, summed over cells: evaluations between updates included),
-    the held-out evaluations outside them (before the first update and after the last) and the rest: the
-    harness's fixed cost (models, namespaces, process starts, joins, teardown, tables, prediction, report
-    and figures)."""
-    try:
-        started = dt.datetime.fromisoformat(json.loads((run_dir / "meta.json").read_text())["started_utc"])
-    except (OSError, ValueError, KeyError):
-        return None
-    run_s = ((now or dt.datetime.now(dt.timezone.utc)) - started).total_seconds()
-    u, e = tables.updates, tables.evals
-    loop_s = eval_s = 0.0
-    if not u.empty and {"cell", "t_start_s", "t_end_s", "update_index"} <= set(u):
-        spans = u.groupby("cell").agg(start=("t_start_s", "min"), end=("t_end_s", "max"),
-                                      first=("update_index", "min"), last=("update_index", "max"))
-        loop_s = float((spans["end"] - spans["start"]).sum())
-        if not e.empty and {"cell", "version", "eval_s"} <= set(e):
-            bounds = e.join(spans, on="cell", how="inner")
-            outside = (bounds["version"] < bounds["first"]) | (bounds["version"] >= bounds["last"])
-            eval_s = float(bounds.loc[outside, "eval_s"].sum())
-    return {"run_s": run_s, "loop_s": loop_s, "eval_outside_loop_s": eval_s,
-            "overhead_s": max(run_s - loop_s - eval_s, 0.0)}
+def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None,
+             clock: fixed_cost.Stopwatch | None = None) -> dict | None:
+    """The run's wall seconds (from the process's start with `clock`, else since meta.json's start), the
+    seconds its cells spent in their training loops (first update's start to last update's end, summed
+    over cells: evaluations between updates included), the held-out evaluations outside them (before
+    the first update and after the last) and the rest: the harness's fixed cost, split by part
+    (harness/run/fixed_cost.py: models, namespaces, the fork server's imports, process starts, joins,
+    teardown, tables, prediction, report and figures)."""
+    return fixed_cost.split(run_dir, tables, clock, now)
 
 
 def overhead_line(o: dict) -> str:
     share = o["overhead_s"] / o["run_s"] if o["run_s"] > 0 else 0.0
     evals = f"; held-out evaluations {o['eval_outside_loop_s']:.1f} s" if o.get("eval_outside_loop_s") else ""
+    from harness.results.wording import seconds_by_part
+
+    parts = f": {seconds_by_part(o['parts'])}" if o.get("parts") else ""
     return (f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run; "
-            f"loop {o['loop_s']:.1f} s{evals})")
+            f"loop {o['loop_s']:.1f} s{evals}){parts}")
 
 
 def _set_meta(run_dir: Path, **fields) -> None:
@@ -638,19 +680,29 @@ def _set_meta(run_dir: Path, **fields) -> None:
     atomic_write_json(run_dir / "meta.json", {**doc, **fields})
 
 
-def finalize(run_dir: Path) -> None:
+def finalize(run_dir: Path, clock: fixed_cost.Stopwatch | None = None) -> None:
     """Tables, summary, report and figures from the folder alone (also for partial runs); the
-    folder's files are parsed once and the tables handed to each."""
+    folder's files are parsed once and the tables handed to each. `clock`: the run's (execute),
+    which times each of them for the fixed cost's split (without it, as for a run whose cells ran in
+    another process, the run's seconds count from meta.json's start and only the cells are split)."""
+    from harness.results import compare, report, tables as results
 
+    run_clock, clock = clock, clock or fixed_cost.Stopwatch()
     try:
-        tables = results.write_tables(run_dir)
-        compare.write_summary(run_dir, tables)
-        write_prediction(run_dir, tables)
-        if (cost := overhead(run_dir, tables)) is not None:   # the report states the cost so far
+        with clock.part("tables"):
+            tables = results.write_tables(run_dir)
+        with clock.part("summary"):
+            compare.write_summary(run_dir, tables)
+        with clock.part("prediction (cost model)"):
+            write_prediction(run_dir, tables)
+        if (cost := overhead(run_dir, tables, clock=run_clock)) is not None:   # the report states the cost so far
             _set_meta(run_dir, overhead={**cost, "until": "report"})
             tables.runs[0].meta["overhead"] = {**cost, "until": "report"}
-        report.write(run_dir, tables=tables)  # and figures/, whose PNGs report.html inlines
-        cost = overhead(run_dir, tables)
+        timings: dict[str, float] = {}
+        report.write(run_dir, tables=tables, timings=timings)  # and figures/, whose PNGs report.html inlines
+        for name, seconds in timings.items():
+            clock.add(name, seconds)
+        cost = overhead(run_dir, tables, clock=run_clock)
         if cost is not None:                  # the whole fixed cost is known only now: meta.json and a line
             _set_meta(run_dir, overhead=cost)
             print(overhead_line(cost), file=sys.stderr)

@@ -149,6 +149,31 @@ def test_figures_are_written_with_type42_fonts(run_copy):
             assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_pdfs_from_the_forked_writer_and_from_a_threaded_process_are_the_same_figures(run_copy, tmp_path):
+    """save_all writes the PDFs in a forked child when we are single-threaded, here when another thread
+    runs (the live display): the same files either way, Type-42 fonts, no child left."""
+    import threading
+
+    t = results.read(run_copy)
+    out = {}
+    for how in ("forked", "threaded"):
+        hold = threading.Event()
+        other = threading.Thread(target=hold.wait) if how == "threaded" else None
+        if other is not None:
+            other.start()
+        try:
+            assert (threading.active_count() > 1) == (how == "threaded")
+            out[how] = plots.save_plots(plots.render(t), tmp_path / how)
+        finally:
+            hold.set()
+    for how, files in out.items():
+        assert [p.name for p in files] == [p.name for p in out["forked"]]
+        for p in files:
+            assert p.stat().st_size > 1000 and (p.suffix == ".png" or pdf_fonts_are_type42(p)), p
+    with pytest.raises(ChildProcessError):   # the writer was reaped
+        os.waitpid(-1, os.WNOHANG)
+
+
 NEW_METHODS = ["ddp", "lowrank-ddp", "diloco", "lordo-global", "lordo-local", "rank-4", "some-new-method"]
 
 

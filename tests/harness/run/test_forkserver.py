@@ -104,6 +104,58 @@ def test_the_service_enters_the_named_network_namespace(server, tmp_path):
         netns.remove(name)
 
 
+def test_a_server_started_without_waiting_serves_once_its_imports_are_done(tmp_path):
+    """wait=False (a run builds its network meanwhile): start returns with the imports under way; the
+    first spawn waits for them, then serves as usual."""
+    with ForkServer.started([CHILD], python_env(tmp_path / ".cache", threads=1), tmp_path / "fs.log",
+                            wait=False) as srv:
+        assert not srv.ready
+        proc, report, _ = spawn(srv, tmp_path, "--exit", "0")
+        assert srv.ready and proc.wait(timeout=GUARD_S) == 0
+        assert read_report(report, proc)["ppid"] == os.getpid()
+
+
+def test_a_server_that_cannot_import_its_modules_fails_its_wait_not_its_start(tmp_path):
+    with ForkServer.started(["tests.harness.run.no_such_module"], python_env(tmp_path / ".cache", threads=1),
+                            tmp_path / "fs.log", wait=False) as srv:
+        for _ in range(2):   # closed after the first failure: the second wait says the same, at once
+            with pytest.raises(ForkServerError, match="did not start"):
+                srv.wait_ready()
+        assert srv.proc.poll() is not None
+        with open(tmp_path / "x.log", "ab") as log, pytest.raises(ForkServerError, match="did not start"):
+            srv.spawn([sys.executable, "-m", CHILD, str(tmp_path / "r.json")], cwd=tmp_path, env={}, stdout=log)
+    assert "no_such_module" in (tmp_path / "fs.log").read_text()
+
+
+SIGKILLED_WHILE_IMPORTING = """
+import sys, time
+from pathlib import Path
+from harness.run.forkserver import ForkServer
+from harness.run.launch import python_env
+out = Path(sys.argv[1])
+srv = ForkServer.start(["trainers.hilo.learner"], python_env(out / ".cache", threads=1), out / "fs.log",
+                       label=str(out), wait=False)
+print(srv.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_harness_sigkilled_while_its_server_imports_takes_the_server_with_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGKILLED_WHILE_IMPORTING, str(tmp_path)], cwd=ROOT,
+                            env=python_env(tmp_path / ".cache", threads=1), stdout=subprocess.PIPE, text=True)
+    server = int(proc.stdout.readline())
+    assert Path(f"/proc/{server}").exists()
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + GUARD_S
+    while pids_of(str(tmp_path)) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = pids_of(str(tmp_path))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
 SIGKILLED_HARNESS = """
 import sys, time
 from pathlib import Path
@@ -186,3 +238,38 @@ def test_a_forked_run_trains_the_same_bits_in_the_right_namespaces_and_leaves_no
         assert cell["join_s"] >= 0  # the run's summary says how long its workers took to join
     assert (tmp_path / "fork" / "forkserver.log").exists() and not (tmp_path / "exec" / "forkserver.log").exists()
     assert runs["fork"] == runs["exec"]
+
+
+@pytest.mark.root
+def test_a_run_interrupted_before_its_first_cell_stops_its_importing_server_and_network(tmp_path):
+    """The server starts first and imports while the network is built: a SIGTERM then (the network up,
+    no cell yet, on any but an idle box) tears both down and leaves the run marked interrupted."""
+    run_dir = tmp_path / "early"
+    proc = harness("run", *RUN, "--updates", "8", "--run-id", "early", "--out", str(tmp_path))
+    end = time.monotonic() + 600
+    while not ((run_dir / "forkserver.log").exists() and (run_dir / "meta.json").exists()):
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 143, stderr[-3000:]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["status"] == "interrupted" and not meta["complete"]
+    assert meta["netns_run_id"] and clean.leftovers(meta["netns_run_id"]) == []
+    assert pids_of(str(run_dir)) == []
+
+
+def test_the_models_step_forked_by_the_server_fills_the_cache_a_fresh_python_then_finds(tmp_path):
+    """launch.prepare_models through the run's server (its torch imported once) builds the run's base
+    into the cache; the exec'ed step (no server) then finds it there and rebuilds nothing."""
+    from harness.run import config, launch
+
+    cfg = config.build(model="tiny", objective="grpo", base_steps="2", emulation=False, out_dir=str(tmp_path))
+    assert launch.models_to_build(cfg)
+    cache = tmp_path / "cache"
+    with ForkServer.started([launch.MODELS_MODULE], python_env(cache, threads=1), tmp_path / "fs.log") as srv:
+        launch.prepare_models(cfg, cache, srv)
+    built = {p: p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")}
+    assert built
+    launch.prepare_models(cfg, cache)
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*.safetensors")} == built

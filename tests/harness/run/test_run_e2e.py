@@ -85,6 +85,19 @@ def test_every_artefact_is_written(e2e):
     assert "spar@12.8%" in md and "speedup vs baseline" in md and "20mbit" in md
 
 
+def test_meta_json_splits_the_fixed_cost_by_part(e2e):
+    """The run's seconds outside its loops, by part: the harness's steps, each cell's, and the rest."""
+    cost = json.loads((e2e[3] / "meta.json").read_text())["overhead"]
+    parts = cost["parts"]
+    for part in ("start-up (python, CLI imports, config)", "network (namespaces, shaping)",
+                 "learner start (until it listens)", "tables", "figures", "report text (md, html)", "other"):
+        assert part in parts, (part, parts)
+    assert "fork server (the wait for its imports)" in parts or "report imports (while the fork server imports)" in parts
+    assert all(v >= 0 for v in parts.values()) and "cells" not in parts
+    assert sum(parts.values()) == pytest.approx(cost["overhead_s"], abs=0.05)
+    assert cost["run_s"] == pytest.approx(cost["loop_s"] + cost["eval_outside_loop_s"] + cost["overhead_s"])
+
+
 def test_full_is_no_faster_than_the_link_allows(e2e):
     df = tables.load(e2e[3])
     full = df[df["method"] == "full"]
