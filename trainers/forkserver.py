@@ -100,7 +100,8 @@ def raise_priority() -> int | None:
     session shares the CPU equally, and every service is a session of its own: with N services busy
     (joined workers compute at once), a fork server of default weight got 1/(N+1) of the CPU for each
     fork, so starting N workers took time growing as N^1.5. Nice -10 (~9x the weight) for our
-    session and our process keeps a start's wall time flat in N; it needs CAP_SYS_NICE (root, as
+    session and our process puts its forks ahead of them (the harness's own part of each start
+    still gets a share that shrinks with the busy services); it needs CAP_SYS_NICE (root, as
     emulated runs are), and without it nothing changes. A service leaves our session (setsid) and
     takes back the caller's nice (`become`) before it runs its module."""
     base = os.getpriority(os.PRIO_PROCESS, 0)
