@@ -15,6 +15,8 @@ with emulation on, `harness sweep` and `harness calibrate`, through :func:`probl
   delay-line rules) and ``iptables-save`` (reads them back for the loss counters), only where the
   plan has such rules. Nothing else is executed: tc state, links, addresses, ethtool settings and
   link counters go through netlink (pyroute2), and ``git`` (meta.json's sha) is optional;
+- the machine's limits for the run's number of workers (:mod:`harness.net.limits`: open files,
+  neighbour entries, tasks);
 - free disk space under the results folder.
 
 Ports need no check: every service listens inside the run's own fresh namespaces.
@@ -29,7 +31,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.net import plan, topology
+from harness.net import limits, plan, topology
 from harness.net.backend import Decision, _kernel_config, decide
 from harness.net.profiles import Profile
 
@@ -197,6 +199,10 @@ def check(backend: str | None = None, *, profile: "Profile | None" = None, worke
             report.ok.append(f"binaries: {', '.join(shutil.which(b) for b in IPTABLES_BINARIES)}")
     else:
         report.ok.append("binaries: none needed (every kernel change goes through netlink)")
+    over = limits.problems(workers)
+    report.problems += over
+    if not over:
+        report.ok.append(f"limits: open files, neighbour entries and tasks suffice for {workers} workers")
     where, free = _free_bytes(out_dir)
     if free < MIN_FREE_BYTES:
         report.problems.append(f"low disk space: {free / 2**30:.2f} GiB free under {where} "

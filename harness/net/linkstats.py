@@ -44,17 +44,22 @@ NFPROTO_IPV4 = 2
 OnError = Callable[[str, BaseException], None]
 
 
+def _root_drops(qdiscs) -> dict[int, int]:
+    """ifindex -> drops of its root qdisc (which sums its children), from one qdisc dump."""
+    out: dict[int, int] = {}
+    for qd in qdiscs:
+        stats = qd.get_attr("TCA_STATS2")
+        queue = stats.get_attr("TCA_STATS_QUEUE") if stats else None
+        if queue and qd["parent"] == 0xFFFFFFFF:
+            out[qd["index"]] = out.get(qd["index"], 0) + queue["drops"]
+    return out
+
+
 def _qdisc_drops(ipr: IPRoute, dev: str) -> int:
     idx = ipr.link_lookup(ifname=dev)
     if not idx:
         return 0
-    total = 0
-    for qd in ipr.get_qdiscs(index=idx[0]):
-        stats = qd.get_attr("TCA_STATS2")
-        queue = stats.get_attr("TCA_STATS_QUEUE") if stats else None
-        if queue and qd["parent"] == 0xFFFFFFFF:   # the root qdisc sums its children
-            total += queue["drops"]
-    return total
+    return _root_drops(ipr.get_qdiscs(index=idx[0])).get(idx[0], 0)
 
 
 def parse_loss_counters(saved: str) -> dict[tuple[str, str], int]:
@@ -165,10 +170,20 @@ def sample(topo: Topology, on_error: OnError | None = None, netlinks: Netlinks |
     now, wall = time.monotonic(), time.time()
     loss = read("loss_drops", lambda: _loss_counters(topo.router_ns))
     rows = []
+    dumps: dict[str, Any] = {}
+
+    def router(what: str, fn: Callable[[], Any]) -> Any:
+        """One dump of the router's links or qdiscs per sample (its ports are every node's), not one
+        per node: a dump's cost grows with the ports, so per node it made a sample cost N^2."""
+        if what not in dumps:
+            dumps[what] = fn()
+        return dumps[what]
+
     with _netlink(topo.router_ns, netlinks) as rt:
+        links = lambda: router("links", lambda: {l.get_attr("IFLA_IFNAME"): l for l in rt.get_links()})  # noqa: E731
+        down = lambda: router("qdiscs", lambda: _root_drops(rt.get_qdiscs()))  # noqa: E731
         for node in topo.nodes.values():
-            stats = read(f"bytes of {node.name}",
-                         lambda: rt.get_links(rt.link_lookup(ifname=node.port)[0])[0].get_attr("IFLA_STATS64"))
+            stats = read(f"bytes of {node.name}", lambda: links()[node.port].get_attr("IFLA_STATS64"))
             if stats is None:
                 continue
 
@@ -181,7 +196,8 @@ def sample(topo: Topology, on_error: OnError | None = None, netlinks: Netlinks |
                          "qdisc_drops": read(f"qdisc_drops of {node.name} up", up_drops),
                          "loss_drops": None if loss is None else loss.get((node.port, "up"), 0)})
             rows.append({**common, "direction": "down", "bytes": stats["tx_bytes"], "packets": stats["tx_packets"],
-                         "qdisc_drops": read(f"qdisc_drops of {node.name} down", lambda: _qdisc_drops(rt, node.port)),
+                         "qdisc_drops": read(f"qdisc_drops of {node.name} down",
+                                             lambda: down().get(links()[node.port]["index"], 0)),
                          "loss_drops": None if loss is None else loss.get((node.port, "down"), 0)})
     return rows
 
@@ -194,7 +210,12 @@ def describe(err: BaseException) -> str:
 
 class LinkSampler:
     """Appends :func:`sample` rows to a CSV file every ``interval_s`` until stopped. A counter
-    that cannot be read is reported (``errors``, stderr) and the others keep being sampled."""
+    that cannot be read is reported (``errors``, stderr) and the others keep being sampled.
+    A sample's CPU grows with the nodes (~2 ms per node here): the wait after one is at least
+    CPU_SHARE_INVERSE times the CPU it took, so the sampler never takes more than that share of a
+    core from the run it measures (at 256 workers it samples every ~2 s instead of every 0.5 s)."""
+
+    CPU_SHARE_INVERSE = 5  # the sampler's CPU at most 1/5 of a core
 
     def __init__(self, topo: Topology, path: Path, interval_s: float = 1.0):
         self.topo, self.path, self.interval_s = topo, Path(path), interval_s
@@ -227,8 +248,10 @@ class LinkSampler:
 
     def _loop(self) -> None:
         while True:
+            cpu = time.thread_time()
             self._sample_once()
-            if self._stop.wait(self.interval_s):
+            cpu = time.thread_time() - cpu
+            if self._stop.wait(max(self.interval_s, self.CPU_SHARE_INVERSE * cpu)):
                 return
 
     def stop(self) -> None:

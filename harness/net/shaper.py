@@ -58,15 +58,22 @@ def _handle(text: str) -> int:
     return (int(major, 16) << 16) | int(minor or "0", 16)
 
 
-def _tc(ipr: IPRoute, op: dict[str, Any], idx: int | None = None) -> None:
+def _htb_roots(qdiscs) -> set[tuple[int, int]]:
+    """(ifindex, handle) of every HTB root qdisc in a qdisc dump."""
+    return {(q["index"], q["handle"]) for q in qdiscs if q.get_attr("TCA_KIND") == "htb" and q["parent"] == 0xFFFFFFFF}
+
+
+def _tc(ipr: IPRoute, op: dict[str, Any], idx: int | None = None, htb_roots: set | None = None) -> None:
+    """Apply one qdisc operation. `htb_roots`: the namespace's HTB roots (`_htb_roots`) read once by the
+    caller; None: read here (a qdisc dump covers every device of the namespace, N ports in the router's)."""
     idx = ipr.link_lookup(ifname=op["dev"])[0] if idx is None else idx
     kind = op["op"]
     if kind == "gso_max_segs":
         ipr.link("set", index=idx, gso_max_segs=op["segs"])
     elif kind == "htb_root":
         # HTB cannot be "replaced" by itself (EINVAL): an HTB root with our handle is kept as is
-        if not any(q.get_attr("TCA_KIND") == "htb" and q["handle"] == _handle(op["handle"])
-                   and q["parent"] == 0xFFFFFFFF for q in ipr.get_qdiscs(index=idx)):
+        roots = _htb_roots(ipr.get_qdiscs(index=idx)) if htb_roots is None else htb_roots
+        if (idx, _handle(op["handle"])) not in roots:
             ipr.tc("replace", "htb", idx, _handle(op["handle"]), default=_handle(op["default"]) & 0xFFFF)
     elif kind == "htb_class":
         ipr.tc("replace-class", "htb", idx, _handle(op["classid"]), parent=_handle(op["parent"]),
@@ -137,11 +144,12 @@ class Shaper:
             self._clear_qdiscs(previous.devices() - plan.devices())
         for ns, ops in by_ns.items():
             ipr = self._netlink(ns)
+            roots = _htb_roots(ipr.get_qdiscs()) if any(op["op"] == "htb_root" for op in ops) else set()
             for op in ops:
                 try:
-                    if (ns, op["dev"]) not in self._index:    # a link lookup is a netlink dump: once per device
-                        self._index[(ns, op["dev"])] = ipr.link_lookup(ifname=op["dev"])[0]
-                    _tc(ipr, op, self._index[(ns, op["dev"])])
+                    if (ns, op["dev"]) not in self._index:    # one GET per device, once (a lookup dumps every link)
+                        self._index[(ns, op["dev"])] = ipr.link("get", ifname=op["dev"])[0]["index"]
+                    _tc(ipr, op, self._index[(ns, op["dev"])], roots)
                 except NetlinkError as err:
                     raise ShaperError(f"{op['op']} on {ns}/{op['dev']}: {err}") from None
         self._sync_delaylines(plan)
@@ -200,15 +208,20 @@ class Shaper:
 
     def _clear_qdiscs(self, devices: set[tuple[str, str]]) -> None:
         existing = set(netns.listnetns())
-        for ns, dev in devices:
-            if ns not in existing:
-                continue
+        by_ns: dict[str, list[str]] = {}
+        for ns, dev in sorted(devices):
+            if ns in existing:
+                by_ns.setdefault(ns, []).append(dev)
+        for ns, devs in by_ns.items():  # one netlink socket per namespace (opening one costs ~0.1 s)
             with IPRoute(netns=ns, flags=0) as ipr:
-                idx = ipr.link_lookup(ifname=dev)
-                if idx:
-                    ipr.link("set", index=idx[0], gso_max_segs=DEFAULT_GSO_SEGS)
+                for dev in devs:
                     try:
-                        ipr.tc("del", index=idx[0], handle=0, parent=0xFFFFFFFF)
+                        idx = ipr.link("get", ifname=dev)[0]["index"]
+                    except NetlinkError:
+                        continue  # the device is gone
+                    ipr.link("set", index=idx, gso_max_segs=DEFAULT_GSO_SEGS)
+                    try:
+                        ipr.tc("del", index=idx, handle=0, parent=0xFFFFFFFF)
                     except NetlinkError:
                         pass  # no root qdisc of ours: nothing to remove
 

@@ -240,7 +240,7 @@ class Topology:
 
     def _link_node(self, rt: IPRoute, node: Node) -> None:
         rt.link("add", ifname=node.port, kind="veth", peer={"ifname": node.ifname, "net_ns_fd": node.netns})
-        port = rt.link_lookup(ifname=node.port)[0]
+        port = rt.link("get", ifname=node.port)[0]["index"]  # one link, not a dump of the router's N ports
         rt.addr("add", index=port, address=node.gateway, prefixlen=LINK_PREFIX_LEN)
         rt.link("set", index=port, state="up")
         disable_offloads(self.router_ns, node.port)

@@ -46,6 +46,7 @@ from harness.net import shaper
 from harness.run.forkserver import ForkServer, ForkServerError
 from harness.net import doctor
 from harness.net import cgroups
+from harness.net import limits
 from harness.signals import signals_raise
 from harness.net.linkstats import LinkSampler
 from harness.run import fixed_cost
@@ -502,6 +503,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         check_privileges(cfg)
     with clock.part("regime (cached ratio, or its pilot run)"):
         cfg = place(cfg)
+    limits.raise_open_files(cfg.workers)  # the centre holds a socket per worker; services inherit it
     started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -9,18 +9,24 @@ the aggregator combines (trainers/dataparallel: the method's Aggregator) and sen
 back to each. After the last step every worker sends a final SYNC (no tensors; meta: parameter
 hash, held-out perplexity) and gets STOP.
 
-Joins (`accept`): each connection gets its own handshake thread, budgeted by
-`trainers.protocol.gate` (at most 64 token-less connections at once, 48 from one address; one that
-shows the token leaves the budget; a newcomer over it evicts the largest holder's oldest past its
-grace), with 3 s for the frame header (the run token) and 10 s for the whole HELLO, so idle or
-garbage connections from any address, the workers' own included, cannot keep the workers out (and
-the workers retry a refused connect until their connect timeout). Refused connections are counted:
-one `rejected` row per source address per 10 s, with the count. A HELLO for an id already joined is
-refused. A joined worker from which no byte arrives for `--liveness` seconds (10 by default; the
-workers send a HEARTBEAT every quarter of it while they compute: trainers/protocol/heartbeat.py)
-stops the run at once with that reason, instead of each sync waiting `--worker-timeout`. Every
-meta passes its schema in `trainers.protocol.messages` (SYNC_UPLOAD, SYNC_FINAL) before it is read; a worker's frame that fails it stops the run with the reason (a sync needs every
-worker's share), never with a traceback.
+One thread serves every connection: the listener and each socket are in one selector, and each
+connection's frames are read and written as its bytes move (trainers/protocol/stream.py), so the
+threads stay constant in the number of workers and a slow link holds only its own transfer. The
+download of a sync is one prepared body (its CRC-32C computed once) queued on every socket.
+
+Joins (`accept`): each connection's handshake runs as its bytes arrive, budgeted by
+`trainers.protocol.gate` (at most 64 token-less connections at once, 48 from one address; one whose
+frame header passed its checks, the run token among them, leaves the budget; a newcomer over it
+evicts the largest holder's oldest past its grace), with 3 s for the frame header (the run token)
+and 10 s for the whole HELLO, so idle or garbage connections from any address, the workers' own
+included, cannot keep the workers out (and the workers retry a refused connect until their connect
+timeout). Refused connections are counted: one `rejected` row per source address per 10 s, with the
+count. A HELLO for an id already joined is refused. A joined worker from which no byte arrives for
+`--liveness` seconds while a sync waits for it (10 by default; the workers send a HEARTBEAT every
+quarter of it while they compute: trainers/protocol/heartbeat.py) stops the run at once with that
+reason, instead of each sync waiting `--worker-timeout`. Every meta passes its schema in
+`trainers.protocol.messages` (SYNC_UPLOAD, SYNC_FINAL) before it is read; a worker's frame that fails
+it stops the run with the reason (a sync needs every worker's share), never with a traceback.
 
 Event rows: one `update` row per optimizer step (version = step), the interval between two syncs
 spread evenly over its K steps (seconds_per_update = seconds per optimizer step); the sync step's
@@ -31,18 +37,17 @@ claimed_bytes_down (the method's formula, per worker); the subspace overlap is i
 from __future__ import annotations
 
 import errno
-import queue
+import selectors
 import signal
 import socket
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import deque
 
 import torch
 
 from trainers.protocol import messages, wire
-from trainers.protocol.gate import Gate, Ticket, await_token, source_of
+from trainers.protocol.gate import Gate, Ticket, source_of
 from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
@@ -50,6 +55,7 @@ from trainers.events import EventLog, PhaseTimer, Tally, atomic_write_text, writ
 from trainers.process import die_with_parent, log, set_threads
 from trainers import service_args
 from trainers.spec import RunParams
+from trainers.protocol.stream import Stream
 from trainers.protocol.wire import Connection, MessageType
 
 PROCESS = "learner"          # the event file's name: results.py reads the star's centre as the learner
@@ -58,6 +64,9 @@ REJECTED_INTERVAL_S = 10.0  # at most one `rejected` row per source address per 
 TOKEN_TIMEOUT_S, HANDSHAKE_TIMEOUT_S = 3.0, 10.0  # for the frame header (the token); for the whole HELLO
 HANDSHAKE_MAX_BODY = 64 * 1024  # bytes a connection may send before its HELLO passed
 LIVENESS_S = 10.0  # seconds without a byte from a joined worker before the run stops (--liveness; spec.py)
+POLL_S = 0.05  # seconds the event loop waits for a socket before it looks at the deadlines
+ACCEPTS_PER_EVENT = 64  # connections accepted per readiness of the listener before the others' turn
+LISTEN_BACKLOG = 4096  # the listener's queue: every worker of a large run may connect at once (somaxconn caps it)
 
 
 class ProtocolError(wire.WireError):
@@ -93,6 +102,32 @@ def same_tables(ups: list[dict[str, torch.Tensor]]) -> None:
             raise ProtocolError(f"w{w}: its tensor table differs from w1's")
 
 
+class Handshake:
+    """A connection between its accept and its HELLO: its slot in the gate, its deadlines."""
+
+    def __init__(self, stream: Stream, source: str, ticket: Ticket):
+        self.stream, self.source, self.ticket = stream, source, ticket
+        self.start = time.monotonic()
+        self.token_shown = False
+
+
+class Member:
+    """A joined worker: its stream, the frames read from it and not yet used (heartbeats are
+    consumed on arrival), the uploads it owes from syncs that went on without it (--quorum),
+    the error that ended its connection."""
+
+    def __init__(self, worker: int, stream: Stream):
+        self.worker, self.stream = worker, stream
+        self.inbox: deque[wire.Frame] = deque()
+        self.owed = 0
+        self.error: BaseException | None = None
+        self.done = False  # its final report is in: its end of file is expected
+
+    def ready(self) -> bool:
+        """Its frame for the current sync has arrived (after the late ones it owes)."""
+        return len(self.inbox) > self.owed
+
+
 class Aggregator:
     def __init__(self, params: RunParams, token: str, run_dir: str, listen: tuple[str, int],
                  worker_timeout_s: float = 120.0, liveness_s: float = LIVENESS_S):
@@ -106,151 +141,250 @@ class Aggregator:
         self.combiner = self.method.make_aggregator()
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
-        self.conns: dict[int, Connection] = {}
-        self.pool = ThreadPoolExecutor(max_workers=2 * params.workers)  # a late upload's read + the next one
-        self.pending: dict = {}  # worker -> the future of an upload a sync went on without (--quorum)
+        self.members: dict[int, Member] = {}
+        self.handshakes: dict[socket.socket, Handshake] = {}
         self.rows: list[dict] = []
         self.finals: dict[int, dict] = {}
-        self.sock = socket.create_server(listen)
+        self.sock = socket.create_server(listen, backlog=min(LISTEN_BACKLOG, max(128, 2 * params.workers)))
+        self.sock.setblocking(False)
         self.address = self.sock.getsockname()[:2]
+        self.selector = selectors.DefaultSelector()
         self.gate = Gate()  # the token-less budget (trainers.protocol.gate's defaults)
         self.rejections = Tally(self.events, "rejected", REJECTED_INTERVAL_S)
-        self.hellos: queue.Queue = queue.Queue()  # (worker, conn) from the handshake threads
         self._joining = True  # False once every worker joined: late handshakes close their connection
+        self._arrived = False  # a member's frame (not a heartbeat) arrived in the last pump
+
+    # ---- the event loop: one thread, one selector for the listener and every connection -----
+    def _pump(self, timeout_s: float) -> None:
+        for key, mask in self.selector.select(timeout_s):
+            if key.data is None:
+                self._accept_ready()
+            elif isinstance(key.data, Handshake):
+                self._handshake_ready(key.data)
+            else:
+                self._member_ready(key.data, mask)
+
+    def _watch(self, member: Member) -> None:
+        """Read always; write while frames are queued."""
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if member.stream.pending else 0)
+        sock = member.stream.conn.sock
+        key = self.selector.get_map().get(sock)
+        if key is None:
+            self.selector.register(sock, events, member)
+        elif (key.events, key.data) != (events, member):
+            self.selector.modify(sock, events, member)
+
+    def _drop(self, sock: socket.socket) -> None:
+        try:
+            self.selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
 
     # ---- membership: all M workers, once ----------------------------------------------------
     def accept(self, timeout_s: float) -> None:
         """Until every worker has joined (or TimeoutError after `timeout_s`): accept connections,
-        each handshake in its own thread within the gate's budget; WELCOME the valid HELLOs here."""
+        run each handshake as its bytes arrive within the gate's budget, WELCOME the valid HELLOs."""
         end = time.monotonic() + timeout_s
-        self.sock.settimeout(0.1)
+        self.selector.register(self.sock, selectors.EVENT_READ, None)
         try:
-            while len(self.conns) < self.p.workers:
-                self._welcome_ready()
+            while len(self.members) < self.p.workers:
                 self.rejections.flush()
                 if time.monotonic() > end:
-                    raise TimeoutError(f"{len(self.conns)} of {self.p.workers} workers joined in {timeout_s:g} s")
-                try:
-                    s, addr = self.sock.accept()
-                except socket.timeout:
-                    continue
-                except OSError as err:  # out of descriptors, an aborted connection: retry, never end the run
-                    if err.errno not in (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN):
-                        time.sleep(0.05)
-                    continue
-                evicted = self.gate.evicted
-                ticket, why = self.gate.enter(s, source_of(addr))
-                if ticket is None:
-                    s.close()
-                    self.rejections.add(source_of(addr), reason=why)
-                    continue
-                if self.gate.evicted > evicted:
-                    self.rejections.add(source_of(addr), reason="evicted from its handshake slot (token-less past its grace) by a newcomer")
-                threading.Thread(target=self._handshake, args=(s, addr, ticket), daemon=True).start()
+                    raise TimeoutError(f"{len(self.members)} of {self.p.workers} workers joined in {timeout_s:g} s")
+                self._pump(POLL_S)
+                self._expire_handshakes()
         finally:
             self._joining = False
+            self._drop(self.sock)
             self.sock.close()  # nobody else may join a data-parallel run
+            for hs in list(self.handshakes.values()):
+                self._end_handshake(hs)
             self.rejections.flush(due_only=False)
 
-    def _handshake(self, s: socket.socket, addr, ticket: Ticket) -> None:
-        """Handshake thread: a valid HELLO within the deadlines goes to the main thread; anything
-        else is logged (unless the gate evicted it) and closed."""
-        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
-        conn = Connection(s, token=self.token, sender=0, peer=peer, counter=self.counter,
-                          max_body_bytes=HANDSHAKE_MAX_BODY)
-        conn.source = source_of(addr)
-        try:
+    def _accept_ready(self) -> None:
+        for _ in range(ACCEPTS_PER_EVENT):  # a burst of connects, without starving the other sockets
+            try:
+                s, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # out of descriptors, an aborted connection: retry, never end the run
+                if err.errno not in (errno.ECONNABORTED, errno.EAGAIN):
+                    time.sleep(0.05)
+                return
+            evicted = self.gate.evicted
+            ticket, why = self.gate.enter(s, source_of(addr))
+            if ticket is None:
+                s.close()
+                self.rejections.add(source_of(addr), reason=why)
+                continue
+            if self.gate.evicted > evicted:
+                self.rejections.add(source_of(addr), reason="evicted from its handshake slot (token-less past its grace) by a newcomer")
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else str(addr)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            start = time.monotonic()
-            await_token(s, conn.check, start + TOKEN_TIMEOUT_S)
-            self.gate.leave(ticket)  # the token showed: out of the token-less budget
-            hello = conn.recv(deadline=start + HANDSHAKE_TIMEOUT_S)
+            conn = Connection(s, token=self.token, sender=0, peer=peer, counter=self.counter,
+                              max_body_bytes=HANDSHAKE_MAX_BODY)
+            hs = Handshake(Stream(conn), source_of(addr), ticket)
+            self.handshakes[s] = hs
+            self.selector.register(s, selectors.EVENT_READ, hs)
+
+    def _end_handshake(self, hs: Handshake, err: BaseException | None = None, keep: bool = False) -> None:
+        """The handshake is over: its slot is free; its connection closed unless it became a member;
+        a failure logged (unless the gate evicted it or the join is over)."""
+        sock = hs.stream.conn.sock
+        self.handshakes.pop(sock, None)
+        self.gate.leave(hs.ticket)
+        if keep:
+            return
+        self._drop(sock)
+        hs.stream.close()
+        if err is not None and not hs.ticket.evicted and self._joining:
+            self.rejections.add(hs.source, peer=hs.stream.conn.peer, reason=f"{type(err).__name__}: {err}")
+
+    def _expire_handshakes(self) -> None:
+        now = time.monotonic()
+        for hs in list(self.handshakes.values()):
+            if not hs.token_shown and now > hs.start + TOKEN_TIMEOUT_S:
+                self._end_handshake(hs, wire.DeadlineExceeded("deadline passed before the frame header (the run token) arrived"))
+            elif now > hs.start + HANDSHAKE_TIMEOUT_S:
+                self._end_handshake(hs, wire.DeadlineExceeded("deadline passed before the HELLO arrived"))
+
+    def _handshake_ready(self, hs: Handshake) -> None:
+        """A valid HELLO within the deadlines makes a member (WELCOME); anything else is closed."""
+        try:
+            frames = hs.stream.read()
+            if hs.stream.header_done or frames:
+                if not hs.token_shown:
+                    hs.token_shown = True
+                    self.gate.leave(hs.ticket)  # the token showed: out of the token-less budget
+            if not frames:
+                return
+            hello = frames[0]
             if hello.type != MessageType.HELLO:
                 raise wire.WireError(f"expected HELLO as the first frame, got {hello.type.name}")
             worker = messages.decode(MessageType.HELLO, hello.body)["worker"]
             if not 1 <= worker <= self.p.workers or hello.sender != worker:
                 raise wire.WireError(f"HELLO names worker {worker} (sender {hello.sender}), expected 1..{self.p.workers}")
-            s.settimeout(None)
-            self.hellos.put((worker, conn))
-        except Exception as err:  # a bad or silent peer ends here, whatever it sent
-            conn.close()
-            if not ticket.evicted and self._joining:
-                self.rejections.add(source_of(addr), peer=peer, reason=f"{type(err).__name__}: {err}")
-        finally:
-            self.gate.leave(ticket)
-
-    def _welcome_ready(self) -> None:
-        """WELCOME the workers whose HELLO passed; a second HELLO for a joined id is refused."""
-        while True:
-            try:
-                worker, conn = self.hellos.get_nowait()
-            except queue.Empty:
-                return
-            if worker in self.conns:
-                conn.close()
-                self.rejections.add(conn.source, peer=conn.peer, worker=worker, reason=f"worker {worker} is already connected")
-                continue
-            self.counter.rename(conn.peer, f"w{worker}")
-            conn.peer = f"w{worker}"
-            conn.max_body_bytes = wire.DEFAULT_MAX_BODY_BYTES
-            try:
-                conn.send(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json(), "version": 0,
-                                                               "start_batch": 0, "snapshot_version": 0,
-                                                               "heartbeat_s": self.liveness_s / 4}))
-            except OSError as err:
-                conn.close()
-                self.events.write("rejected", worker=worker, reason=f"WELCOME failed: {err}")
-                continue
-            self.conns[worker] = conn
-            self.events.write("joined", worker=worker)
-
-    def recv(self, worker: int) -> wire.Frame:
-        """`worker`'s next frame other than a heartbeat, within --worker-timeout; a worker from which
-        no byte arrives for the liveness deadline stops the run at once (ProtocolError)."""
-        conn, end = self.conns[worker], time.monotonic() + self.worker_timeout_s
+        except (wire.WireError, OSError) as err:  # a bad or silent peer ends here, whatever it sent
+            self._end_handshake(hs, err)
+            return
+        conn = hs.stream.conn
+        if worker in self.members:
+            self._end_handshake(hs)
+            self.rejections.add(hs.source, peer=conn.peer, worker=worker, reason=f"worker {worker} is already connected")
+            return
+        self._end_handshake(hs, keep=True)
+        self.counter.rename(conn.peer, f"w{worker}")
+        conn.peer = f"w{worker}"
+        conn.max_body_bytes = wire.DEFAULT_MAX_BODY_BYTES
+        member = Member(worker, hs.stream)
+        member.inbox.extend(frames[1:])  # a worker that wrote on before its WELCOME
         try:
-            while True:
-                frame = conn.recv(deadline=end, idle_s=self.liveness_s)
-                if frame.type != MessageType.HEARTBEAT:
-                    return frame
-                messages.decode(MessageType.HEARTBEAT, frame.body)
-        except wire.Silent as err:
-            raise ProtocolError(f"w{worker}: silent for {self.liveness_s:g} s (the liveness deadline): {err}") from None
-        finally:
-            conn.sock.settimeout(None)  # the deadline's timeout must not cut the next (long) send
+            member.stream.queue(MessageType.WELCOME, wire.pack_json({"params": self.p.to_json(), "version": 0,
+                                                                     "start_batch": 0, "snapshot_version": 0,
+                                                                     "heartbeat_s": self.liveness_s / 4}))
+            member.stream.write()
+        except OSError as err:
+            self._drop(conn.sock)
+            member.stream.close()
+            self.events.write("rejected", worker=worker, reason=f"WELCOME failed: {err}")
+            return
+        self.members[worker] = member
+        self._watch(member)
+        self.events.write("joined", worker=worker)
+
+    def _member_ready(self, member: Member, mask: int) -> None:
+        """Read what arrived (heartbeats checked and dropped), write what is queued; an error ends
+        this member's connection and is raised when the run needs it."""
+        try:
+            if mask & selectors.EVENT_READ:
+                for frame in member.stream.read():
+                    if frame.type == MessageType.HEARTBEAT:
+                        messages.decode(MessageType.HEARTBEAT, frame.body)
+                    else:
+                        member.inbox.append(frame)
+                        self._arrived = True
+            if mask & selectors.EVENT_WRITE:
+                member.stream.write()
+            self._watch(member)
+        except (wire.WireError, OSError) as err:
+            self._drop(member.stream.conn.sock)
+            if not member.done:
+                member.error = err
+            self._arrived = True  # wakes the wait that needs this member
 
     # ---- one sync -----------------------------------------------------------------------------
-    def gather(self, step: int) -> tuple[list[int], list[wire.Frame]]:
-        """The uploads for `step`: every worker's, or with --quorum K as soon as K are in, every one
-        in by then (worker order). A late worker's upload is read at the next sync and dropped there
-        (a `stale_upload` row: the step it was for, its staleness in steps); the late worker still
-        gets this sync's download (it reads it after its upload), so every replica applies the same
-        downloads and stays consistent."""
-        workers = sorted(self.conns)
-
-        def next_upload(w: int, late):
-            if late is not None:  # the upload this worker sent too late for an earlier sync
-                old = late.result()
+    def collect(self, step: int, need: int) -> tuple[list[int], list[wire.Frame]]:
+        """The frames for `step`: every worker's, or as soon as `need` are in, every one in by then
+        (worker order). A worker's error, --worker-timeout without its frame, or the liveness
+        deadline without a byte from it stops the run (the first two as they are, the last as a
+        ProtocolError). A late worker's frame is read at a later collect and dropped there (a
+        `stale_upload` row: the step it was for, its staleness in steps)."""
+        everyone = sorted(self.members)
+        start = time.monotonic()
+        end, checked = start + self.worker_timeout_s, 0.0
+        count = sum(self.members[w].ready() for w in everyone)
+        while count < need:
+            now = time.monotonic()
+            if now - checked >= POLL_S:
+                checked = now
+                for w in everyone:
+                    m = self.members[w]
+                    if m.ready():
+                        continue
+                    if m.error is not None:
+                        raise m.error
+                    if now - max(m.stream.last_byte_t, start) > self.liveness_s:
+                        raise ProtocolError(f"w{w}: silent for {self.liveness_s:g} s (the liveness deadline): "
+                                            f"no byte since its last frame")
+                    if now > end:
+                        raise wire.DeadlineExceeded(f"w{w}: no frame for step {step} within --worker-timeout "
+                                                    f"{self.worker_timeout_s:g} s")
+            self._arrived = False
+            self._pump(POLL_S)
+            if self._arrived:
+                count = sum(self.members[w].ready() for w in everyone)
+        got = []
+        for w in everyone:
+            m = self.members[w]
+            if not m.ready():
+                m.owed += 1  # its frame for this step is dropped when it comes
+                continue
+            for _ in range(m.owed):
+                old = m.inbox.popleft()
                 self.events.write("stale_upload", worker=w, step=old.version, staleness=step - old.version)
-            return self.recv(w)
-
-        futures = {self.pool.submit(next_upload, w, self.pending.pop(w, None)): w for w in workers}
-        need = min(self.p.quorum or len(workers), len(workers))
-        done: set = set()
-        for fut in as_completed(futures):
-            fut.result()  # an error (a timeout, a silent worker, a bad frame) stops the run as before
-            done.add(fut)
-            if len(done) >= need:
-                done |= {f for f in futures if f.done() and f.exception() is None}
-                break
-        for fut, w in futures.items():
-            if fut not in done:
-                self.pending[w] = fut
-        got = sorted(((futures[f], f.result()) for f in done), key=lambda x: x[0])
+            m.owed = 0
+            got.append((w, m.inbox.popleft()))
         return [w for w, _ in got], [f for _, f in got]
 
+    def gather(self, step: int) -> tuple[list[int], list[wire.Frame]]:
+        """The uploads for `step`: every worker's, or with --quorum K as soon as K are in (`collect`);
+        the late worker still gets this sync's download (it reads it after its upload), so every
+        replica applies the same downloads and stays consistent."""
+        return self.collect(step, min(self.p.quorum or len(self.members), len(self.members)))
+
+    def broadcast(self, msg_type: MessageType, body: wire.Body, version: int = 0) -> int:
+        """One frame to every member: the body's checksum computed once, its bytes written to each
+        socket as it takes them (a slow link holds only its own); returns the frame's bytes per worker."""
+        prepared = wire.prepare_body(body)
+        for m in self.members.values():
+            m.stream.queue_prepared(msg_type, prepared, version)
+            if m.error is None:
+                self._member_ready(m, selectors.EVENT_WRITE)
+        end = time.monotonic() + self.worker_timeout_s
+        while True:
+            late = [m for m in self.members.values() if m.stream.pending]
+            for m in late:
+                if m.error is not None:
+                    raise m.error
+            if not late:
+                return wire.HEADER_BYTES + prepared.length
+            if time.monotonic() > end:
+                raise wire.DeadlineExceeded(f"w{late[0].worker}: {msg_type.name} not written within --worker-timeout "
+                                            f"{self.worker_timeout_s:g} s")
+            self._pump(POLL_S)
+
     def sync(self, step: int, timer: PhaseTimer) -> dict:
-        everyone = sorted(self.conns)
+        everyone = sorted(self.members)
         up_before = {w: self.counter.total(peer=f"w{w}", direction="received") for w in everyone}
         up_payload = {w: self.counter.total(peer=f"w{w}", direction="received", field="payload") for w in everyone}
         with timer.phase("idle"):  # waiting for the slowest upload it needs (compute + link)
@@ -262,14 +396,13 @@ class Aggregator:
             down = self.combiner.combine(step, ups)
             body = wire.pack_tensors(down, meta={"step": step})
         with timer.phase("send_update"):
-            sent = dict(zip(everyone, self.pool.map(
-                lambda w: self.conns[w].send(MessageType.SYNC, body, version=step), everyone)))
+            frame_bytes = self.broadcast(MessageType.SYNC, body, version=step)
         up_wire = sum(self.counter.total(peer=f"w{w}", direction="received") - up_before[w] for w in everyone)
         up_pay = sum(self.counter.total(peer=f"w{w}", direction="received", field="payload") - up_payload[w]
                      for w in everyone)
         losses = [m.get("losses", []) for _, m in got]
         claimed = self.method.claimed_bytes(step)
-        return {"update_payload_bytes": len(body), "update_frame_bytes": {str(w): n for w, n in sent.items()},
+        return {"update_payload_bytes": len(body), "update_frame_bytes": {str(w): frame_bytes for w in everyone},
                 "payload_bytes_up": up_pay, "wire_bytes_up": up_wire, "claimed_bytes_up": claimed[0],
                 "claimed_bytes_down": claimed[1], "losses": losses, "contributors": [f"w{w}" for w in workers],
                 "left_out": [f"w{w}" for w in everyone if w not in workers]}
@@ -309,20 +442,15 @@ class Aggregator:
 
     def finish(self) -> None:
         """Every worker's final report (parameter hash, held-out perplexity), then STOP; a late
-        upload still pending (--quorum) is read and dropped first."""
-        workers = sorted(self.conns)
-        for w, late in list(self.pending.items()):
-            old = late.result()
-            self.events.write("stale_upload", worker=w, step=old.version, staleness=self.p.updates + 1 - old.version)
-        self.pending.clear()
-        frames = list(self.pool.map(self.recv, workers))
+        upload still owed (--quorum) is read and dropped first."""
+        workers, frames = self.collect(self.p.updates + 1, len(self.members))
         for f, w in zip(frames, workers):
             _, meta = check_upload(f, self.p.updates + 1, w, messages.SYNC_FINAL)
             self.finals[w] = meta
+            self.members[w].done = True  # it closes once it has its STOP
         ppl = self.finals[workers[0]].get("heldout_ppl")
         self.events.write("heldout", version=self.p.updates, heldout_ppl=ppl)  # not "eval": that is pass@k's
-        for w in workers:
-            self.conns[w].send(MessageType.STOP, wire.pack_json({"reason": "complete"}))
+        self.broadcast(MessageType.STOP, wire.pack_json({"reason": "complete"}))
 
     def write_summary(self, complete: bool, status: str) -> dict:
         hashes = {str(w): m.get("hash") for w, m in self.finals.items()}
@@ -336,10 +464,12 @@ class Aggregator:
         return summary
 
     def close(self) -> None:
-        for c in self.conns.values():
-            c.close()
+        for m in self.members.values():
+            m.stream.close()
+        for hs in list(self.handshakes.values()):
+            hs.stream.close()
         self.sock.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.selector.close()
         self.events.close()
 
 

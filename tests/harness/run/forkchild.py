@@ -22,7 +22,9 @@ def main(argv=None) -> int:
         json.dump({"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "env": dict(os.environ),
                    "netns": os.stat("/proc/self/ns/net").st_ino, "sid": os.getsid(0), "random": random.random(),
                    "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\0")[:-1],
-                   "threads": len(os.listdir("/proc/self/task"))}, f)
+                   "threads": len(os.listdir("/proc/self/task")), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                   "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else None},
+                  f)
     os.replace(args.report + ".tmp", args.report)
     time.sleep(args.sleep)
     return args.exit

@@ -60,6 +60,20 @@ def test_a_forked_service_is_our_child_with_its_argv_env_cwd_and_log(server, tmp
     assert (tmp_path / "child.log").read_text().splitlines() == ["to stdout", "to stderr"]
 
 
+def test_the_server_runs_ahead_of_its_services_which_get_our_priority(server, tmp_path):
+    """The fork server is scheduled ahead (nice -10, its session's autogroup too, as root) so that a
+    start does not wait behind N busy services; each service runs at our nice in a fresh autogroup."""
+    proc, report, _ = spawn(server, tmp_path)
+    seen = read_report(report, proc)
+    assert proc.wait(timeout=GUARD_S) == 0
+    assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
+    if os.geteuid() == 0:
+        assert os.getpriority(os.PRIO_PROCESS, server.proc.pid) == -10
+        if seen["autogroup"] is not None:
+            assert seen["autogroup"].split()[-1] == "0"  # "/autogroup-N nice 0": its own session's, default
+            assert Path(f"/proc/{server.proc.pid}/autogroup").read_text().split()[-1] == "-10"
+
+
 def test_each_service_gets_fresh_random_seeds(server, tmp_path):
     draws = []
     for _ in range(2):
