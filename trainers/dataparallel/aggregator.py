@@ -252,7 +252,7 @@ class Aggregator:
         """A valid HELLO within the deadlines makes a member (WELCOME); anything else is closed."""
         try:
             frames = hs.stream.read()
-            if hs.stream.header_done or frames:
+            if hs.stream.token_shown or frames:
                 if not hs.token_shown:
                     hs.token_shown = True
                     self.gate.leave(hs.ticket)  # the token showed: out of the token-less budget

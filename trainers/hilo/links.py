@@ -41,6 +41,7 @@ from typing import Callable
 from trainers.protocol import messages, wire
 from trainers.protocol.gate import source_of
 from trainers.protocol.reassembly import FrameAssembler
+from trainers.protocol.stream import send_some
 from trainers.process import log
 from trainers.protocol.wire import Connection, MessageType, PeerClosed, WireError
 
@@ -428,7 +429,7 @@ class Links:
         while out:
             item = out[0]
             try:
-                n = sock.sendmsg(item.parts[:wire.MAX_IOV], [], socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                send_some(sock, item.parts)
             except BlockingIOError:
                 break
             except InterruptedError:
@@ -436,15 +437,7 @@ class Links:
             except OSError as e:
                 return self._end(link, "error", f"send failed: {e}")
             link.out_progress_t = time.monotonic()
-            parts = item.parts
-            while n:  # drop what went out; keep the unsent tail of a buffer sent in part
-                if n >= len(parts[0]):
-                    n -= len(parts.pop(0))
-                else:
-                    parts[0], n = parts[0][n:], 0
-            while parts and not len(parts[0]):
-                parts.pop(0)
-            if parts:
+            if item.parts:
                 continue
             out.popleft()
             link.conn.counter.add(link.conn.peer, "sent", item.msg_type, item.total, item.total - wire.HEADER_BYTES)
