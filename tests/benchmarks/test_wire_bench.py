@@ -12,9 +12,18 @@ repetitions, the floor measured side by side in the same loop (the box is shared
   that buffer, finite check included), against one plain `bytearray` copy of the payload;
 - over a localhost TCP socket: `Connection.send` -> `Connection.recv` -> `decode`, against a
   bare `sendall` -> `recv_into` of the same bytes into a preallocated buffer.
+
+`test_connection_against_a_bare_socket` prints the ratio of a loopback `Connection` to a bare
+socket for small (1 KB), medium (1 MB) and large (64 MB) bodies: CPU seconds of both ends (the
+sender is a thread of this process) and wall seconds, medians of interleaved rounds, the load
+average before and after. Set WIRE_BENCH_BEFORE to the path of another wire.py (say
+`git show main:trainers/protocol/wire.py > /tmp/wire_before.py`) to measure it side by side.
 """
+import importlib.util
+import os
 import socket
 import statistics
+import sys
 import threading
 import time
 
@@ -123,3 +132,85 @@ def test_wire_against_the_memory_floor():
             f"= {tcp_wire / tcp_bare:.2f}x")
         del grads, payload, out
     print("\n" + "\n".join(lines))
+
+
+SIZES = ((1 << 10, 2000), (1 << 20, 64), (64 << 20, 2))  # body bytes, frames per round
+ROUNDS = 9
+
+
+def _wire_before():
+    """The wire module named by WIRE_BENCH_BEFORE (None when unset): a baseline to run beside this one."""
+    path = os.environ.get("WIRE_BENCH_BEFORE")
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("wire_before", path)
+    module = sys.modules["wire_before"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _streams(module, payload: bytes, count: int) -> dict:
+    """Round functions: `count` frames of `payload` from a sender thread to this thread, through
+    Connections of `module` (plain recv, recv(reuse=True), send_prepared -> recv(reuse=True))."""
+    a, b = _tcp_pair()
+    sender = module.Connection(a, token=TOKEN, sender=0, peer="w1")
+    receiver = module.Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 30)
+    prepared = module.prepare_body(payload)
+
+    def way(send, body, reuse):
+        def go():
+            thread = threading.Thread(target=lambda: [send(MessageType.UPDATE, body, 1) for _ in range(count)])
+            thread.start()
+            for _ in range(count):
+                receiver.recv(reuse=reuse)
+            thread.join()
+        return go
+
+    return {"plain": way(sender.send, payload, False), "reuse": way(sender.send, payload, True),
+            "prepared+reuse": way(sender.send_prepared, prepared, True)}
+
+
+def _bare(payload: bytes, count: int):
+    x, y = _tcp_pair()
+    inbox = memoryview(bytearray(len(payload)))
+
+    def go():
+        thread = threading.Thread(target=lambda: [x.sendall(payload) for _ in range(count)])
+        thread.start()
+        for _ in range(count):
+            got = 0
+            while got < len(inbox):
+                got += y.recv_into(inbox[got:])
+        thread.join()
+    return go
+
+
+@pytest.mark.benchmark
+@pytest.mark.timeout(1800)
+def test_connection_against_a_bare_socket():
+    before = _wire_before()
+    lines = [f"load average {os.getloadavg()} at start; Connection / bare socket, CPU (both ends) | wall, "
+             f"median of {ROUNDS} interleaved rounds" + (f"; before = {os.environ['WIRE_BENCH_BEFORE']}" if before else "")]
+    print("\n" + lines[0], flush=True)
+    for size, count in SIZES:
+        payload = os.urandom(size)
+        ways = {"bare": _bare(payload, count)}
+        ways.update({f"after {k}": v for k, v in _streams(wire, payload, count).items()})
+        if before is not None:
+            ways.update({f"before {k}": v for k, v in _streams(before, payload, count).items()})
+        for go in ways.values():
+            go()                                                   # warm-up: kept buffers, socket buffers
+        cpu, wall = {k: [] for k in ways}, {k: [] for k in ways}
+        for _ in range(ROUNDS):
+            for key, go in ways.items():
+                c0, w0 = time.process_time(), time.perf_counter()
+                go()
+                cpu[key].append(time.process_time() - c0)
+                wall[key].append(time.perf_counter() - w0)
+        c, w = (statistics.median(cpu["bare"]), statistics.median(wall["bare"]))
+        cells = [f"{k} {statistics.median(cpu[k]) / c:.2f}x | {statistics.median(wall[k]) / w:.2f}x"
+                 for k in ways if k != "bare"]
+        lines.append(f"{size:>10,d} B x {count:<4d} bare {1e6 * c / count:9.1f} us CPU/frame  " + "  ".join(cells))
+        print(lines[-1], flush=True)
+    lines.append(f"load average {os.getloadavg()} at end")
+    print(lines[-1], flush=True)

@@ -57,7 +57,7 @@ def sync(conn: Connection, method, step: int, up: dict, losses: list[float], tim
     with timer.phase("send_update"):
         sent = conn.send(MessageType.SYNC, body, version=step)
     t0 = time.monotonic()
-    frame = conn.recv()
+    frame = conn.recv(reuse=True)  # the download is spent before the next sync: its buffer serves again
     t_header, t_end = frame.received
     timer.add("idle", t0, t_header)
     timer.add("receive", t_header, t_end)

@@ -106,10 +106,13 @@ class Worker:
         return welcome
 
     def read(self) -> None:
-        """Reader thread: frames arrive while the main thread samples (no head-of-line blocking)."""
+        """Reader thread: frames arrive while the main thread samples (no head-of-line blocking).
+        Into the connection's kept buffers (recv(reuse=True)): `apply_next` is done with each
+        frame when it returns, so the next frame but one lands in the same memory; a frame
+        still held (queued, or its tensors kept) is never overwritten, it only costs a fresh buffer."""
         try:
             while True:
-                self.inbox.put(self.conn.recv())
+                self.inbox.put(self.conn.recv(reuse=True))
         except (WireError, OSError) as e:
             self.inbox.put(e)
 

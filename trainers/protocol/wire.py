@@ -32,16 +32,21 @@ No whole-payload copies (format 3). A body is one buffer or a list of buffers (`
 frame goes out as [header, *body buffers] in scatter-gather `sendmsg` calls, so the bytes
 of a payload or of the tensors of `pack_tensor_parts` go from their own storage to the
 kernel. The receiver reads the header, checks it (the length against its cap) and only then
-allocates one uninitialised buffer of the announced length (from 4 MiB on in transparent huge
-pages: `huge_pages`) and `recv_into`s it, computing
+allocates one buffer of the announced length (`recv_buffer`: uninitialised from 64 KiB, in
+transparent huge pages from 4 MiB: `huge_pages`) and `recv_into`s it, computing
 the checksum chunk by chunk as the bytes arrive; `Frame.body` is a writable memoryview of
 that buffer, and `unpack_tensors` (like the compressors' `unpack`) builds its tensors as
 views over it when their offset is aligned for their dtype (else a private copy). The
 buffer's END is 64-byte aligned: the tensors of a table and a payload's segments lie at the
 end of the body, so a tensor followed by a whole number of its own elements (an fp32-only
-table or payload, always) lands aligned. The CRC-32C runs in hardware (SSE4.2 / ARMv8; the
-`crc32c` package): ~11 GB/s here against ~2-3 GB/s for zlib's CRC-32, which made the checksum
-the largest cost of a frame in format 2.
+table or payload, always) lands aligned. The CRC-32C runs in hardware (`crc32c-rs`: SIMD folding with
+(V)PCLMULQDQ, ~80 GB/s on a 1 MB body in cache here; the `crc32c` package's SSE4.2 instruction
+~28 GB/s when it is missing; zlib's CRC-32 was ~2-3 GB/s and made the checksum the largest cost
+of a frame in format 2). Without a deadline the body is received in RECV_CHUNK pieces, each
+waited for whole (MSG_WAITALL: one return to Python per piece, not one per burst of segments)
+and checksummed while it is still in cache. A service that is done with each frame before its next receive asks for
+`recv(reuse=True)`: the connection's kept buffers, never one that a live frame, view or tensor
+still reads (`Connection.recv`'s release contract).
 
 JSON from a peer is parsed by `unpack_json` only: its size is capped and its nesting depth is
 measured on the raw bytes (`check_json_depth`, no recursion) before `json.loads` sees it, and
@@ -54,6 +59,7 @@ an optional total deadline (the handshake's): a peer that trickles bytes is cut 
 """
 from __future__ import annotations
 
+import ctypes
 import enum
 import functools
 import hashlib
@@ -66,14 +72,19 @@ import re
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import crc32c
 import torch
+
+try:  # CRC-32C by SIMD folding: ~3x the crc32c package's three-way crc32 instruction on a 1 MB body
+    from crc32c_rs import crc32c as _crc32c
+except ImportError:  # same function, same values
+    from crc32c import crc32c as _crc32c
 
 from trainers.protocol import dtypes
 
@@ -82,6 +93,8 @@ FORMAT_VERSION = 3  # 2: tensor tables name dtypes as in trainers.protocol.dtype
 TOKEN_CONTEXT = b"wan-harness/wire/token-check/v1"
 HEADER = struct.Struct("!4sBBH8sIQQII")  # see the module docstring for the layout
 HEADER_BYTES = HEADER.size  # 44
+HEADER_PREFIX = struct.Struct(HEADER.format[:-1])  # bytes 0..39: what the checksum covers before the body
+CHECKSUM = struct.Struct("!I")  # bytes 40..43
 DEFAULT_MAX_BODY_BYTES = 256 * 2**20  # 256 MiB: a rank-64 adapter of a 7B model fits; a forged length does not
 MAX_TABLE_BYTES = 4 * 2**20  # the JSON table of a tensor body
 MAX_TENSORS = 65536
@@ -91,6 +104,9 @@ MAX_JSON_DEPTH = 16  # nesting of any JSON we parse; checked on the raw bytes, s
 MAX_JSON_INT_DIGITS = 40  # an integer literal longer than this is refused before int() parses it
 MAX_IOV = 512  # buffers per sendmsg call; Linux refuses more than IOV_MAX (1024)
 RECV_ALIGN = 64  # bytes; the receive buffer's end is aligned to this (a cache line, any dtype)
+SMALL_BUFFER = 64 * 2**10  # bytes; a receive buffer below this is a bytearray (`aligned_region`)
+RECV_CHUNK = 1 * 2**20  # bytes a receive call waits for (MSG_WAITALL) before the checksum reads them, still in cache
+KEPT_BUFFERS = 2  # per connection, for recv(reuse=True): one a consumer still holds while the next frame arrives
 HUGE_PAGES_FROM = 4 * 2**20  # bytes; a receive buffer this large gets huge pages (`huge_pages`): one 2 MiB page at least
 
 # A frame body: one bytes-like object, or a list/tuple of them sent back to back (never joined).
@@ -108,6 +124,8 @@ class MessageType(enum.IntEnum):
     SYNC = 8  # dp worker <-> aggregator, tensor table: one sync's upload or download (trainers/dataparallel)
     HEARTBEAT = 9  # worker -> learner/aggregator, JSON {}: still here (sent when nothing else went out; protocol/heartbeat.py)
 
+
+_MESSAGE_TYPES = {int(t): t for t in MessageType}  # a header's type byte -> its MessageType
 
 # How a receiver parses each body; "raw" bodies are handed on as bytes.
 MESSAGE_BODIES = {
@@ -156,13 +174,20 @@ class Frame:
         """Bytes this frame occupies on the socket."""
         return HEADER_BYTES + len(self.body)
 
+    def release(self) -> None:
+        """Done with this frame's body: `body` is released, so a later read of it raises ValueError
+        (a stale use shows at once), and a buffer of `Connection.recv(reuse=True)` goes back to its
+        connection as soon as no view or tensor made from the body is alive either (`recv`)."""
+        if isinstance(self.body, memoryview):
+            self.body.release()
+
 
 # ----------------------------------------------------------------------------- frames
 
 
 def checksum(data, value: int = 0) -> int:
     """CRC-32C of `data` (any bytes-like), continuing from `value`; reads the buffer in place."""
-    return crc32c.crc32c(data, value)
+    return _crc32c(data, value)
 
 
 def body_parts(body: Body) -> list[memoryview]:
@@ -186,12 +211,12 @@ def body_len(body: Body) -> int:
 def frame_header(msg_type: MessageType, parts: list[memoryview], *, check: bytes, sender: int, version: int,
                  seq: int) -> bytes:
     """The 44-byte header of a frame whose body is `parts`, checksum included (one pass over the body)."""
-    prefix = HEADER.pack(MAGIC, FORMAT_VERSION, int(msg_type), 0, check, sender, version, seq,
-                         sum(len(p) for p in parts), 0)[:-4]
-    crc = checksum(prefix)
+    prefix = HEADER_PREFIX.pack(MAGIC, FORMAT_VERSION, msg_type, 0, check, sender, version, seq,
+                                sum(map(len, parts)))
+    crc = _crc32c(prefix)
     for part in parts:
-        crc = checksum(part, crc)
-    return prefix + struct.pack("!I", crc)
+        crc = _crc32c(part, crc)
+    return prefix + CHECKSUM.pack(crc)
 
 
 def _gf2_times(mat: tuple[int, ...], vec: int) -> int:
@@ -254,8 +279,8 @@ def prepare_body(body: Body) -> PreparedBody:
 def prepared_header(msg_type: MessageType, body: PreparedBody, *, check: bytes, sender: int, version: int,
                     seq: int) -> bytes:
     """`frame_header` of a prepared body: the same 44 bytes, without a pass over the body."""
-    prefix = HEADER.pack(MAGIC, FORMAT_VERSION, int(msg_type), 0, check, sender, version, seq, body.length, 0)[:-4]
-    return prefix + struct.pack("!I", checksum_combine(checksum(prefix), body.crc, body.length))
+    prefix = HEADER_PREFIX.pack(MAGIC, FORMAT_VERSION, msg_type, 0, check, sender, version, seq, body.length)
+    return prefix + CHECKSUM.pack(checksum_combine(_crc32c(prefix), body.crc, body.length))
 
 
 def encode_frame_parts(msg_type: MessageType, body: Body, *, check: bytes, sender: int, version: int,
@@ -295,14 +320,26 @@ def recv_buffer(n: int) -> memoryview:
     docstring). Uninitialised: recv_into writes every byte before anyone reads it, so a zero
     fill would only be one more pass over the whole body. From HUGE_PAGES_FROM bytes on, its own
     private mapping advised to transparent huge pages (`huge_pages`)."""
+    owner, start = aligned_region(n)
+    return memoryview(owner)[start:start + n]
+
+
+def aligned_region(n: int):
+    """`recv_buffer`'s memory: (the object that owns it, the offset of the n bytes in it). Below
+    SMALL_BUFFER bytes a bytearray (its zero fill is cheaper than a tensor's allocation), up to
+    HUGE_PAGES_FROM an uninitialised tensor's storage, from there a huge-page mapping."""
     if n == 0:
-        return memoryview(bytearray())
+        return bytearray(), 0
     if n >= HUGE_PAGES_FROM and hasattr(mmap, "MADV_HUGEPAGE"):
         start = -n % RECV_ALIGN                          # a mapping starts on a page: aligned for any dtype
-        return huge_pages(n + start)[start:]
-    raw = torch.empty(n + RECV_ALIGN - 1, dtype=torch.uint8)
-    start = -(raw.data_ptr() + n) % RECV_ALIGN
-    return memoryview(raw.numpy())[start:start + n]
+        return huge_pages(n + start).obj, start
+    if n < SMALL_BUFFER:
+        owner = bytearray(n + RECV_ALIGN - 1)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(owner))
+    else:
+        raw = torch.empty(n + RECV_ALIGN - 1, dtype=torch.uint8)
+        owner, address = raw.numpy(), raw.data_ptr()
+    return owner, -(address + n) % RECV_ALIGN
 
 
 def huge_pages(n: int) -> memoryview:
@@ -323,13 +360,14 @@ def parse_header(header: bytes, *, check: bytes, expected_seq: int, max_body_byt
     if len(header) != HEADER_BYTES:
         raise WireError(f"truncated header: {len(header)} of {HEADER_BYTES} bytes")
     magic, fmt, mtype, flags, tok, sender, version, seq, body_len, crc = HEADER.unpack(header)
+    msg_type = _MESSAGE_TYPES.get(mtype)
     if magic != MAGIC:
         raise WireError(f"bad magic {magic!r}, expected {MAGIC!r}")
     if fmt != FORMAT_VERSION:
         raise WireError(f"unsupported format version {fmt}, expected {FORMAT_VERSION}")
     if not hmac.compare_digest(tok, check):
         raise WireError("wrong run token")
-    if mtype not in MessageType._value2member_map_:
+    if msg_type is None:
         raise WireError(f"unknown message type {mtype}")
     if flags != 0:
         raise WireError(f"reserved flags set: {flags:#x}")
@@ -337,7 +375,7 @@ def parse_header(header: bytes, *, check: bytes, expected_seq: int, max_body_byt
         raise WireError(f"frame too large: body of {body_len} bytes exceeds the limit of {max_body_bytes}")
     if seq != expected_seq:
         raise WireError(f"out of sequence: expected {expected_seq}, got {seq}")
-    return MessageType(mtype), sender, version, seq, body_len, crc
+    return msg_type, sender, version, seq, body_len, crc
 
 
 def verify_checksum(header: bytes, body, crc: int) -> None:
@@ -499,25 +537,32 @@ class ByteCounter:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        # (peer, direction, MessageType) -> [frame bytes, payload bytes, frames]; types are named on reading
+        self._counts: dict[tuple[str, str, MessageType], list[int]] = {}
         self.seconds = 0.0  # CPU-side framing work: building frames, checking headers and checksums
 
     def add_seconds(self, dt: float) -> None:
         with self._lock:
             self.seconds += dt
 
-    def add(self, peer: str, direction: str, msg_type: MessageType, frame_bytes: int, payload_bytes: int):
+    def add(self, peer: str, direction: str, msg_type: MessageType, frame_bytes: int, payload_bytes: int,
+            seconds: float = 0.0):
+        """Count one frame (and `seconds` of framing work spent on it: one lock for both)."""
+        key = (peer, direction, msg_type)
         with self._lock:
-            c = self._counts[(peer, direction, msg_type.name)]
+            c = self._counts.get(key)
+            if c is None:
+                c = self._counts[key] = [0, 0, 0]
             c[0] += frame_bytes
             c[1] += payload_bytes
             c[2] += 1
+            self.seconds += seconds
 
     def rename(self, old: str, new: str) -> None:
         """Move the counts of `old` to `new` (a connection is named once its handshake says who it is)."""
         with self._lock:
             for (p, d, t) in [k for k in self._counts if k[0] == old]:
-                c, into = self._counts.pop((p, d, t)), self._counts[(new, d, t)]
+                c, into = self._counts.pop((p, d, t)), self._counts.setdefault((new, d, t), [0, 0, 0])
                 for i in range(3):
                     into[i] += c[i]
 
@@ -527,20 +572,26 @@ class ByteCounter:
         with self._lock:
             return sum(c[i] for (p, d, t), c in self._counts.items()
                        if (peer is None or p == peer) and (direction is None or d == direction)
-                       and (msg_type is None or t == msg_type))
+                       and (msg_type is None or t.name == msg_type))
 
     def by_type(self) -> dict[tuple[str, str], int]:
         """Frame bytes so far by (direction, message type), summed over peers."""
         out: dict[tuple[str, str], int] = defaultdict(int)
         with self._lock:
             for (_, d, t), c in self._counts.items():
-                out[(d, t)] += c[0]
+                out[(d, t.name)] += c[0]
         return dict(out)
 
     def rows(self) -> list[dict]:
         with self._lock:
-            return [{"peer": p, "direction": d, "type": t, "frame_bytes": c[0], "payload_bytes": c[1],
-                     "frames": c[2]} for (p, d, t), c in sorted(self._counts.items())]
+            return [{"peer": p, "direction": d, "type": t.name, "frame_bytes": c[0], "payload_bytes": c[1],
+                     "frames": c[2]} for (p, d, t), c in sorted(self._counts.items(), key=_named)]
+
+
+def _named(item) -> tuple[str, str, str]:
+    """A count's sort key: peer, direction, type name (as the rows were always ordered)."""
+    (peer, direction, msg_type), _ = item
+    return peer, direction, msg_type.name
 
 
 # ----------------------------------------------------------------------------- TCP_INFO
@@ -582,6 +633,14 @@ def sum_counts(rows: list[dict[str, int]]) -> dict[str, int]:
 # ----------------------------------------------------------------------------- connections
 
 
+def _unreferenced(entry: list) -> bool:
+    """True when `entry[0]`, a kept buffer's owner, is referenced by `entry` alone (and by this
+    call's argument): every memoryview over it keeps one reference to it while it or any slice of
+    it is alive, and a tensor made from such a view keeps that view alive, so a count of 2 means no
+    frame, view or tensor can still read the buffer."""
+    return sys.getrefcount(entry[0]) == 2
+
+
 class Connection:
     """One TCP connection speaking the frame format: counted sends, validated receives.
 
@@ -604,7 +663,11 @@ class Connection:
         self._recv_seq = 0
         self.closed = False
         self._tcp_last: dict[str, int] = {}
-        self._kept: memoryview | None = None      # recv(reuse=True)'s buffer
+        self._header = bytearray(HEADER_BYTES)    # each frame's header is read into this one buffer
+        self._header_view = memoryview(self._header)
+        self._spent = 0.0                          # checksum seconds of the frame being read
+        self._kept: list[list] = []                # recv(reuse=True)'s buffers: [owner, offset, capacity]
+        self.fresh_buffers = 0  # recv(reuse=True) calls that found every kept buffer still in use
 
     def tcp_delta(self) -> dict[str, int]:
         """TCP_INFO counters (tcp_info) since the previous call, the first call since the connection
@@ -620,11 +683,11 @@ class Connection:
             t0 = time.perf_counter()
             parts = encode_frame_parts(msg_type, body, check=self.check, sender=self.sender,
                                        version=version, seq=self._send_seq)
-            self.counter.add_seconds(time.perf_counter() - t0)
+            spent = time.perf_counter() - t0
             written = send_parts(self.sock, parts)
             self._send_seq += 1
             self.sent_t = time.monotonic()
-        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
+        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES, spent)
         return written
 
     def send_prepared(self, msg_type: MessageType, body: PreparedBody, version: int = 0) -> int:
@@ -634,11 +697,11 @@ class Connection:
             t0 = time.perf_counter()
             header = prepared_header(msg_type, body, check=self.check, sender=self.sender, version=version,
                                      seq=self._send_seq)
-            self.counter.add_seconds(time.perf_counter() - t0)
+            spent = time.perf_counter() - t0
             written = send_parts(self.sock, [memoryview(header), *body.parts])
             self._send_seq += 1
             self.sent_t = time.monotonic()
-        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES)
+        self.counter.add(self.peer, "sent", msg_type, written, written - HEADER_BYTES, spent)
         return written
 
     def _read_into(self, view: memoryview, what: str, deadline: float | None = None, crc: int | None = None,
@@ -646,7 +709,9 @@ class Connection:
         """Fill `view` from the socket; returns the checksum of its bytes continued from `crc`
         (None: no checksum), computed chunk by chunk while the bytes are still in cache. `idle_s`:
         Silent when no byte arrives for that long (waited with poll(), so the socket's timeout,
-        which a concurrent send also obeys, is left alone)."""
+        which a concurrent send also obeys, is left alone). The checksum's seconds go to `_spent`."""
+        if deadline is None and idle_s is None:
+            return self._read_plain(view, what, crc)
         n, got = len(view), 0
         while got < n:
             if deadline is not None:  # a total deadline: a byte per second does not keep it alive
@@ -670,8 +735,24 @@ class Connection:
                 raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {n} bytes")
             if crc is not None:
                 t0 = time.perf_counter()
-                crc = checksum(view[got:got + k], crc)
-                self.counter.add_seconds(time.perf_counter() - t0)
+                crc = _crc32c(view[got:got + k], crc)
+                self._spent += time.perf_counter() - t0
+            got += k
+        return crc
+
+    def _read_plain(self, view: memoryview, what: str, crc: int | None):
+        """`_read_into` without deadlines: the loop a frame of a running service takes."""
+        n, got, recv_into = len(view), 0, self.sock.recv_into
+        while got < n:
+            k = recv_into(view[got:got + RECV_CHUNK], 0, socket.MSG_WAITALL)
+            if not k:
+                if not got and what == "header":
+                    raise PeerClosed("connection closed by peer")
+                raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {n} bytes")
+            if crc is not None:
+                t0 = time.perf_counter()
+                crc = _crc32c(view[got:got + k], crc)
+                self._spent += time.perf_counter() - t0
             got += k
         return crc
 
@@ -681,21 +762,29 @@ class Connection:
         poller.register(self.sock, select.POLLIN | select.POLLPRI)
         return bool(poller.poll(max(0, math.ceil(secs * 1000))))
 
-    def _read_exact(self, n: int, what: str, deadline: float | None = None, idle_s: float | None = None) -> bytes:
-        buf = bytearray(n)
-        self._read_into(memoryview(buf), what, deadline, idle_s=idle_s)
-        return bytes(buf)
-
     def _body_buffer(self, n: int, reuse: bool) -> memoryview:
-        """A receive buffer for an n-byte body: a fresh one, or (reuse) this connection's kept buffer,
-        grown to the largest body seen so far (its end aligned as `recv_buffer` aligns it)."""
+        """A receive buffer for an n-byte body: a fresh one, or (reuse) one of this connection's
+        KEPT_BUFFERS kept buffers that nothing refers to any more (no frame, view or tensor over it
+        alive; `_unreferenced`). A free one too small is replaced by one of n bytes; when every kept
+        buffer is still in use the body gets a fresh buffer (counted in `fresh_buffers`)."""
         if not reuse:
             return recv_buffer(n)
-        kept = self._kept
-        if kept is None or len(kept) < n:
-            kept = self._kept = recv_buffer(n)
-        start = len(kept) - n                    # the body ends where the kept buffer ends: aligned
-        return kept[start:]
+        small = None
+        for entry in self._kept:
+            if _unreferenced(entry):
+                if entry[2] >= n:
+                    owner, offset, capacity = entry
+                    end = offset + capacity            # the body ends where the buffer ends: aligned
+                    return memoryview(owner)[end - n:end]
+                small = entry
+        owner, offset = aligned_region(n)
+        if small is not None:
+            small[:] = owner, offset, n
+        elif len(self._kept) < KEPT_BUFFERS:
+            self._kept.append([owner, offset, n])
+        else:
+            self.fresh_buffers += 1
+        return memoryview(owner)[offset:offset + n]
 
     def recv(self, deadline: float | None = None, header_deadline: float | None = None,
              idle_s: float | None = None, reuse: bool = False) -> Frame:
@@ -709,24 +798,30 @@ class Connection:
         its checks (the cap among them). `idle_s`: the liveness deadline, Silent when no byte arrives
         for that long, between frames or within one (a slow link that keeps moving is never cut).
 
-        `reuse`: the body is read into this connection's kept receive buffer instead of a fresh one
-        (no page faults of a new allocation per frame). Release contract: that body, and anything
-        that aliases it (a `decode` from it), is valid only until the next `recv(reuse=True)` on
-        this connection, which overwrites it; a caller that keeps a frame past that (a queue, a
-        replay log) must copy it or receive without reuse."""
-        header = self._read_exact(HEADER_BYTES, "header", deadline if header_deadline is None else header_deadline,
-                                  idle_s)
+        `reuse`: the body is read into one of this connection's KEPT_BUFFERS kept receive buffers
+        instead of a fresh one (no allocation, and no page faults of new memory, per frame).
+        Release contract: a kept buffer is read into again only once nothing can read its last
+        body: the frame, every slice of its body and every tensor decoded over it are gone, or the
+        frame was `release()`d and the views made from it are gone. A frame is therefore valid for
+        as long as it is held, as without reuse; one that is held while the next frames arrive (a
+        queue, a log, a tensor kept as state) only costs those frames fresh buffers
+        (`fresh_buffers` counts them). Reading a frame's `body` after its `release()` raises
+        ValueError. The buffers stay with the connection (each as large as the largest body it
+        held) until it is dropped."""
+        header = self._header
+        self._read_into(self._header_view, "header", deadline if header_deadline is None else header_deadline,
+                        idle_s=idle_s)
         t_header = time.monotonic()
         t0 = time.perf_counter()
         mtype, sender, version, seq, body_len, crc = parse_header(
             header, check=self.check, expected_seq=self._recv_seq, max_body_bytes=self.max_body_bytes)
         body = self._body_buffer(body_len, reuse)
-        running = checksum(header[:-4])
-        self.counter.add_seconds(time.perf_counter() - t0)
+        running = _crc32c(self._header_view[:HEADER_PREFIX.size])
+        self._spent = time.perf_counter() - t0
         if self._read_into(body, "body", deadline, running, idle_s) != crc:
             raise WireError("checksum mismatch")
         self._recv_seq += 1
-        self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len)
+        self.counter.add(self.peer, "received", mtype, HEADER_BYTES + body_len, body_len, self._spent)
         return Frame(mtype, sender, version, seq, body, (t_header, time.monotonic()))
 
     def close(self) -> None:
