@@ -729,14 +729,7 @@ class Connection:
                 if deadline is None:
                     raise
                 raise DeadlineExceeded(f"deadline passed with {got} of {n} {what} bytes received") from None
-            if not k:
-                if not got and what == "header":
-                    raise PeerClosed("connection closed by peer")
-                raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {n} bytes")
-            if crc is not None:
-                t0 = time.perf_counter()
-                crc = _crc32c(view[got:got + k], crc)
-                self._spent += time.perf_counter() - t0
+            crc = self._took(view, got, k, what, crc)
             got += k
         return crc
 
@@ -745,15 +738,20 @@ class Connection:
         n, got, recv_into = len(view), 0, self.sock.recv_into
         while got < n:
             k = recv_into(view[got:got + RECV_CHUNK], 0, socket.MSG_WAITALL)
-            if not k:
-                if not got and what == "header":
-                    raise PeerClosed("connection closed by peer")
-                raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {n} bytes")
-            if crc is not None:
-                t0 = time.perf_counter()
-                crc = _crc32c(view[got:got + k], crc)
-                self._spent += time.perf_counter() - t0
+            crc = self._took(view, got, k, what, crc)
             got += k
+        return crc
+
+    def _took(self, view: memoryview, got: int, k: int, what: str, crc: int | None) -> int | None:
+        """`k` more bytes arrived at `view[got:]` (0: the peer closed): the running CRC over them."""
+        if not k:
+            if not got and what == "header":
+                raise PeerClosed("connection closed by peer")
+            raise PeerClosed(f"connection closed in the middle of a {what}: {got} of {len(view)} bytes")
+        if crc is not None:
+            t0 = time.perf_counter()
+            crc = _crc32c(view[got:got + k], crc)
+            self._spent += time.perf_counter() - t0
         return crc
 
     def _readable(self, secs: float) -> bool:

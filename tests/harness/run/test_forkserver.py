@@ -141,6 +141,17 @@ def test_a_server_that_cannot_import_its_modules_fails_its_wait_not_its_start(tm
     assert "no_such_module" in (tmp_path / "fs.log").read_text()
 
 
+def assert_nothing_left(tmp_path) -> None:
+    """No process of this test's run outlives GUARD_S after its harness died (any left are killed)."""
+    end = time.monotonic() + GUARD_S
+    while pids_of(str(tmp_path)) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = pids_of(str(tmp_path))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
 SIGKILLED_WHILE_IMPORTING = """
 import sys, time
 from pathlib import Path
@@ -161,13 +172,7 @@ def test_a_harness_sigkilled_while_its_server_imports_takes_the_server_with_it(t
     assert Path(f"/proc/{server}").exists()
     proc.kill()
     proc.wait()
-    end = time.monotonic() + GUARD_S
-    while pids_of(str(tmp_path)) and time.monotonic() < end:
-        time.sleep(0.1)
-    left = pids_of(str(tmp_path))
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
+    assert_nothing_left(tmp_path)
 
 
 SIGKILLED_HARNESS = """
@@ -192,13 +197,7 @@ def test_a_sigkilled_harness_takes_the_server_and_its_services_with_it(tmp_path)
     assert len(pids) == 2 and all(Path(f"/proc/{p}").exists() for p in pids)
     proc.kill()
     proc.wait()
-    end = time.monotonic() + GUARD_S
-    while pids_of(str(tmp_path)) and time.monotonic() < end:
-        time.sleep(0.1)
-    left = pids_of(str(tmp_path))
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
+    assert_nothing_left(tmp_path)
 
 
 # ---- a run ------------------------------------------------------------------------------------------

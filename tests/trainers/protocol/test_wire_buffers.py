@@ -11,25 +11,10 @@ import torch
 from trainers.protocol import dtypes, wire
 from trainers.compress import get_compressor
 from trainers.protocol.wire import Connection, MessageType, WireError
-
-TOKEN = "buffers-token"
-
-
-def tcp_pair(sndbuf: int | None = None):
-    """Two ends of a localhost TCP connection; `sndbuf` shrinks the sender's kernel buffer (bytes)."""
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        a = socket.socket()
-        if sndbuf is not None:
-            a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-        a.connect(srv.getsockname())
-        b, _ = srv.accept()
-    return a, b
+from tests.trainers.protocol.pairs import TOKEN, connections, tcp_pair
 
 
-def connections(sndbuf: int | None = None, max_body_bytes: int = wire.DEFAULT_MAX_BODY_BYTES):
-    a, b = tcp_pair(sndbuf)
-    return (Connection(a, token=TOKEN, sender=0, peer="w1"),
-            Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=max_body_bytes))
+
 
 
 def address_range(buf) -> range:

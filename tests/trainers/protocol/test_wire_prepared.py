@@ -1,22 +1,14 @@
 """A broadcast's one checksum: the bytes on the wire are those of an ordinary send, and a corrupted
 prepared body is still caught (the kept receive buffers of recv(reuse=True): test_wire_reuse.py)."""
 import os
-import socket
 
 import pytest
 
 from trainers.protocol import wire
-from trainers.protocol.wire import Connection, MessageType, WireError
+from trainers.protocol.wire import MessageType, WireError
+from tests.trainers.protocol.pairs import TOKEN, connections
 
-TOKEN = "prepared-token"
 
-
-def connections():
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        a = socket.create_connection(srv.getsockname())
-        b, _ = srv.accept()
-    return (Connection(a, token=TOKEN, sender=0, peer="w1"),
-            Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 24))
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 40, 4096, 1_000_003])

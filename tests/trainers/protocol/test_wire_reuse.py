@@ -4,7 +4,6 @@ referred to (the frame, a slice of it, a tensor decoded over it, a queue that ho
 overwritten, and a released frame's body cannot be read by mistake."""
 import os
 import queue
-import socket
 import threading
 
 import pytest
@@ -13,18 +12,11 @@ import torch
 from trainers.compress import get_compressor
 from trainers.protocol import wire
 from trainers.protocol.wire import Connection, MessageType
+from tests.trainers.protocol.pairs import TOKEN, connections
 
-TOKEN = "reuse-token"
 # One size a bytearray holds, one an uninitialised tensor's storage, one a huge-page mapping.
 SIZES = [100, 100_000, wire.HUGE_PAGES_FROM + 1000]
 
-
-def connections():
-    with socket.create_server(("127.0.0.1", 0)) as srv:
-        a = socket.create_connection(srv.getsockname())
-        b, _ = srv.accept()
-    return (Connection(a, token=TOKEN, sender=0, peer="w1"),
-            Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 24))
 
 
 def address(body) -> int:
