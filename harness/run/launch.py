@@ -52,7 +52,7 @@ from harness.net.linkstats import LinkSampler
 from harness.run import fixed_cost
 
 if TYPE_CHECKING:
-    from harness.results import tables as results
+    from harness.results.tables import RunTables
 # the results and the cost model (pandas, matplotlib) are imported where finalize uses them: a run's
 # first seconds are the fork server's imports, and ours overlap them (fixed_cost.prewarm)
 
@@ -552,9 +552,9 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         if artefacts:
             finalize(run_dir, clock)
         else:
-            from harness.results import tables as results
+            from harness.results.tables import write_tables
 
-            results.write_tables(run_dir)
+            write_tables(run_dir)
     return run_dir
 
 
@@ -633,7 +633,7 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
-def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> None:
+def write_prediction(run_dir: Path, tables: RunTables | None = None) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
     In this process when the adapter's shapes are in the models cache (no torch, no process start);
     else its own process, which sizes the adapter on the meta device (torch; the harness stays
@@ -656,7 +656,7 @@ def write_prediction(run_dir: Path, tables: results.RunTables | None = None) -> 
         print(f"harness run: no cost-model prediction for {run_dir}: {last}", file=sys.stderr)
 
 
-def overhead(run_dir: Path, tables: results.RunTables, now: dt.datetime | None = None,
+def overhead(run_dir: Path, tables: RunTables, now: dt.datetime | None = None,
              clock: fixed_cost.Stopwatch | None = None) -> dict | None:
     """The run's wall seconds (from the process's start with `clock`, else since meta.json's start), the
     seconds its cells spent in their training loops (first update's start to last update's end, summed
@@ -687,12 +687,13 @@ def finalize(run_dir: Path, clock: fixed_cost.Stopwatch | None = None) -> None:
     folder's files are parsed once and the tables handed to each. `clock`: the run's (execute),
     which times each of them for the fixed cost's split (without it, as for a run whose cells ran in
     another process, the run's seconds count from meta.json's start and only the cells are split)."""
-    from harness.results import compare, report, tables as results
+    from harness.results import compare, report
+    from harness.results.tables import write_tables
 
     run_clock, clock = clock, clock or fixed_cost.Stopwatch()
     try:
         with clock.part("tables"):
-            tables = results.write_tables(run_dir)
+            tables = write_tables(run_dir)
         with clock.part("summary"):
             compare.write_summary(run_dir, tables)
         with clock.part("prediction (cost model)"):
