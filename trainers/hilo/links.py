@@ -275,17 +275,20 @@ class Links:
         for _ in range(ACCEPTS_PER_TURN):
             try:
                 sock, addr = self.server.accept()
-            except BlockingIOError:
+            except BlockingIOError:  # the accept queue is empty: a burst of errors ends only here
+                if self._accept_errors:
+                    self.m.events.write("accept_recovered", errors=self._accept_errors)
+                    log(PROCESS, f"accept works again after {self._accept_errors} failed attempts")
+                    self._accept_errors = 0
                 return
             except OSError as e:
                 if e.errno in (errno.ECONNABORTED, errno.EINTR):
                     continue
                 self._accept_failed(e)
                 return
-            if self._accept_errors:
-                self.m.events.write("accept_recovered", errors=self._accept_errors)
-                log(PROCESS, f"accept works again after {self._accept_errors} failed attempts")
-                self._accept_errors, self._backoff = 0, 0.0
+            # One accept that works (a descriptor freed for a moment) does not end a burst: the next may
+            # fail again; the back-off restarts short so the queue drains quickly once it can.
+            self._backoff = 0.0
             try:
                 self._open(sock, addr)
             except Exception as e:  # this connection only
@@ -294,7 +297,8 @@ class Links:
 
     def _accept_failed(self, e: OSError) -> None:
         """An accept() error (out of file descriptors, ...) never ends the listener: it pauses
-        (back-off) and tries again, logging once per burst of errors."""
+        (back-off) and tries again, logging once per burst of errors (a burst ends when the accept
+        queue has been drained)."""
         self._accept_errors += 1
         if self._accept_errors == 1:
             self.m.events.write("accept_error", errno=e.errno, error=str(e))

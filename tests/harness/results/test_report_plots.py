@@ -154,7 +154,7 @@ def test_pdfs_from_the_forked_writer_and_from_a_threaded_process_are_the_same_fi
     runs (the live display): the same files either way, Type-42 fonts, no child left."""
     import threading
 
-    t = results.read(run_copy)
+    t = tables.read(run_copy)
     out = {}
     for how in ("forked", "threaded"):
         hold = threading.Event()
