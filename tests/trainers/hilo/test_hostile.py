@@ -346,7 +346,8 @@ def test_running_out_of_file_descriptors_does_not_stop_the_listener(tmp_path):
         wait_rows(c, "joined", 1, worker=1)
         os.kill(c.procs["w1"].pid, signal.SIGSTOP)  # hold the run while the junk is counted out
         try:
-            # w1's connection; the learner serves it from its event loop (no thread per connection), the +2 is room for what torch starts once training begins.
+            # w1's connection; the learner serves it from its event loop (no thread per connection):
+            # the +2 is room for threads torch starts once training begins.
             settle(c, base_fds + 1, base_threads + 2, "the junk connections closed")
         finally:
             os.kill(c.procs["w1"].pid, signal.SIGCONT)
