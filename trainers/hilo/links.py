@@ -472,9 +472,24 @@ class Links:
                 elif now >= link.accepted_t + m.handshake_timeout_s:
                     self._end(link, "bad", f"handshake timed out: no whole HELLO within {m.handshake_timeout_s} s "
                                            f"(deadline passed with {progress})")
-            elif link.phase == MEMBER and not link.paused and now - link.last_in_t > m.liveness_s:
+            elif link.phase == MEMBER and not link.paused and now - link.last_in_t > m.liveness_s \
+                    and not self._bytes_waiting(link):
                 self._end(link, "silent", f"silent for {m.liveness_s:g} s (the liveness deadline): no byte for "
                                           f"{m.liveness_s:g} s ({link.assembler.progress()})")
+
+    @staticmethod
+    def _bytes_waiting(link: Link) -> bool:
+        """Bytes (or an EOF, or an error) wait in the kernel for this connection. The deadlines are
+        judged after a turn's reads, but a turn this thread spent elsewhere (a long call, the CPU
+        taken by others) leaves what arrived meanwhile unread: that member was not silent; the next
+        turn reads it."""
+        try:
+            link.conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True  # the read reports it with its own reason
+        return True
 
     def _end(self, link: Link, kind: str, reason: str) -> None:
         """`link` is over: closed, its pending sends failed; the inbox hears of it unless the learner

@@ -113,6 +113,20 @@ def test_a_receiver_that_stops_reading_does_not_delay_the_broadcast_to_the_other
     slow.close(), fast.close()
 
 
+def test_bytes_that_arrived_while_the_loop_was_busy_are_not_silence(make_learner):
+    """A member's frame that waits in the kernel when the loop comes back from a long turn is read,
+    not judged silent: the liveness deadline (1 s here) counts bytes that arrived, read or not."""
+    learner = make_learner(1, liveness_s=1.0)
+    learner.members.listen()
+    w1 = join(learner, 1)
+    learner.members.links.call(lambda: time.sleep(3.0))  # the loop's turn takes 3 s: past the deadline
+    time.sleep(1.5)
+    w1.sock.sendall(hash_frame(1, 1))  # arrives while the loop sleeps
+    assert [(peer.worker, frame.type) for peer, frame in frames(learner, "w1's frame")] == [(1, MessageType.HASH)]
+    assert not learner.members.dropped
+    w1.close()
+
+
 def test_the_learners_threads_do_not_grow_with_its_connections(make_learner):
     n = 32
     learner = make_learner(n)
