@@ -50,6 +50,7 @@ SCAN_S = 0.05  # seconds between checks of the deadlines (handshake, liveness, s
 READS_PER_TURN = 16  # recv calls on one connection before the loop serves the others
 ACCEPTS_PER_TURN = 64  # accept() calls per turn
 ACCEPT_BACKOFF_S = (0.01, 1.0)  # first and longest pause of the listener after a failed accept()
+ACCEPT_BURST_GAP_S = 10.0  # an accept() error this soon after a recovery continues the burst (one `accept_error` row)
 
 HANDSHAKE, ADMITTING, MEMBER, DONE = "handshake", "admitting", "member", "done"
 
@@ -132,6 +133,7 @@ class Links:
         self.running = False
         self.thread: threading.Thread | None = None
         self._accept_errors, self._backoff, self._listen_again_t = 0, 0.0, None
+        self._recovered_t: float | None = None  # when accept() last worked again after errors
 
     # ------------------------------------------------------------------ from the main thread
 
@@ -275,20 +277,18 @@ class Links:
         for _ in range(ACCEPTS_PER_TURN):
             try:
                 sock, addr = self.server.accept()
-            except BlockingIOError:  # the accept queue is empty: a burst of errors ends only here
-                if self._accept_errors:
-                    self.m.events.write("accept_recovered", errors=self._accept_errors)
-                    log(PROCESS, f"accept works again after {self._accept_errors} failed attempts")
-                    self._accept_errors = 0
+            except BlockingIOError:
                 return
             except OSError as e:
                 if e.errno in (errno.ECONNABORTED, errno.EINTR):
                     continue
                 self._accept_failed(e)
                 return
-            # One accept that works (a descriptor freed for a moment) does not end a burst: the next may
-            # fail again; the back-off restarts short so the queue drains quickly once it can.
-            self._backoff = 0.0
+            if self._accept_errors:
+                self.m.events.write("accept_recovered", errors=self._accept_errors)
+                log(PROCESS, f"accept works again after {self._accept_errors} failed attempts")
+                self._accept_errors, self._backoff = 0, 0.0
+                self._recovered_t = time.monotonic()
             try:
                 self._open(sock, addr)
             except Exception as e:  # this connection only
@@ -297,10 +297,13 @@ class Links:
 
     def _accept_failed(self, e: OSError) -> None:
         """An accept() error (out of file descriptors, ...) never ends the listener: it pauses
-        (back-off) and tries again, logging once per burst of errors (a burst ends when the accept
-        queue has been drained)."""
+        (back-off) and tries again, logging once per burst of errors."""
         self._accept_errors += 1
-        if self._accept_errors == 1:
+        # Out of descriptors, accept() flaps: one works whenever a descriptor is freed for a moment (and
+        # Linux takes the descriptor before it looks at the queue, so the next fails even on an empty
+        # queue). An error within ACCEPT_BURST_GAP_S of the last recovery belongs to the same burst.
+        again = self._recovered_t is not None and time.monotonic() - self._recovered_t < ACCEPT_BURST_GAP_S
+        if self._accept_errors == 1 and not again:
             self.m.events.write("accept_error", errno=e.errno, error=str(e))
             log(PROCESS, f"accept failed: {e}; retrying with back-off")
         self._backoff = min(max(2 * self._backoff, ACCEPT_BACKOFF_S[0]), ACCEPT_BACKOFF_S[1])
