@@ -50,7 +50,7 @@ from trainers.protocol import messages, wire
 from trainers.protocol.gate import Gate, Ticket, source_of
 from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
-from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
+from trainers.dataparallel.config import BUILD_LOCK, dp_config
 from trainers.events import EventLog, PhaseTimer, Tally, atomic_write_text, write_summary
 from trainers.process import die_with_parent, log, set_threads
 from trainers import service_args
@@ -108,7 +108,6 @@ class Handshake:
     def __init__(self, stream: Stream, source: str, ticket: Ticket):
         self.stream, self.source, self.ticket = stream, source, ticket
         self.start = time.monotonic()
-        self.token_shown = False
 
 
 class Member:
@@ -243,7 +242,7 @@ class Aggregator:
     def _expire_handshakes(self) -> None:
         now = time.monotonic()
         for hs in list(self.handshakes.values()):
-            if not hs.token_shown and now > hs.start + TOKEN_TIMEOUT_S:
+            if not hs.stream.token_shown and now > hs.start + TOKEN_TIMEOUT_S:
                 self._end_handshake(hs, wire.DeadlineExceeded("deadline passed before the frame header (the run token) arrived"))
             elif now > hs.start + HANDSHAKE_TIMEOUT_S:
                 self._end_handshake(hs, wire.DeadlineExceeded("deadline passed before the HELLO arrived"))
@@ -252,10 +251,8 @@ class Aggregator:
         """A valid HELLO within the deadlines makes a member (WELCOME); anything else is closed."""
         try:
             frames = hs.stream.read()
-            if hs.stream.token_shown or frames:
-                if not hs.token_shown:
-                    hs.token_shown = True
-                    self.gate.leave(hs.ticket)  # the token showed: out of the token-less budget
+            if hs.stream.token_shown:
+                self.gate.leave(hs.ticket)  # the token showed: out of the token-less budget (idempotent)
             if not frames:
                 return
             hello = frames[0]
