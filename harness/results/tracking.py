@@ -113,9 +113,17 @@ class Tracker:
         return len(steps)
 
     def log_rest(self) -> None:
-        """Every cell folder not logged yet (the last cell, or all after an interrupted run)."""
+        """Every cell folder not logged yet (the last cell, or all after an interrupted run); then the
+        tracker's files are whole on disk."""
         for d in sorted((self.run_dir / "cells").glob("*")) if (self.run_dir / "cells").is_dir() else []:
             self.log_cell(d.name)
+        if self.kind == "wandb" and self.logged:
+            # run.finish() hands the records to W&B's service process, which writes the offline
+            # .wandb file on its own time: a reader right after could see a cell missing. teardown()
+            # waits for the service to write everything.
+            import wandb
+
+            wandb.teardown()
 
     def _tensorboard(self, cell: str, params: dict, steps: list) -> None:
         from tensorboardX import SummaryWriter
