@@ -752,7 +752,7 @@ def parse_expected(args) -> dict[str, Any]:
 
 
 # ---- the services' own flags: the plumbing of one process, not the run ----------------------------
-# `python -m trainers.hilo.learner | trainers.hilo.worker | trainers.dataparallel.aggregator` take these
+# `python -m trainers.hilo.learner | trainers.hilo.worker | trainers.dataparallel.aggregator | .worker` take these
 # beside the run's service parameters: where a process listens, how long it waits, what it admits.
 # trainers/service_args.py parses them (each service names the ones it takes); harness/run/launch.py
 # builds them with `service_argv`. `worker_timeout` and `liveness` are the run's harness parameters above,

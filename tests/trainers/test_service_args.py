@@ -12,7 +12,7 @@ import pytest
 from trainers import service_args, spec
 
 SERVICES = {"trainers.hilo.learner": "LEARNER_FLAGS", "trainers.dataparallel.aggregator": "AGGREGATOR_FLAGS",
-            "trainers.hilo.worker": "WORKER_FLAGS"}
+            "trainers.hilo.worker": "WORKER_FLAGS", "trainers.dataparallel.worker": "DP_WORKER_FLAGS"}
 
 
 def flags_of(module: str) -> tuple[str, ...]:
@@ -38,6 +38,20 @@ def test_the_launchers_argv_is_what_the_services_parse(tmp_path, monkeypatch):
     _, got = service_args.parse("trainers.hilo.worker", None, flags_of("trainers.hilo.worker"), argv, run="expected")
     assert (got.learner, got.worker_id, got.reconnects) == (("10.0.0.1", 29500), 3, 3)
     assert set(got.expect.values()) == {None}   # a worker given no run parameter checks none
+    _, got = service_args.parse("trainers.dataparallel.worker", None, flags_of("trainers.dataparallel.worker"), argv)
+    assert (got.learner, got.worker_id, got.run_dir, got.connect_timeout, got.token) == (
+        ("10.0.0.1", 29500), 3, str(tmp_path), spec.service_param("connect_timeout").default, "t")
+
+
+def test_both_workers_take_the_flags_the_launcher_passes_them(tmp_path, monkeypatch):
+    """One name per flag: the launcher hands either family's worker the same argv (no alias such as
+    --aggregator), and each worker names every flag of it among the ones it takes."""
+    from harness.run import launch
+
+    passed = {"learner", "worker_id", "run_dir"}   # harness/run/launch.py run_cell: the workers' service_argv
+    for method in ("full", "ddp"):
+        _, worker = launch.service_modules(method)
+        assert passed <= set(flags_of(worker)), worker
 
 
 def test_the_launcher_refuses_a_bad_service_value_before_a_process_starts():
@@ -59,6 +73,17 @@ def test_the_launcher_refuses_a_bad_service_value_before_a_process_starts():
     ("trainers.hilo.worker", ["--learner", "127.0.0.1:1", "--worker-id", "1", "--reconnects", "-1"],
      "--reconnects: '-1' is outside [0, 1000]"),
     ("trainers.hilo.worker", ["--worker-id", "1"], "--learner: a value is required"),
+    ("trainers.dataparallel.worker", ["--worker-id", "1"], "--learner: a value is required"),
+    ("trainers.dataparallel.worker", ["--learner", "127.0.0.1:1", "--worker-id", "0"],
+     "--worker-id: '0' is outside [1, "),
+    ("trainers.dataparallel.worker", ["--learner", "127.0.0.1:1", "--worker-id", "1", "--connect-timeout", "0"],
+     "--connect-timeout: '0' is outside [0.1, 86400] s"),
+    ("trainers.dataparallel.worker", ["--learner", "nohost", "--worker-id", "1"],
+     "--learner: address 'nohost' is not HOST:PORT"),
+    ("trainers.dataparallel.worker", ["--aggregator", "127.0.0.1:1", "--worker-id", "1"],
+     "unrecognized arguments: --aggregator 127.0.0.1:1"),   # the old alias is gone: one name, --learner
+    ("trainers.dataparallel.worker", ["--learner", "127.0.0.1:1", "--worker-id", "1", "--method", "ddp"],
+     "unrecognized arguments: --method ddp"),   # its run parameters come in the WELCOME, not as flags
 ])
 def test_a_bad_service_flag_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, module, argv, message):
     import importlib
@@ -86,15 +111,21 @@ def test_a_bad_service_flag_is_one_line_from_python_dash_m(tmp_path):
 
 @pytest.mark.parametrize("module", SERVICES)
 def test_every_service_flag_is_in_the_help_with_its_unit_and_range(module, capsys, monkeypatch):
+    import importlib
+
     monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("WAN_PARENT_PID", raising=False)
     with pytest.raises(SystemExit) as exit_:
-        service_args.parse(module, None, flags_of(module), ["--help"], run="given")
+        importlib.import_module(module).main(["--help"])   # as `python -m module --help` runs it
     assert exit_.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     for name in flags_of(module):
         p = spec.service_param(name)
         assert p.flag in text and " ".join(p.help_text().split()) in text, p.flag
-    assert "--method" in text and "[unit: %]" in text   # the run's parameters beside them ('%' crashed argparse)
+    if module == "trainers.dataparallel.worker":   # the run's parameters come in the aggregator's WELCOME
+        assert "--method" not in text and "--aggregator" not in text
+    else:
+        assert "--method" in text and "[unit: %]" in text   # the run's parameters beside them ('%' crashed argparse)
 
 
 def test_the_spec_defaults_are_the_services_own():

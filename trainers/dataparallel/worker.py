@@ -1,7 +1,10 @@
 """A data-parallel worker: a full replica that trains on its own shard of the generated corpus
 and synchronises with the aggregator (trainers/dataparallel/aggregator.py) as its method says.
 
-    RUN_TOKEN=... python -m trainers.dataparallel.worker --aggregator 10.88.0.2:29500 --worker-id 1 --run-dir DIR
+    RUN_TOKEN=... python -m trainers.dataparallel.worker --learner 10.88.0.2:29500 --worker-id 1 --run-dir DIR
+
+Its flags are the spec's (trainers/spec.py SERVICE_PARAMS, parsed by trainers/service_args.py); `--learner`
+names the aggregator, which stands where the HiLo learner does. The run's parameters come in the WELCOME.
 
 Per optimizer step: train (forward, backward, clip, the method's local step), and at a sync:
 encode (the upload as a tensor table), send_update, idle (until the download's first byte),
@@ -11,7 +14,6 @@ After the last step: the parameter hash and (worker 1) the held-out perplexity i
 """
 from __future__ import annotations
 
-import argparse
 import math
 import signal
 import sys
@@ -26,17 +28,17 @@ from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer
 from trainers.protocol.join import hello
-from trainers.process import die_with_parent, log, parse_addr, run_token, set_threads
-from trainers import spec
+from trainers.process import die_with_parent, log, set_threads
+from trainers import service_args, spec
 from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
 
 
-def join(addr: str, worker: int, token: str, timeout_s: float) -> tuple[Connection, RunParams]:
+def join(addr: tuple[str, int], worker: int, token: str, timeout_s: float) -> tuple[Connection, RunParams]:
     """HELLO, WELCOME (retried while the aggregator refuses or closes the connection before its
     WELCOME, until `timeout_s`: trainers/protocol/join.py); the heartbeats the aggregator asks for start at once (building the replica
     and the first K local steps send nothing else)."""
-    conn, frame = hello(parse_addr(addr), worker, token, timeout_s, peer="aggregator")
+    conn, frame = hello(addr, worker, token, timeout_s, peer="aggregator")
     if frame.type != MessageType.WELCOME:
         raise wire.WireError(f"expected WELCOME, got {frame.type.name}")
     welcome = messages.decode(MessageType.WELCOME, frame.body)
@@ -105,20 +107,19 @@ def _terminate(signum, _frame):
     raise SystemExit(128 + signum)
 
 
+# the worker's plumbing flags (trainers/spec.py SERVICE_PARAMS); the run's parameters come in the WELCOME
+DP_WORKER_FLAGS = ("learner", "worker_id", "run_dir", "connect_timeout")
+
+
 def main(argv=None) -> int:
     die_with_parent()  # first thing: a harness that dies takes its services with it
-    ap = argparse.ArgumentParser(prog="python -m trainers.dataparallel.worker", description=__doc__.split("\n")[0])
-    ap.add_argument("--aggregator", "--learner", dest="aggregator", required=True, help="HOST:PORT of the aggregator")
-    ap.add_argument("--worker-id", type=int, required=True)
-    ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--connect-timeout", type=float, default=300.0)
-    args = ap.parse_args(argv)
+    _, args = service_args.parse("trainers.dataparallel.worker", __doc__, DP_WORKER_FLAGS, argv)
     set_threads(1)
     signal.signal(signal.SIGTERM, _terminate)
     name = f"w{args.worker_id}"
     events = EventLog(args.run_dir, name)
     try:
-        conn, params = join(args.aggregator, args.worker_id, run_token(), args.connect_timeout)
+        conn, params = join(args.learner, args.worker_id, args.token, args.connect_timeout)
         events.write("start", params=params.to_json(), role="dpworker", attempts=conn.join_attempts,
                      join_s=round(conn.join_s, 6))
         train(conn, params, args.worker_id, events)

@@ -39,7 +39,7 @@ def start_workers(agg: Aggregator, tmp_path, workers: int, errors: list) -> list
 def start_one(agg: Aggregator, tmp_path, w: int, errors: list) -> threading.Thread:
     def worker(w):
         try:
-            conn, p = join(f"127.0.0.1:{agg.address[1]}", w, TOKEN, JOIN_S)
+            conn, p = join(("127.0.0.1", agg.address[1]), w, TOKEN, JOIN_S)
             events = EventLog(tmp_path, f"w{w}")
             try:
                 train(conn, p, w, events)

@@ -29,7 +29,7 @@ def test_quorum_with_a_straggler_process(tmp_path, quorum):
     agg = Aggregator(params(updates=40, quorum=quorum), TOKEN, str(tmp_path), ("127.0.0.1", 0))
     errors: list = []
     w1 = start_one(agg, tmp_path, 1, errors)
-    w2 = subprocess.Popen([sys.executable, "-m", "trainers.dataparallel.worker", "--aggregator",
+    w2 = subprocess.Popen([sys.executable, "-m", "trainers.dataparallel.worker", "--learner",
                            f"127.0.0.1:{agg.address[1]}", "--worker-id", "2", "--run-dir", str(tmp_path)],
                           env=service_env(TOKEN, tmp_path / "cache"), stderr=subprocess.PIPE)
     try:

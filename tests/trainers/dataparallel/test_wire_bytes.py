@@ -28,7 +28,7 @@ def run_star(tmp_path, method: str, workers: int = 2, steps: int = 4, **changes)
 
     def worker(w):
         try:
-            conn, params = join(f"127.0.0.1:{agg.address[1]}", w, TOKEN, 30)
+            conn, params = join(("127.0.0.1", agg.address[1]), w, TOKEN, 30)
             events = EventLog(tmp_path, f"w{w}")
             train(conn, params, w, events)
             events.close()
@@ -74,7 +74,7 @@ def test_bad_token_is_rejected(tmp_path):
     p = RunParams(method="ddp", workers=1, updates=1, model="micro")
     agg = Aggregator(p, TOKEN, str(tmp_path), ("127.0.0.1", 0))
     try:
-        t = threading.Thread(target=lambda: pytest.raises(Exception, join, f"127.0.0.1:{agg.address[1]}", 1,
+        t = threading.Thread(target=lambda: pytest.raises(Exception, join, ("127.0.0.1", agg.address[1]), 1,
                                                           "wrong" * 8, 5))
         t.start()
         with pytest.raises(TimeoutError):
