@@ -77,7 +77,7 @@ from pandas.api.types import union_categoricals
 from harness import units  # pure parsing, no kernel
 from harness.results.files import CellFiles, ResultsError, effective_meta, find_runs, is_number, read_cell, read_doc
 from harness.results.wording import cell_note
-from trainers import events, spec  # the event files' own reader; the run spec (both torch-free)
+from trainers import cards, events, spec  # objective cards; the event files' own reader; the run spec (torch-free)
 
 LEARNER_PHASES = ("idle", "train", "encode", "decode_replay", "hash", "send_update")
 WORKER_PHASES = ("rollout", "send_rollouts", "receive", "decode_replay")
@@ -217,9 +217,9 @@ def load_columns(r: dict, rolls: list[dict]) -> dict:
 
 def train_metric_name(info: dict) -> str:
     """The training batch's own figure: the data-parallel family trains a language model (the LM
-    loss), distill reports its loss, grpo its mean reward."""
+    loss); a HiLo cell its objective's (its card's `train_metric`: distill its loss, grpo its mean reward)."""
     return ("lm_loss" if spec.is_data_parallel(str(info.get("method"))) else
-            "distill_loss" if info.get("objective") == "distill" else "reward_mean")
+            cards.objective(str(info.get("objective"))).train_metric)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Cards (trainers/cards): every implementation describes itself once, and a new one needs two places.
 
-The scratch compressor, data-parallel method and task below are each a file and one registration line
+The scratch compressor, data-parallel method, task and objective below are each a file and one registration line
 (an entry point of the group `wan_harness.cards`, as an installed package declares it); nothing in this
 repository changes, and the name then works everywhere: the run spec's flags and checks, the registry,
 the cost model, a figure's style and a real run."""
@@ -254,3 +254,95 @@ def test_every_in_tree_method_card_parses_its_own_names():
     assert cards.is_in_tree("rank-12") and cards.is_in_tree("lordo-local-lowrank") and not cards.is_in_tree("halves")
     for kind in ("method", "dataparallel", "task", "objective"):
         assert cards.in_tree(kind), kind
+
+
+# An objective the same way: its card says what the learner, the model cache and the results make of it.
+SCRATCH_OBJECTIVE_FILE = '''"""kl2: distill under a name of its own (the scratch objective)."""
+import functools
+
+from trainers.cards import Card
+
+CARD = Card("objective", "kl2", "scratch_kl2:KL2", implies={"group_size": 1}, needs_teacher=True,
+            heldout_metric="reverse_kl", train_metric="kl2_loss")
+
+
+@functools.cache
+def _build():
+    from trainers.objectives.distill import Distill
+
+    return type("KL2", (Distill,), {"__module__": __name__})
+
+
+def __getattr__(name):
+    if name == "KL2":
+        return _build()
+    raise AttributeError(name)
+'''
+OBJECTIVE_ENTRY_POINT = "kl2 = scratch_kl2:CARD"
+
+
+@pytest.fixture(scope="module")
+def scratch_objective(tmp_path_factory) -> dict:
+    site = tmp_path_factory.mktemp("site")
+    (site / "scratch_kl2.py").write_text(SCRATCH_OBJECTIVE_FILE)
+    info = site / "scratch_kl2-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-kl2\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[wan_harness.cards]\n{OBJECTIVE_ENTRY_POINT}\n")
+    return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
+            "places": [site / "scratch_kl2.py", OBJECTIVE_ENTRY_POINT]}
+
+
+def test_every_in_tree_objective_card_names_figures_the_services_and_results_know():
+    from dataclasses import fields
+
+    from harness.results.schema import OBJECTIVE_METRICS
+    from trainers.hilo.evaluate import EvalResult
+
+    measured = {f.name for f in fields(EvalResult)}
+    for card in cards.in_tree("objective"):
+        assert card.heldout_metric in OBJECTIVE_METRICS and card.heldout_metric in measured, card.name
+    assert [c.name for c in cards.in_tree("objective") if c.needs_teacher] == ["distill"]
+    # an objective without a card (a plugin's class, an old folder's name): no teacher, grpo's figures
+    plain, grpo = cards.objective("no-such-objective"), cards.objective("grpo")
+    assert (plain.needs_teacher, plain.heldout_metric, plain.train_metric) == (
+        grpo.needs_teacher, grpo.heldout_metric, grpo.train_metric) == (False, "mean_reward", "reward_mean")
+
+
+def test_a_scratch_objective_needs_two_places_and_its_card_drives_teacher_and_metrics(scratch_objective):
+    assert len(scratch_objective["places"]) == 2   # its file and one registration line
+    env = scratch_objective["env"]
+    out = _python(
+        "import sys; from trainers import spec; from harness.results import tables; "
+        "p = spec.get('objective'); p.parse('kl2'); "
+        "print(tables.train_metric_name({'method': 'full', 'objective': 'kl2'}), "
+        "tables.train_metric_name({'method': 'full', 'objective': 'grpo'}), spec.resolve_group_size('kl2', None), "
+        "'torch' in sys.modules)", env)
+    assert out.split() == ["kl2_loss", "reward_mean", "1", "False"]   # the results read its card, torch-free
+
+    # the learner builds it with the run's teacher, as its card says (grpo's card takes none)
+    out = _python(
+        "from trainers.hilo.learner import build_objective; from trainers.model.models import build_base_model; "
+        "m = build_base_model('micro'); o = build_objective('kl2', m); g = build_objective('grpo', m); "
+        "print(type(o).__name__, o.name, o.teacher is m, hasattr(g, 'teacher'))", env)
+    assert out.split() == ["KL2", "kl2", "True", "False"]
+
+
+@pytest.mark.slow
+def test_a_scratch_objective_runs_by_name(scratch_objective, tmp_path):
+    """A real run (~1.5 min on 2 loaded cores): the model cache builds its teacher, the learner scores
+    held-out problems by its card's figure, the results name its training figure."""
+    proc = subprocess.run([*HARNESS, "run", "--objective", "kl2", "--method", "full", "--baseline", "none",
+                           "--model", "micro", "--no-emulation", "--updates", "2", "--seeds", "1", "--workers", "1",
+                           "--eval-every", "1", "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                          env=scratch_objective["env"], timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import pandas as pd
+
+    from trainers.events import read_events
+
+    run, = (tmp_path / "r").iterdir()
+    assert set(pd.read_parquet(run / "updates.parquet")["train_metric_name"]) == {"kl2_loss"}
+    evals = [r for path in run.rglob("events-learner.jsonl") for r in read_events(path) if r["kind"] == "eval"]
+    assert evals and {r["objective_metric"] for r in evals} == {"reverse_kl"}
+    assert all(r["objective"] == r["reverse_kl"] is not None for r in evals)

@@ -68,6 +68,11 @@ class Card:
     sync_bytes: SyncRule | None = None         # data-parallel: bytes per step (the cost model's rule)
     every_k: bool = False                      # data-parallel: syncs every --lordo-k steps (else every step)
     rival: bool = False                        # HiLo method: a rival to the compressors (the report's section)
+    needs_teacher: bool = False                # objective: built with the run's teacher (`teacher=`), cached
+    heldout_metric: str = "mean_reward"        # objective: its held-out figure, a field of the evaluation
+    #                                            (trainers/hilo/evaluate.py EvalResult: mean_reward | reverse_kl)
+    train_metric: str = "reward_mean"          # objective: the training batch's figure in the results: the
+    #                                            learner row's reward_mean, or under any other name its loss
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -142,6 +147,12 @@ def match(kinds: str | tuple[str, ...], name: str) -> tuple[Card, dict[str, Any]
         if card.kind in kinds and (found := card.matches(name)) is not None:
             return card, found
     return None
+
+
+def objective(name: str) -> Card:
+    """The objective's card; an objective without one (a plugin's class, a name in an old results folder)
+    gets a card's defaults: no teacher, and grpo's figures (docs/PLUGINS.md)."""
+    return find("objective", name) or Card("objective", name, "")
 
 
 def is_in_tree(name: str) -> bool:

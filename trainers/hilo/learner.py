@@ -55,7 +55,7 @@ from trainers.model.models import lora_parameters
 from trainers.model.replica import OptimConfig, read_snapshot, snapshot_step
 from trainers.objectives import available as objectives, get_objective
 from trainers.process import die_with_parent, log, set_threads
-from trainers import service_args
+from trainers import cards, service_args
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
 from trainers.spec import RunParams
 from trainers.protocol.wire import MessageType, WireError
@@ -302,6 +302,7 @@ class Learner:
         task = self.task
         problems = heldout_problems(task, p.eval_problems)
         teacher = getattr(self.objective, "teacher", None)
+        metric = cards.objective(p.objective).heldout_metric   # the objective's own held-out figure
         lora = lora_parameters(self.model)
         for version, adapter in self.policies:
             t0 = time.perf_counter()
@@ -311,12 +312,10 @@ class Learner:
             r = evaluate(self.model, self.tokenizer, task, problems, n=p.eval_samples, k=p.pass_k,
                          max_new_tokens=p.max_new_tokens, temperature=p.temperature, seed=EVAL_SAMPLING_SEED,
                          teacher=teacher)
-            objective = r.reverse_kl if p.objective == "distill" else r.mean_reward
             self.evals.append(self.events.write(
                 "eval", version=version, pass_at_1=r.pass_at_1, pass_at_k=r.pass_at_k, k=r.k, n=r.n,
                 problems=r.num_problems, mean_reward=r.mean_reward, reverse_kl=r.reverse_kl, gold_prob=r.gold_prob,
-                objective_metric="reverse_kl" if p.objective == "distill" else "mean_reward",
-                objective=objective, eval_s=round(time.perf_counter() - t0, 6)))
+                objective_metric=metric, objective=getattr(r, metric), eval_s=round(time.perf_counter() - t0, 6)))
         self.policies.clear()
 
     def finish(self) -> None:
@@ -549,9 +548,10 @@ def kept_policies(extra: dict) -> list[tuple[int, dict]]:
 
 
 def build_objective(name: str, teacher):
-    """The objective called `name`; distill scores with the stack's teacher (cached, one for every seed)."""
-    if name == "distill":
-        return get_objective("distill", teacher=teacher)
+    """The objective called `name`; one whose card needs a teacher (distill) scores with the stack's
+    (cached, one for every seed)."""
+    if cards.objective(name).needs_teacher:
+        return get_objective(name, teacher=teacher)
     return get_objective(name)
 
 

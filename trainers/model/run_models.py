@@ -1,8 +1,9 @@
 """The base and the teacher that a run's parameters name: built (or found in the cache) once.
 
     python -m trainers.model.run_models --run-params '<RunParams JSON>' --threads 2
-builds (or finds) the base and, for distill, the teacher that a run with those parameters loads
-(`harness run` does this before its first cell, with every core: see harness/run/launch.py);
+builds (or finds) the base and, for an objective whose card needs one (distill), the teacher that a run
+with those parameters loads (`harness run` does this before its first cell, with every core:
+see harness/run/launch.py);
     python -m trainers.model.run_models --task knights_knaves --task-options max_people=2 --steps 300
 builds (or finds) one base ahead of a run.
 """
@@ -13,7 +14,7 @@ import json
 
 import torch
 
-from trainers import tasks
+from trainers import cards, tasks
 from trainers.model.models import TINY_CONFIGS, build_base_model
 from trainers.model.pretrained import build_base
 from trainers.model.teacher import build_teacher
@@ -46,7 +47,8 @@ def models_for(params: RunParams, teacher: bool = True):
     otherwise: workers score nothing)."""
     task = tasks.build_task(params)
     base = base_for(params, task)
-    return task, base, (teacher_for(params, task) if teacher and params.objective == "distill" else None)
+    wanted = teacher and cards.objective(params.objective).needs_teacher
+    return task, base, (teacher_for(params, task) if wanted else None)
 
 
 def main(argv=None) -> int:
