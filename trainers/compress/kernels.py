@@ -107,7 +107,7 @@ def add_outer_(out: torch.Tensor, scale: torch.Tensor, u: torch.Tensor, v: torch
     if u.shape[0] == 0:
         return out
     u, v, scale = u.to(torch.float32), v.to(torch.float32), scale.to(torch.float32)
-    term = _scratch(out)  # (a, b), reused for every j and every factor of this shape
+    term = _scratch(tuple(out.shape))  # (a, b), reused for every j and every factor of this shape
     for j in range(u.shape[0]):
         out.add_(torch.outer(u[j] * (alpha * float(scale[j])), v[j], out=term))
     return out
@@ -127,34 +127,46 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
     (`strided_view`; rows of zeros for factors without terms): per element the one rounded product
     `torch.outer` makes, where 0 + term would have been added before (the same bits but for the sign
     of a zero, which no later arithmetic tells apart), instead of a zero fill, an outer into scratch
-    and an add per factor (~3 passes over the adapter and ~20 us of Python per factor)."""
+    and an add per factor (~3 passes over the adapter and ~20 us of Python per factor). Each later term
+    j goes the same way, for a run of neighbouring factors that all have a j-th term: one broadcast
+    multiply into a chunk-sized scratch and one add (the roundings of `add_outer_`, a few calls per
+    group and term instead of two per factor and term)."""
     if not portable and not overwrite:
         for name, (scale, u, v) in terms.items():
             out[name].addmm_((u.to(torch.float32) * (alpha * scale.to(torch.float32))[:, None]).T, v.to(torch.float32))
         return
-    done: set[str] = set()                                              # first term written
+    done: set[str] = set()                                              # every term written
     if overwrite:
         for names in shape_groups(out):
             view = strided_view([out[n] for n in names])
             if view is None:
                 continue                                                  # per factor, below
             g, (a, b) = len(names), view.shape[1:]
-            rows = [i for i, n in enumerate(names) if n in terms]
-            u0, v0 = torch.zeros(g, a), torch.zeros(g, b)
-            if rows:
-                picked = [terms[names[i]] for i in rows]
-                scales = torch.tensor([alpha * float(scale[0]) for scale, _, _ in picked], dtype=torch.float32)
-                u0[rows] = torch.stack([u[0] for _, u, _ in picked]).to(torch.float32) * scales[:, None]
-                v0[rows] = torch.stack([v[0] for _, _, v in picked]).to(torch.float32)
-            # chunk by chunk, so that a chunk's later terms are added while its first is still in cache
+            ks = [terms[n][1].shape[0] if n in terms else 0 for n in names]
+            km = max(1, max(ks))
+            # every factor's terms as rows of one (g, km, a) and one (g, km, b) stack, u pre-scaled as
+            # `add_outer_` scales it (alpha * scale_j rounded to fp32 once); zero rows past a factor's k
+            us, vs = torch.zeros(g * km, a), torch.zeros(g * km, b)
+            sent = [n for n in names if n in terms]
+            if sent:
+                rows = torch.tensor([i * km + j for i, k in enumerate(ks) for j in range(k)])
+                scales = (torch.cat([terms[n][0] for n in sent]).to(torch.float64) * alpha).to(torch.float32)
+                us[rows] = torch.cat([terms[n][1] for n in sent]).to(torch.float32) * scales[:, None]
+                vs[rows] = torch.cat([terms[n][2] for n in sent]).to(torch.float32)
+            us, vs = us.view(g, km, a), vs.view(g, km, b)
+            # chunk by chunk, so that a chunk's later terms are added while its first is still in cache;
+            # term j of a run of factors that all have one: one broadcast multiply into scratch, one add
             step = max(1, _CHUNK_BYTES // (4 * a * b))
+            scratch = _scratch((min(step, g), a, b))
             for c0 in range(0, g, step):
-                torch.mul(u0[c0:c0 + step, :, None], v0[c0:c0 + step, None, :], out=view[c0:c0 + step])
-                for name in names[c0:c0 + step]:
-                    scale, u, v = terms.get(name, (None, u0[:0], None))
-                    if u.shape[0] > 1:
-                        add_outer_(out[name], scale[1:], u[1:], v[1:], alpha)
-                    done.add(name)
+                c1 = min(g, c0 + step)
+                torch.mul(us[c0:c1, 0, :, None], vs[c0:c1, 0, None, :], out=view[c0:c1])
+                for j in range(1, max(ks[c0:c1])):
+                    for r0, r1 in runs_over(ks, c0, c1, j):
+                        term = scratch[:r1 - r0]
+                        torch.mul(us[r0:r1, j, :, None], vs[r0:r1, j, None, :], out=term)
+                        view[r0:r1].add_(term)
+            done.update(names)
         for name, t in out.items():                                       # factors outside a strided group
             if name not in done and name not in terms:
                 t.zero_()
@@ -189,11 +201,24 @@ _CHUNK_BYTES = 1 << 20
 _SCRATCH: dict[tuple[int, ...], torch.Tensor] = {}
 
 
-def _scratch(like: torch.Tensor) -> torch.Tensor:
-    """A per-shape fp32 buffer for one rank-1 term (a few shapes per model, each a factor's size):
-    allocated once per process instead of once per factor per decode. Single-threaded use only
-    (encode and decode run on one thread in every service)."""
-    buf = _SCRATCH.get(tuple(like.shape))
+def _scratch(shape: tuple[int, ...]) -> torch.Tensor:
+    """A per-shape fp32 buffer for rank-1 terms (a few shapes per model: a factor's, or a chunk of a
+    group's): allocated once per process instead of once per factor per decode. Single-threaded use
+    only (encode and decode run on one thread in every service)."""
+    buf = _SCRATCH.get(shape)
     if buf is None:
-        buf = _SCRATCH[tuple(like.shape)] = torch.empty(like.shape, dtype=torch.float32)
+        buf = _SCRATCH[shape] = torch.empty(shape, dtype=torch.float32)
     return buf
+
+
+def runs_over(ks: list[int], start: int, end: int, j: int):
+    """(r0, r1): the runs of consecutive factors in [start, end) with more than j terms."""
+    r0 = None
+    for i in range(start, end):
+        if ks[i] > j and r0 is None:
+            r0 = i
+        elif ks[i] <= j and r0 is not None:
+            yield r0, i
+            r0 = None
+    if r0 is not None:
+        yield r0, end

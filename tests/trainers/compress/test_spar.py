@@ -276,10 +276,14 @@ def test_the_batched_exact_path_sends_what_a_per_factor_reference_sends(budget, 
             assert float((enc.residuals[n] - (m[n] - got[n])).norm()) <= 1e-5 * scale, (step, n)
 
 
-def test_decode_has_the_bits_of_the_per_factor_rank_one_sums():
+@pytest.mark.parametrize("layer_scales", [None, (1e-2, 1.0, 1e-3, 1.0, 1e-4, 0.3)])
+def test_decode_has_the_bits_of_the_per_factor_rank_one_sums(layer_scales):
     """The decode both sides replay: per factor out = (sigma_0 u_0) v_0^T, then each later term's rounded
-    outer product added in order (elementwise roundings only), bit for bit."""
+    outer product added in order (elementwise roundings only), bit for bit. Scaled layers give counts
+    that rise and fall along a shape group (a group's j-th terms then come in several runs)."""
     m = power_law_factors(rank=16, d=96, n=6)
+    if layer_scales:
+        m = {n: t * layer_scales[int(n[5])] for n, t in m.items()}
     payload = get_compressor("spar", budget="30%").encode(m)
     p = unpack("spar", payload, 1 << 28)
     seg = p.segments
