@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from harness.run.config import RunConfig, Variant, models_cache
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
-from trainers import spec
+from trainers import cards, spec
 from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
@@ -436,14 +436,14 @@ def check_privileges(cfg: RunConfig) -> None:
 
 def models_to_build(cfg: RunConfig) -> list[dict]:
     """One cell's service values per distinct pre-trained model set the run loads: the student's base
-    (`PRETRAINED_MODELS` with `base_steps` > 0) and, for distill, the teacher. Neither depends on the
+    (`PRETRAINED_MODELS` with `base_steps` > 0) and the teacher of an objective whose card needs one. Neither depends on the
     method, budget or seed (trainers/model/run_models.py), so a 3-seed, 3-variant run needs one entry."""
     out, seen = [], set()
     for cell in cells(cfg):
         values = cfg.service_values(cell.variant, cell.seed)
         if spec.is_data_parallel(values["method"]) or values["model"] not in spec.PRETRAINED_MODELS:
             continue  # data-parallel replicas are built as given (seeded); micro's teacher is cheap enough for its cell
-        if values["base_steps"] == 0 and values["objective"] != "distill":
+        if values["base_steps"] == 0 and not cards.objective(values["objective"]).needs_teacher:
             continue
         key = tuple(values[k] for k in ("task", "task_options", "model", "base_steps", "objective", "teacher_steps"))
         if key not in seen:
