@@ -47,7 +47,8 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
   written once the loop has written the whole catch-up (`catch_up_send_s`: seconds from the
   admission to the last byte handed to the kernel); a joiner whose socket takes no byte of it for
   the send timeout, or whose connection breaks before the end, is dropped (not a stall: it may
-  say HELLO again). Broadcasts never wait for a joiner's copy: it sits behind the catch-up. A HELLO
+  say HELLO again). A broadcast does not wait for its copy to a joiner whose catch-up is still
+  being written (it sits behind it; a send that fails later drops the joiner all the same). A HELLO
   from the id of a disconnected member replaces it; one of a connected member is refused.
 - Disconnect: a member whose connection breaks stays a member, without a connection and without
   the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
@@ -73,7 +74,7 @@ from typing import Iterator
 from trainers.protocol import messages, wire
 from trainers.protocol import gate
 from trainers.protocol.gate import Gate
-from trainers.hilo.links import Links
+from trainers.hilo.links import Links, SendBatch
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
@@ -102,7 +103,8 @@ class Peer:
     joined_t: float = field(default_factory=time.monotonic)
     lost_t: float | None = None
     hash_reported: int = -1  # the newest version its HASH reports covered (each once, in order, from its catch-up base)
-    catching_up: dict | None = None  # its `joined` row while the loop still writes its catch-up; None once written
+    catching_up: dict | None = None  # its `joined` row until the loop reports its catch-up written; then None
+    catch_up_batch: SendBatch | None = None  # its catch-up's frames (done once each is written or has failed)
     rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
 
     @property
@@ -252,6 +254,9 @@ class Membership:
         if kind == "error" and current.catching_up is not None:
             self.drop(worker, f"catch-up failed: {payload}")
             return None
+        if kind == "error" and payload.startswith("send failed"):  # a copy no broadcast waited for (behind a catch-up)
+            self.drop(worker, payload)
+            return None
         if kind == "error":
             self.disconnect(current, payload)
             return None
@@ -314,14 +319,14 @@ class Membership:
         peer = self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
         peer.catching_up = {"worker": worker, "version": version, "snapshot_version": base, "replayed": version - base,
                             "catch_up": "resync" if resync else "replay", "catch_up_bytes": queued, "t0": t0}
-        self.links.catch_up(conn, frames)
+        peer.catch_up_batch = self.links.catch_up(conn, frames)
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
 
     def caught_up(self, peer: Peer, batch) -> None:
         """The loop wrote `peer`'s whole catch-up: its `joined` row, with the bytes and the seconds
         from the admission to the last byte written."""
-        row, peer.catching_up = peer.catching_up, None
+        row, peer.catching_up, peer.catch_up_batch = peer.catching_up, None, None
         if row is None:
             return
         t0 = row.pop("t0")
@@ -388,14 +393,17 @@ class Membership:
         One checksum of the body for every worker's frame; the loop writes each socket what it
         takes, so a slow link delays only its own copy. Returns once every caught-up member's copy is
         written or has failed (a member whose socket takes no byte for the send timeout is dropped);
-        a joiner's copy is queued behind its catch-up and counted here only if already written."""
+        a copy queued behind a joiner's unfinished catch-up is not waited for (counted here only if
+        already written; if it fails, the loop's report of the connection's end drops the joiner)."""
         peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
         body = wire.prepare_body(msg)
+        # A joiner whose catch-up is still being written (its batch not done): its copy waits behind it.
+        joining = {p.worker for p in peers if p.catch_up_batch is not None and p.catch_up_batch.done_t is None}
         batches = {}
-        for joining in (False, True):  # members, then joiners still taking in their catch-up
-            batches[joining] = self.links.send([
+        for behind in (False, True):
+            batches[behind] = self.links.send([
                 (p.worker, p.conn, MessageType.UPDATE, wire.claim_prepared_frame(p.conn, MessageType.UPDATE, body, version))
-                for p in peers if (p.catching_up is not None) == joining])
+                for p in peers if (p.worker in joining) == behind])
         self.links.wait(batches[False])
         # A joiner's copy waits behind its catch-up: not waited for (its connection's end drops it).
         results = {**{w: r for w, r in batches[True].results.items() if not isinstance(r, OSError)},

@@ -17,6 +17,7 @@ from trainers.protocol.wire import Connection, MessageType
 
 TOKEN = "links-token"
 WAIT_S = 60.0
+LOGGED = 120  # updates in the learner's replay log when a joiner arrives: 9 MB of catch-up (identity, micro)
 
 
 @pytest.fixture
@@ -179,8 +180,8 @@ def read_all(conn: Connection, into: list) -> threading.Thread:
 
 def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_rejoins_hash_equal(make_learner,
                                                                                                   tmp_path):
-    """w3 says HELLO at version 80 and reads nothing: its catch-up (80 logged updates, more than the
-    socket buffers hold) sticks in the learner's output queue. The learner goes on publishing updates
+    """w3 says HELLO at version 120 and reads nothing: its catch-up (120 logged updates, 9 MB: more than
+    the socket buffers hold, 4 MiB at most by Linux's default tcp_wmem) sticks in the learner's output queue. The learner goes on publishing updates
     to w1 and w2 (w3 is a member the whole time, neither refused nor waited for), the send deadline
     (2 s) drops w3, and a genuine worker 3 then rejoins, catches up, takes the next broadcast after
     its catch-up and reports hashes equal to the learner's."""
@@ -192,14 +193,14 @@ def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_r
     received: dict[int, list] = {w: [] for w in (1, 2)}
     members = {w: join(learner, w) for w in (1, 2)}
     readers = [read_all(members[w], received[w]) for w in (1, 2)]
-    for _ in range(80):
+    for _ in range(LOGGED):
         publish(learner, generator)
     stuck = connect(learner, 3, rcvbuf=4096)
     stuck.send(MessageType.HELLO, wire.pack_json({"worker": 3}))
     pump_until(learner, "w3 to be admitted", lambda: 3 in learner.members.peers)
     catching = learner.members.peers[3].catching_up
-    assert catching is not None and catching["version"] == 80 and catching["replayed"] == 80
-    assert catching["catch_up_bytes"] > 80 * 60_000  # more than its socket buffers hold
+    assert catching is not None and catching["version"] == LOGGED and catching["replayed"] == LOGGED
+    assert catching["catch_up_bytes"] > 8 << 20  # more than its socket buffers hold
     published = []
     for _ in range(3):  # the main thread is not held by w3's catch-up
         version, written = publish(learner, generator)
@@ -236,7 +237,7 @@ def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_r
     thread.start()
     try:
         end = time.monotonic() + WAIT_S
-        while not learner.consistency.reported("w3", 83):
+        while not learner.consistency.reported("w3", LOGGED + 3):
             assert time.monotonic() < end and "error" not in got, f"w3 never reported its catch-up: {got}"
             learner.pump(0.05)
         version, written = publish(learner, generator)
@@ -246,12 +247,12 @@ def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_r
         thread.join(WAIT_S)
     finally:
         worker.close()
-    assert got["welcome"]["version"] == 83 and got["welcome"]["snapshot_version"] == 0
+    assert got["welcome"]["version"] == LOGGED + 3 and got["welcome"]["snapshot_version"] == 0
     checks = [c for c in learner.consistency.checks if c["replica"] == "w3"]
     # it reports every version it replays (--hash-every 1), the one after its catch-up too: all equal
-    assert [c["version"] for c in checks] == list(range(1, 85)) and all(c["equal"] for c in checks), checks[-1]
+    assert [c["version"] for c in checks] == list(range(1, LOGGED + 5)) and all(c["equal"] for c in checks), checks[-1]
     joined = [r for r in read_events(learner.events.path) if r["kind"] == "joined" and r["worker"] == 3]
-    assert len(joined) == 1 and joined[0]["version"] == 83 and joined[0]["replayed"] == 83, joined
+    assert len(joined) == 1 and joined[0]["version"] == joined[0]["replayed"] == LOGGED + 3, joined
     assert joined[0]["catch_up_bytes"] > 0 and joined[0]["catch_up_send_s"] >= 0
     assert sorted(learner.members.peers) == [1, 2, 3] and len(learner.members.dropped) == 1
     for c in members.values():
