@@ -59,6 +59,12 @@ ACCEPT_BURST_GAP_S = 10.0  # an accept() error this soon after a recovery contin
 HANDSHAKE, ADMITTING, MEMBER, DONE = "handshake", "admitting", "member", "done"
 
 
+class ConnectionGone(OSError):
+    """A frame not written because its connection had ended for another reason than a send (EOF,
+    a bad frame, silence): that ending reaches the inbox on its own and decides what becomes of the
+    member (a disconnect, a drop); a sender need not act on it."""
+
+
 class SendBatch:
     """Frames handed to the loop together; `wait` returns once each is written or has failed."""
 
@@ -441,7 +447,7 @@ class Links:
         for key, conn, msg_type, parts in frames:
             link = self.links.get(conn)
             if link is None or link.phase == DONE or conn.closed:
-                batch.done(key, OSError(f"connection to {conn.peer} is closed"))
+                batch.done(key, ConnectionGone(f"connection to {conn.peer} is closed"))
                 continue
             if not link.out:
                 link.out_progress_t = now
@@ -466,7 +472,7 @@ class Links:
             except InterruptedError:
                 continue
             except OSError as e:
-                return self._end(link, "error", f"send failed: {e}")
+                return self._end(link, "error", f"send failed: {e}", sending=True)
             link.out_progress_t = time.monotonic()
             if item.parts:
                 continue
@@ -491,7 +497,7 @@ class Links:
                 continue
             if link.out and now - link.out_progress_t > m.send_timeout_s:
                 self._end(link, "error", f"send failed: the socket took no byte for {m.send_timeout_s:g} s "
-                                         f"(timed out)")
+                                         f"(timed out)", sending=True)
             elif link.phase == HANDSHAKE:
                 progress = link.assembler.progress()
                 if not link.assembler.token_shown and now >= link.accepted_t + m.token_timeout_s \
@@ -520,12 +526,12 @@ class Links:
             return True  # the read reports it with its own reason
         return True
 
-    def _end(self, link: Link, kind: str, reason: str) -> None:
+    def _end(self, link: Link, kind: str, reason: str, sending: bool = False) -> None:
         """`link` is over: closed, its pending sends failed; the inbox hears of it unless the learner
         hung up on it or the gate evicted it."""
         if link.phase == DONE:
             return
-        self._close_link(link, OSError(reason))
+        self._close_link(link, OSError(reason) if sending else ConnectionGone(reason))
         conn, ticket = link.conn, link.ticket
         if not (ticket is not None and ticket.evicted) and not getattr(conn, "dropped_by_learner", False):
             self.m.inbox.put((kind, link.worker, conn, reason))

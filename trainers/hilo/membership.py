@@ -74,7 +74,7 @@ from typing import Iterator
 from trainers.protocol import messages, wire
 from trainers.protocol import gate
 from trainers.protocol.gate import Gate
-from trainers.hilo.links import Links, SendBatch
+from trainers.hilo.links import ConnectionGone, Links, SendBatch
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
@@ -392,9 +392,11 @@ class Membership:
         """Send update `version` to every connected member; returns frame bytes written per worker.
         One checksum of the body for every worker's frame; the loop writes each socket what it
         takes, so a slow link delays only its own copy. Returns once every caught-up member's copy is
-        written or has failed (a member whose socket takes no byte for the send timeout is dropped);
-        a copy queued behind a joiner's unfinished catch-up is not waited for (counted here only if
-        already written; if it fails, the loop's report of the connection's end drops the joiner)."""
+        written or has failed (a member whose socket takes no byte for the send timeout, or whose send
+        fails, is dropped; one whose connection had broken otherwise is left to the inbox's report of
+        it: a disconnect); a copy queued behind a joiner's unfinished catch-up is not waited for
+        (counted here only if already written; if it fails, the loop's report of the connection's
+        end drops the joiner)."""
         peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
         body = wire.prepare_body(msg)
         # A joiner whose catch-up is still being written (its batch not done): its copy waits behind it.
@@ -411,6 +413,8 @@ class Membership:
         written = {}
         for worker in sorted(results):
             result = results[worker]
+            if isinstance(result, ConnectionGone):  # it broke (EOF, ...): the inbox's report of that decides
+                continue
             if isinstance(result, OSError):
                 self.drop(worker, f"send failed: {result}")
             else:

@@ -236,7 +236,7 @@ def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_r
     thread = threading.Thread(target=rejoin, daemon=True)
     thread.start()
     try:
-        end = time.monotonic() + WAIT_S
+        end = time.monotonic() + 3 * WAIT_S  # it builds its model, then replays and hashes every version
         while not learner.consistency.reported("w3", LOGGED + 3):
             assert time.monotonic() < end and "error" not in got, f"w3 never reported its catch-up: {got}"
             learner.pump(0.05)
