@@ -27,8 +27,10 @@ Sending: each frame to send (a catch-up, a broadcast's one prepared body, a STOP
 connection's output queue; the loop writes whatever each socket takes without blocking, so a slow
 link holds only its own queue. A connection whose socket takes no byte for `send_timeout_s` while
 it has something to send fails its sends and ends (a joiner stuck in its catch-up too: the main
-thread never waits for a catch-up). A connection ends with one inbox item (kind "error": it broke;
-"bad": it broke the protocol; "silent") unless the learner hung up on it or the gate evicted it.
+thread never waits for a catch-up); the frames a connection that ended otherwise (EOF, a bad
+frame, silence) leaves unwritten fail as `ConnectionGone`, which a sender leaves to that ending's
+inbox item. A connection ends with one inbox item (kind "error": it broke; "bad": it broke the
+protocol; "silent") unless the learner hung up on it or the gate evicted it.
 """
 from __future__ import annotations
 
