@@ -85,8 +85,8 @@ def join_point(tmp_path: Path, n: int) -> dict:
         client.stdin.write("go\n")
         client.stdin.flush()
         end = wall0 + 300
-        while len(learner.members.peers) < n:
-            assert time.monotonic() < end, f"{len(learner.members.peers)} of {n} joined"
+        while len(learner.members.peers) < n or any(p.catching_up for p in learner.members.peers.values()):
+            assert time.monotonic() < end, f"{len(learner.members.peers)} of {n} joined"  # and their WELCOME written
             list(learner.members.pump(0.05))
         join_wall, join_cpu = time.monotonic() - wall0, time.process_time() - cpu0
         assert client.stdout.readline().strip() == "welcomed"

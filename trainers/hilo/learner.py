@@ -24,7 +24,9 @@ This file is the loop and the training state. Who takes part (connections, joins
 disconnects, drops, sends) is `trainers/hilo/membership.py`; the hash checks and the consistency
 verdict are `trainers/hilo/consistency.py`. One event-loop thread serves every connection
 (`trainers/hilo/links.py`: it only validates frames, queues them and writes what is sent): the main
-thread owns all state and acts on what arrived in `pump`.
+thread owns all state and acts on what arrived in `pump`. A joiner's catch-up, like every broadcast,
+is queued on its connection's output queue and written by the loop: a slow or stuck joiner's send
+holds up no update (its rollouts are waited for as any member's, unless --quorum).
 """
 from __future__ import annotations
 

@@ -12,19 +12,25 @@ Per connection (`Link`), in order:
 - handshake: the first frame's header must show the run token within the token timeout (the
   connection then leaves the gate's token-less budget) and the whole HELLO must arrive within
   the handshake timeout, both total deadlines from the accept;
-- admitting: after a valid HELLO the loop stops reading it until the main thread has welcomed it
-  (its heartbeats start with the WELCOME, so the liveness clock must not start before);
+- admitting: after a valid HELLO the loop stops reading it; the main thread admits it and hands
+  over its catch-up (`catch_up`: WELCOME, then the snapshot and logged updates), which goes out
+  through the connection's output queue like any frame, ahead of every later broadcast to it.
+  Once the last catch-up byte is written the loop puts one "caught_up" item in the inbox and starts
+  reading it (its heartbeats start with the WELCOME, and a joiner busy taking in its catch-up must
+  not be judged silent: the liveness clock starts there);
 - member: every frame goes to the inbox (HEARTBEATs only reset the liveness clock), while the
   connection has less than `max_frame_bytes` there; past that the loop stops reading it (the rest
   waits in the socket buffers and then in the sender: TCP backpressure) and the liveness clock
   stops with it, until the main thread takes frames. A member silent for `liveness_s` while the
   loop reads it is "silent".
-Sending: each frame to send (a broadcast's one prepared body, a STOP) goes to the connection's
-output queue; the loop writes whatever each socket takes without blocking, so a slow link holds
-only its own queue. A connection whose socket takes no byte for `send_timeout_s` while it has
-something to send fails its sends and ends. A connection ends with one inbox item (kind "error":
-it broke; "bad": it broke the protocol; "silent") unless the learner hung up on it or the gate
-evicted it.
+Sending: each frame to send (a catch-up, a broadcast's one prepared body, a STOP) goes to the
+connection's output queue; the loop writes whatever each socket takes without blocking, so a slow
+link holds only its own queue. A connection whose socket takes no byte for `send_timeout_s` while
+it has something to send fails its sends and ends (a joiner stuck in its catch-up too: the main
+thread never waits for a catch-up); the frames a connection that ended otherwise (EOF, a bad
+frame, silence) leaves unwritten fail as `ConnectionGone`, which a sender leaves to that ending's
+inbox item. A connection ends with one inbox item (kind "error": it broke; "bad": it broke the
+protocol; "silent") unless the learner hung up on it or the gate evicted it.
 """
 from __future__ import annotations
 
@@ -55,6 +61,12 @@ ACCEPT_BURST_GAP_S = 10.0  # an accept() error this soon after a recovery contin
 HANDSHAKE, ADMITTING, MEMBER, DONE = "handshake", "admitting", "member", "done"
 
 
+class ConnectionGone(OSError):
+    """A frame not written because its connection had ended for another reason than a send (EOF,
+    a bad frame, silence): that ending reaches the inbox on its own and decides what becomes of the
+    member (a disconnect, a drop); a sender need not act on it."""
+
+
 class SendBatch:
     """Frames handed to the loop together; `wait` returns once each is written or has failed."""
 
@@ -63,6 +75,7 @@ class SendBatch:
         self.keys = keys
         self._left = len(keys)
         self.results: dict = {}  # key -> frame bytes written, or the OSError that failed it
+        self.done_t: float | None = None  # time.monotonic() when the last frame was done
 
     def done(self, key, result) -> None:
         with self._cond:
@@ -71,6 +84,7 @@ class SendBatch:
             self.results[key] = result
             self._left -= 1
             if self._left <= 0:
+                self.done_t = time.monotonic()
                 self._cond.notify_all()
 
     def wait(self, timeout: float | None = None, alive: Callable[[], bool] = lambda: True) -> bool:
@@ -108,6 +122,7 @@ class Link:
         self.paused = False  # not read: its frames in the inbox fill its budget
         self.out: collections.deque[Outgoing] = collections.deque()
         self.out_progress_t = now  # the last byte the socket took while something waited to go out
+        self.catch_up_last: Outgoing | None = None  # the catch-up's last frame, while it waits to go out
         self.mask = 0  # the events it is registered for
 
 
@@ -152,19 +167,25 @@ class Links:
         except (BlockingIOError, OSError):  # a full wake-up pipe wakes the loop all the same
             pass
 
-    def send(self, frames: list[tuple[object, Connection, MessageType, list[memoryview]]]) -> SendBatch:
-        """Queue each (key, connection, type, frame parts); the batch says when each is written."""
+    def send(self, frames: list[tuple[object, Connection, MessageType, list[memoryview]]],
+             catch_up: bool = False) -> SendBatch:
+        """Queue each (key, connection, type, frame parts); the batch says when each is written.
+        Frames queued on one connection go out in the order of the calls that queued them."""
         batch = SendBatch([key for key, *_ in frames])
         if not self.running:
             for key, *_ in frames:
                 batch.done(key, OSError("the learner's connections are closed"))
             return batch
-        self.call(lambda: self._enqueue(frames, batch))
+        self.call(lambda: self._enqueue(frames, batch, catch_up))
         return batch
 
-    def admitted(self, conn: Connection) -> None:
-        """The main thread welcomed `conn`: read it, and start its liveness clock."""
-        self.call(lambda: self._admitted(conn))
+    def catch_up(self, conn: Connection, frames: list[tuple[object, MessageType, list[memoryview]]]) -> SendBatch:
+        """The main thread admitted `conn`: queue its catch-up (each (key, type, frame parts), the
+        WELCOME first) ahead of anything sent to it later. Returns at once; once the last frame is
+        written the loop reads `conn`, starts its liveness clock and puts ("caught_up", worker, conn,
+        batch) in the inbox; if the connection ends first, the batch fails and the inbox hears of the
+        ending as of any connection's."""
+        return self.send([(key, conn, msg_type, parts) for key, msg_type, parts in frames], catch_up=True)
 
     def resume(self, conn: Connection) -> None:
         """The main thread took frames of `conn`: read it again if its budget has room."""
@@ -383,9 +404,9 @@ class Links:
             m.counter.add(conn.peer, "received", frame.type, nbytes, len(frame.body))
             link.worker, link.phase = worker, ADMITTING
             m.gate.leave(link.ticket)
-            # A member that takes no bytes for this long fails the main thread's blocking sends (its
-            # catch-up); the loop's own sends time out by the same figure (`_scan`). SO_SNDTIMEO
-            # bounds each send() without progress, not a whole frame: a slow link is never cut.
+            # A peer that takes no bytes for this long fails the main thread's blocking sends (the
+            # STOP to a worker kept out for good); the loop's own sends time out by the same figure
+            # (`_scan`). SO_SNDTIMEO bounds each send() without progress, not a whole frame.
             secs = max(m.send_timeout_s, 0.001)
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                                  struct.pack("ll", int(secs), int(secs % 1 * 1e6)))
@@ -402,12 +423,14 @@ class Links:
             self._register(link)
         m.inbox.put(("frame", link.worker, conn, frame))
 
-    def _admitted(self, conn: Connection) -> None:
-        link = self.links.get(conn)
-        if link is None or link.phase != ADMITTING:
+    def _caught_up(self, link: Link, batch: SendBatch) -> None:
+        """The last byte of `link`'s catch-up is written: it is read from now on, its liveness clock starts."""
+        link.catch_up_last = None
+        if link.phase != ADMITTING:
             return
         link.phase, link.last_in_t = MEMBER, time.monotonic()
         self._register(link)
+        self.m.inbox.put(("caught_up", link.worker, link.conn, batch))
 
     def _resume(self, conn: Connection) -> None:
         link = self.links.get(conn)
@@ -418,17 +441,26 @@ class Links:
 
     # ------------------------------------------------------------------ sending
 
-    def _enqueue(self, frames, batch: SendBatch) -> None:
+    def _enqueue(self, frames, batch: SendBatch, catch_up: bool = False) -> None:
+        """Append each frame to its connection's output queue and write what the socket takes now;
+        `catch_up`: the frames are one connection's catch-up (`catch_up`), the last one marked."""
         now = time.monotonic()
+        touched = []
         for key, conn, msg_type, parts in frames:
             link = self.links.get(conn)
             if link is None or link.phase == DONE or conn.closed:
-                batch.done(key, OSError(f"connection to {conn.peer} is closed"))
+                batch.done(key, ConnectionGone(f"connection to {conn.peer} is closed"))
                 continue
             if not link.out:
                 link.out_progress_t = now
             link.out.append(Outgoing(list(parts), msg_type, batch, key))
-            self._write(link)
+            if catch_up:
+                link.catch_up_last = link.out[-1]
+            if not touched or touched[-1] is not link:
+                touched.append(link)
+        for link in touched:
+            if link.phase != DONE:
+                self._write(link)
 
     def _write(self, link: Link) -> None:
         """Write what the socket takes now, frame after frame of the output queue."""
@@ -442,13 +474,15 @@ class Links:
             except InterruptedError:
                 continue
             except OSError as e:
-                return self._end(link, "error", f"send failed: {e}")
+                return self._end(link, "error", f"send failed: {e}", sending=True)
             link.out_progress_t = time.monotonic()
             if item.parts:
                 continue
             out.popleft()
             link.conn.counter.add(link.conn.peer, "sent", item.msg_type, item.total, item.total - wire.HEADER_BYTES)
             item.batch.done(item.key, item.total)
+            if item is link.catch_up_last:
+                self._caught_up(link, item.batch)
         if link.phase != DONE:
             self._register(link)
 
@@ -465,7 +499,7 @@ class Links:
                 continue
             if link.out and now - link.out_progress_t > m.send_timeout_s:
                 self._end(link, "error", f"send failed: the socket took no byte for {m.send_timeout_s:g} s "
-                                         f"(timed out)")
+                                         f"(timed out)", sending=True)
             elif link.phase == HANDSHAKE:
                 progress = link.assembler.progress()
                 if not link.assembler.token_shown and now >= link.accepted_t + m.token_timeout_s \
@@ -494,12 +528,12 @@ class Links:
             return True  # the read reports it with its own reason
         return True
 
-    def _end(self, link: Link, kind: str, reason: str) -> None:
+    def _end(self, link: Link, kind: str, reason: str, sending: bool = False) -> None:
         """`link` is over: closed, its pending sends failed; the inbox hears of it unless the learner
         hung up on it or the gate evicted it."""
         if link.phase == DONE:
             return
-        self._close_link(link, OSError(reason))
+        self._close_link(link, OSError(reason) if sending else ConnectionGone(reason))
         conn, ticket = link.conn, link.ticket
         if not (ticket is not None and ticket.evicted) and not getattr(conn, "dropped_by_learner", False):
             self.m.inbox.put((kind, link.worker, conn, reason))

@@ -38,9 +38,17 @@ Hostile or broken peers (see docs/DESIGN.md, "Hostile peers"):
   instead of holding every update for --worker-timeout. The clock runs only while the loop reads
   that member: frames the learner has not taken yet hold it back, which is not the member's silence.
 
-- Join: a worker that says HELLO is admitted at the learner's current version v: WELCOME,
-  then the catch-up from the replay log (replay methods: the newest snapshot at or below v and
-  every logged update after it, in order; full methods: the newest shipped adapter). A HELLO
+- Join: a worker that says HELLO is admitted at the learner's current version v: it is a member
+  at once (it contributes from batch v, every broadcast after v goes to it), and its WELCOME and
+  catch-up from the replay log (replay methods: the newest snapshot at or below v and every logged
+  update after it, in order; full methods: the newest shipped adapter) are queued on its
+  connection, ahead of every later broadcast: the loop writes them while the main thread goes on
+  (K joiners at once are caught up side by side, a slow one holds up nobody). The `joined` row is
+  written once the loop has written the whole catch-up (`catch_up_send_s`: seconds from the
+  admission to the last byte handed to the kernel); a joiner whose socket takes no byte of it for
+  the send timeout, or whose connection breaks before the end, is dropped (not a stall: it may
+  say HELLO again). A broadcast does not wait for its copy to a joiner whose catch-up is still
+  being written (it sits behind it; a send that fails later drops the joiner all the same). A HELLO
   from the id of a disconnected member replaces it; one of a connected member is refused.
 - Disconnect: a member whose connection breaks stays a member, without a connection and without
   the rollouts it had sent, until it says HELLO again (and is caught up) or is dropped.
@@ -66,7 +74,7 @@ from typing import Iterator
 from trainers.protocol import messages, wire
 from trainers.protocol import gate
 from trainers.protocol.gate import Gate
-from trainers.hilo.links import Links
+from trainers.hilo.links import ConnectionGone, Links, SendBatch
 from trainers.hilo.consistency import Consistency
 from trainers.events import EventLog, Tally
 from trainers.hilo.methods import Method
@@ -95,6 +103,8 @@ class Peer:
     joined_t: float = field(default_factory=time.monotonic)
     lost_t: float | None = None
     hash_reported: int = -1  # the newest version its HASH reports covered (each once, in order, from its catch-up base)
+    catching_up: dict | None = None  # its `joined` row until the loop reports its catch-up written; then None
+    catch_up_batch: SendBatch | None = None  # its catch-up's frames (done once each is written or has failed)
     rollouts: dict[int, tuple[Rollouts, float]] = field(default_factory=dict)  # batch -> (rollouts, arrival), not yet trained on
 
     @property
@@ -238,6 +248,15 @@ class Membership:
             if kind in ("error", "bad", "silent") and not getattr(conn, "dropped_by_learner", False):  # a connection that never joined, or was replaced: count and forget
                 self.reject(getattr(conn, "source", conn.peer), conn.peer, worker, payload)
             return None
+        if kind == "caught_up":
+            self.caught_up(current, payload)
+            return None
+        if kind == "error" and current.catching_up is not None:
+            self.drop(worker, f"catch-up failed: {payload}")
+            return None
+        if kind == "error" and payload.startswith("send failed"):  # a copy no broadcast waited for (behind a catch-up)
+            self.drop(worker, payload)
+            return None
         if kind == "error":
             self.disconnect(current, payload)
             return None
@@ -284,27 +303,36 @@ class Membership:
         base = version if resync else self.replay_log.base(version, replay)
         welcome = {"params": self.params.to_json(), "version": version, "start_batch": version,
                    "snapshot_version": base, "heartbeat_s": self.liveness_s / 4}
-        t0, sent = time.monotonic(), 0
-        try:
-            conn.send(MessageType.WELCOME, wire.pack_json(welcome), version)
-            if base > 0 and replay:
-                blob = self.replica.snapshot() if resync else self.replay_log.snapshots[base]
-                sent += conn.send(MessageType.SNAPSHOT, blob, base)
-            for v in range(base + 1, version + 1):  # never skip: every logged update in order
-                sent += conn.send(MessageType.UPDATE, self.replay_log.updates[v], v)
-        except OSError as e:
-            self.events.write("rejected", worker=worker, reason=f"catch-up failed: {e}")
-            self.links.hang_up(conn)
-            return
-        self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
-        if hasattr(conn, "link"):  # the loop may read it now, and its liveness clock starts
-            self.links.admitted(conn)
+        t0 = time.monotonic()
+        bodies = [(MessageType.WELCOME, wire.pack_json(welcome), version)]
+        if base > 0 and replay:
+            bodies.append((MessageType.SNAPSHOT, self.replica.snapshot() if resync else self.replay_log.snapshots[base],
+                           base))
+        bodies += [(MessageType.UPDATE, self.replay_log.updates[v], v)  # never skip: every logged update in order
+                   for v in range(base + 1, version + 1)]
+        t1 = time.perf_counter()
+        frames = []
+        for i, (msg_type, body, v) in enumerate(bodies):
+            frames.append((i, msg_type, wire.claim_prepared_frame(conn, msg_type, wire.prepare_body(body), v)))
+        self.counter.add_seconds(time.perf_counter() - t1)  # the checksums: framing, the harness's own time
+        queued = sum(len(p) for _, _, parts in frames[1:] for p in parts)  # the catch-up proper, WELCOME aside
+        peer = self.peers[worker] = Peer(worker, conn, start_batch=version, hash_reported=base - 1)
+        peer.catching_up = {"worker": worker, "version": version, "snapshot_version": base, "replayed": version - base,
+                            "catch_up": "resync" if resync else "replay", "catch_up_bytes": queued, "t0": t0}
+        peer.catch_up_batch = self.links.catch_up(conn, frames)
         if version not in self.consistency.hashes:
             self.consistency.record(version)  # so the worker's post-catch-up report can be checked
-        self.events.write("joined", worker=worker, version=version, snapshot_version=base,
-                          replayed=version - base, catch_up="resync" if resync else "replay",
-                          catch_up_bytes=sent, catch_up_send_s=round(time.monotonic() - t0, 6))
-        log(PROCESS, f"worker {worker} joined at version {version} (snapshot {base} + {version - base} updates)")
+
+    def caught_up(self, peer: Peer, batch) -> None:
+        """The loop wrote `peer`'s whole catch-up: its `joined` row, with the bytes and the seconds
+        from the admission to the last byte written."""
+        row, peer.catching_up, peer.catch_up_batch = peer.catching_up, None, None
+        if row is None:
+            return
+        t0 = row.pop("t0")
+        self.events.write("joined", **row, catch_up_send_s=round((batch.done_t or time.monotonic()) - t0, 6))
+        log(PROCESS, f"worker {peer.worker} joined at version {row['version']} (snapshot {row['snapshot_version']} "
+                     f"+ {row['replayed']} updates)")
 
     def keep_out(self, worker: int, conn: Connection) -> bool:
         """Refuse the HELLO of a worker that is kept out after a drop (True), else False."""
@@ -363,16 +391,30 @@ class Membership:
     def broadcast(self, msg: bytes, version: int) -> dict[str, int]:
         """Send update `version` to every connected member; returns frame bytes written per worker.
         One checksum of the body for every worker's frame; the loop writes each socket what it
-        takes, so a slow link delays only its own copy. Returns once every copy is written or has
-        failed (a member whose socket takes no byte for the send timeout is dropped)."""
+        takes, so a slow link delays only its own copy. Returns once every caught-up member's copy is
+        written or has failed (a member whose socket takes no byte for the send timeout, or whose send
+        fails, is dropped; one whose connection had broken otherwise is left to the inbox's report of
+        it: a disconnect); a copy queued behind a joiner's unfinished catch-up is not waited for
+        (counted here only if already written; if it fails, the loop's report of the connection's
+        end drops the joiner)."""
         peers = [p for p in self.peers.values() if p.start_batch < version and p.conn is not None]
         body = wire.prepare_body(msg)
-        batch = self.links.send([(p.worker, p.conn, MessageType.UPDATE,
-                                  wire.claim_prepared_frame(p.conn, MessageType.UPDATE, body, version)) for p in peers])
-        self.links.wait(batch)
+        # A joiner whose catch-up is still being written (its batch not done): its copy waits behind it.
+        joining = {p.worker for p in peers if p.catch_up_batch is not None and p.catch_up_batch.done_t is None}
+        batches = {}
+        for behind in (False, True):
+            batches[behind] = self.links.send([
+                (p.worker, p.conn, MessageType.UPDATE, wire.claim_prepared_frame(p.conn, MessageType.UPDATE, body, version))
+                for p in peers if (p.worker in joining) == behind])
+        self.links.wait(batches[False])
+        # A joiner's copy waits behind its catch-up: not waited for (its connection's end drops it).
+        results = {**{w: r for w, r in batches[True].results.items() if not isinstance(r, OSError)},
+                   **batches[False].results}
         written = {}
-        for worker in sorted(batch.results):
-            result = batch.results[worker]
+        for worker in sorted(results):
+            result = results[worker]
+            if isinstance(result, ConnectionGone):  # it broke (EOF, ...): the inbox's report of that decides
+                continue
             if isinstance(result, OSError):
                 self.drop(worker, f"send failed: {result}")
             else:

@@ -1,6 +1,7 @@
 """The learner's connections on one event loop (trainers/hilo/links.py), over real sockets:
 a stalled half frame holds up no other connection, a receiver that stops reading delays no other
-member's copy of a broadcast, and the learner's threads do not grow with its connections."""
+member's copy of a broadcast, a joiner stuck in its catch-up holds up no update, and the learner's
+threads do not grow with its connections."""
 from __future__ import annotations
 
 import socket
@@ -8,12 +9,15 @@ import threading
 import time
 
 import pytest
+import torch
 
+from trainers.events import read_events
 from trainers.protocol import wire
 from trainers.protocol.wire import Connection, MessageType
 
 TOKEN = "links-token"
 WAIT_S = 60.0
+LOGGED = 120  # updates in the learner's replay log when a joiner arrives: 9 MB of catch-up (identity, micro)
 
 
 @pytest.fixture
@@ -63,7 +67,8 @@ def frames(learner, what: str) -> list:
 def join(learner, worker: int, rcvbuf: int | None = None) -> Connection:
     conn = connect(learner, worker, rcvbuf)
     conn.send(MessageType.HELLO, wire.pack_json({"worker": worker}))
-    pump_until(learner, f"w{worker} to join", lambda: worker in learner.members.peers)
+    pump_until(learner, f"w{worker} to join", lambda: worker in learner.members.peers
+               and learner.members.peers[worker].catching_up is None)  # its catch-up (the WELCOME) written
     assert conn.recv(deadline=time.monotonic() + WAIT_S).type == MessageType.WELCOME
     return conn
 
@@ -145,3 +150,112 @@ def test_the_learners_threads_do_not_grow_with_its_connections(make_learner):
         c.close()
     pump_until(learner, "the disconnects", lambda: all(p.conn is None for p in learner.members.peers.values()))
     assert threading.active_count() == listening
+
+
+def publish(learner, generator: torch.Generator) -> tuple[int, dict]:
+    """One update as the learner's loop makes it past the training step: encode a gradient, step on
+    its decoding, log it for joiners, record the hash, broadcast; returns (version, frame bytes written)."""
+    grads = {n: torch.randn(t.shape, generator=generator) for n, t in learner.replica.params.items()}
+    msg = learner.compressor.encode(grads)
+    learner.replica.step(learner.compressor.decode(msg, reuse=True))
+    version = learner.replica.version
+    learner.replay_log.append(version, learner.catch_up_message(msg))
+    learner.consistency.record(version)
+    return version, learner.members.broadcast(msg, version)
+
+
+def read_all(conn: Connection, into: list) -> threading.Thread:
+    """A member that keeps reading (its frames' (type, version) into `into`) until its connection ends."""
+    def run():
+        try:
+            while True:
+                frame = conn.recv()
+                into.append((frame.type, frame.version))
+        except (OSError, wire.WireError):
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_joiner_stuck_in_its_catch_up_holds_up_no_update_and_is_dropped_then_rejoins_hash_equal(make_learner,
+                                                                                                  tmp_path):
+    """w3 says HELLO at version 120 and reads nothing: its catch-up (120 logged updates, 9 MB: more than
+    the socket buffers hold, 4 MiB at most by Linux's default tcp_wmem) sticks in the learner's output queue. The learner goes on publishing updates
+    to w1 and w2 (w3 is a member the whole time, neither refused nor waited for), the send deadline
+    (2 s) drops w3, and a genuine worker 3 then rejoins, catches up, takes the next broadcast after
+    its catch-up and reports hashes equal to the learner's."""
+    from trainers.hilo.worker import Worker
+
+    learner = make_learner(3, worker_timeout_s=2.0, liveness_s=WAIT_S)
+    learner.members.listen()
+    generator = torch.Generator().manual_seed(0)
+    received: dict[int, list] = {w: [] for w in (1, 2)}
+    members = {w: join(learner, w) for w in (1, 2)}
+    readers = [read_all(members[w], received[w]) for w in (1, 2)]
+    for _ in range(LOGGED):
+        publish(learner, generator)
+    stuck = connect(learner, 3, rcvbuf=4096)
+    stuck.send(MessageType.HELLO, wire.pack_json({"worker": 3}))
+    pump_until(learner, "w3 to be admitted", lambda: 3 in learner.members.peers)
+    catching = learner.members.peers[3].catching_up
+    assert catching is not None and catching["version"] == LOGGED and catching["replayed"] == LOGGED
+    assert catching["catch_up_bytes"] > 8 << 20  # more than its socket buffers hold
+    published = []
+    for _ in range(3):  # the main thread is not held by w3's catch-up
+        version, written = publish(learner, generator)
+        assert sorted(written) == ["w1", "w2"]
+        published.append(version)
+    assert 3 in learner.members.peers and learner.members.peers[3].catching_up is not None
+    end = time.monotonic() + WAIT_S
+    while not all((MessageType.UPDATE, published[-1]) in received[w] for w in (1, 2)):
+        assert time.monotonic() < end, "w1 and w2 never received the updates published during w3's catch-up"
+        time.sleep(0.05)
+    pump_until(learner, "w3 to be dropped", lambda: 3 not in learner.members.peers)
+    drop = learner.members.dropped[-1]
+    assert drop["worker"] == 3 and not drop["stall"], drop
+    assert drop["reason"].startswith("catch-up failed: send failed: the socket took no byte for 2 s"), drop
+    assert sorted(learner.members.peers) == [1, 2] and not learner.members.stalls
+    stuck.close()
+
+    worker = Worker(3, learner.address, TOKEN, str(tmp_path / "w3"), expect={}, connect_timeout_s=WAIT_S,
+                    update_timeout_s=WAIT_S)
+    got: dict = {}
+
+    def rejoin():
+        try:
+            welcome = got["welcome"] = worker.join()
+            while worker.replica.version < welcome["version"]:
+                worker.apply_next()
+            got["caught_up"] = worker.report_hash()
+            worker.apply_next()  # the first broadcast after its catch-up
+            got["next"] = worker.report_hash()
+        except BaseException as e:  # noqa: BLE001 - the test thread asserts on it
+            got["error"] = e
+
+    thread = threading.Thread(target=rejoin, daemon=True)
+    thread.start()
+    try:
+        end = time.monotonic() + 3 * WAIT_S  # it builds its model, then replays and hashes every version
+        while not learner.consistency.reported("w3", LOGGED + 3):
+            assert time.monotonic() < end and "error" not in got, f"w3 never reported its catch-up: {got}"
+            learner.pump(0.05)
+        version, written = publish(learner, generator)
+        while not learner.consistency.reported("w3", version):
+            assert time.monotonic() < end and "error" not in got, f"w3 never reported version {version}: {got}"
+            learner.pump(0.05)
+        thread.join(WAIT_S)
+    finally:
+        worker.close()
+    assert got["welcome"]["version"] == LOGGED + 3 and got["welcome"]["snapshot_version"] == 0
+    checks = [c for c in learner.consistency.checks if c["replica"] == "w3"]
+    # it reports every version it replays (--hash-every 1), the one after its catch-up too: all equal
+    assert [c["version"] for c in checks] == list(range(1, LOGGED + 5)) and all(c["equal"] for c in checks), checks[-1]
+    joined = [r for r in read_events(learner.events.path) if r["kind"] == "joined" and r["worker"] == 3]
+    assert len(joined) == 1 and joined[0]["version"] == joined[0]["replayed"] == LOGGED + 3, joined
+    assert joined[0]["catch_up_bytes"] > 0 and joined[0]["catch_up_send_s"] >= 0
+    assert sorted(learner.members.peers) == [1, 2, 3] and len(learner.members.dropped) == 1
+    for c in members.values():
+        c.close()
+    for r in readers:
+        r.join(WAIT_S)
