@@ -12,8 +12,10 @@ folder alone.
 
 Sizing the adapter builds the model on the meta device (torch), which `harness run` itself never
 imports: the shapes are kept in the models cache (`adapters/`, `cached_shapes`), so `harness run` predicts
-in its own process (`write(run_dir, cache)`) once they are there, and runs this module as a process
-(which imports torch and fills the cache) only when they are not, or for a data-parallel run.
+in its own process (`write(run_dir, cache)`) once they are there. A run whose shapes are not cached has
+its fork server size them while the cells run (`trainers.model.shapes`, forked by launch.AdapterShapes:
+`pending_shapes`, `adopt_shapes`); this module runs as a process (which imports torch and fills the
+cache) only without a fork server (--spawn exec), when that child failed, or for a data-parallel run.
 """
 from __future__ import annotations
 

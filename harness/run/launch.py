@@ -720,9 +720,9 @@ class AdapterShapes:
 
 def write_prediction(run_dir: Path, tables: RunTables | None = None) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
-    In this process when the adapter's shapes are in the models cache (no torch, no process start);
-    else its own process, which sizes the adapter on the meta device (torch; the harness stays
-    torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
+    In this process when the adapter's shapes are in the models cache (no torch, no process start:
+    AdapterShapes put them there while the cells ran); else its own process, which sizes the adapter on
+    the meta device (torch; the harness stays torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
     reads the folder once). A failure is one stderr line; the report then has no model section."""
     from harness.projection import prediction
 
