@@ -52,8 +52,13 @@ class Live:
             self.progress.start()
 
     def stop(self) -> None:
+        """Stop the display, and its refresh thread with it (finalize forks its figure writer only where
+        no other thread runs: style.save_all)."""
         if self.progress is not None and self.progress.live.is_started:
+            refresher = getattr(self.progress.live, "_refresh_thread", None)   # rich sets it None, unjoined
             self.progress.stop()
+            if refresher is not None:
+                refresher.join(timeout=1.0)
 
     def __enter__(self):
         self.start()
@@ -178,7 +183,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         try:
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
-                                     clock=clock, early=early,
+                                     clock=clock, early=early, finishing=live.stop,
                                      place=functools.partial(regime.place, say=say))
         finally:
             live.stop()

@@ -514,7 +514,8 @@ def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
             started: Callable[[], None] = lambda: None, artefacts: bool = True,
             place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg,
-            clock: fixed_cost.Stopwatch | None = None, early: ForkServer | None = None) -> Path:
+            clock: fixed_cost.Stopwatch | None = None, early: ForkServer | None = None,
+            finishing: Callable[[], None] = lambda: None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
@@ -523,6 +524,8 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`).
     `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
     `early`: a fork server `harness run` started before its config checks (fork_server uses it).
+    `finishing()`: after the cells, before finalize (commands.run stops its live display there: with no
+    thread but ours, finalize's figures are written by two processes, style.save_all).
 
     The fork server starts first: its imports (torch, transformers, peft: seconds of CPU) run on
     another core while the network is built and finalize's own imports are done (fixed_cost.prewarm);
@@ -583,6 +586,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
         shapes.finish(wait_s=0.0 if status == "interrupted" else SHAPES_TIMEOUT_S)
+        finishing()
         if artefacts:
             finalize(run_dir, clock)
         else:
