@@ -12,11 +12,14 @@ folder alone.
 
 Sizing the adapter builds the model on the meta device (torch), which `harness run` itself never
 imports: the shapes are kept in the models cache (`adapters/`, `cached_shapes`), so `harness run` predicts
-in its own process (`write(run_dir, cache)`) once they are there, and runs this module as a process
-(which imports torch and fills the cache) only when they are not, or for a data-parallel run.
+in its own process (`write(run_dir, cache)`) once they are there. A run whose shapes are not cached has
+its fork server size them while the cells run (`trainers.model.shapes`, forked by launch.AdapterShapes:
+`pending_shapes`, `adopt_shapes`); this module runs as a process (which imports torch and fills the
+cache) only without a fork server (--spawn exec), when that child failed, or for a data-parallel run.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,13 +51,42 @@ def _shapes_file(cache: Path, model: str, rank: int) -> Path:
 def cached_shapes(cache: Path | None, model: str, rank: int) -> list[tuple[str, tuple[int, ...]]] | None:
     """(name, shape) of the adapter's factors as a torch process stored them, or None (no cache, no entry,
     or an entry that does not parse: then the process recomputes it)."""
-    if cache is None:
-        return None
+    return None if cache is None else _read_shapes(_shapes_file(cache, model, rank))
+
+
+def _read_shapes(path: Path, model: str | None = None, rank: int | None = None
+                 ) -> list[tuple[str, tuple[int, ...]]] | None:
+    """The shapes in a file of store_shapes' format (and, given `model` and `rank`, of that adapter), or None."""
     try:
-        doc = json.loads(_shapes_file(cache, model, rank).read_text())
-        return [(str(n), tuple(int(d) for d in shape)) for n, shape in doc["shapes"]]
+        doc = json.loads(path.read_text())
+        if (model is not None and doc["model"] != model) or (rank is not None and int(doc["rank"]) != rank):
+            return None
+        shapes = [(str(n), tuple(int(d) for d in shape)) for n, shape in doc["shapes"]]
+        return shapes or None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def pending_shapes(cache: Path, model: str, rank: int) -> Path | None:
+    """Where a `trainers.model.shapes` child (forked while the cells run: harness/run/launch.py) is to
+    write (model, rank)'s shapes for `adopt_shapes`; None when they are cached already."""
+    if cached_shapes(cache, model, rank) is not None:
+        return None
+    final = _shapes_file(cache, model, rank)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return final.with_name(f"{final.stem}.pending-{os.getpid()}.json")
+
+
+def adopt_shapes(cache: Path, model: str, rank: int, pending: Path) -> bool:
+    """Keep the shapes a `trainers.model.shapes` child wrote at `pending` (the same format, read back and
+    checked as `cached_shapes` reads them) in the cache; the pending file goes either way."""
+    shapes = _read_shapes(pending, model, rank)
+    with contextlib.suppress(OSError):
+        pending.unlink()
+    if shapes is None:
+        return False
+    store_shapes(cache, model, rank, shapes)
+    return True
 
 
 def store_shapes(cache: Path, model: str, rank: int, shapes) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import struct
 import threading
 import time
 import warnings
@@ -74,34 +75,73 @@ def save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
-CHILD_TIMEOUT_S = 600.0   # a PDF child that has not finished by then is killed and its PDFs written here
+CHILD_TIMEOUT_S = 600.0   # a writer child that has not finished by then is killed and its files written here
 PR_SET_PDEATHSIG = 1      # <linux/prctl.h>
+JOB = struct.Struct("=I")  # one file to write, as its index: the queue both writers take from
+PIPE_CAPACITY = 65536     # bytes a Linux pipe buffers by default (16384 jobs): the queue is written before the fork
 
 
 def save_all(figures: list[tuple[object, str]], out: Path) -> list[Path]:
-    """`save` for several (figure, name): the PDFs (Type-42 font subsetting, most of the work) written by a
-    forked child while this process writes the PNGs, on a box with a core to spare. Only where no other
-    thread runs here (a lock another thread held at the fork would stay held in the child: `harness run`'s
-    live display is one); else, or if the child fails, one after the other here. Each figure is closed."""
+    """`save` for several (figure, name): every PDF and PNG is one job, and this process and a forked
+    child take the jobs from one queue (a pipe holding their indices, PDFs first: Type-42 font subsetting
+    makes them the longer ones) until it is empty, so both cores write files and neither waits long for
+    the other. Only where no other thread runs here (a lock another thread held at the fork would stay
+    held in the child: `harness run`'s live display is one); else, or for the jobs of a child that
+    failed, one after the other here. The files are the same either way. Each figure is closed."""
     out.mkdir(parents=True, exist_ok=True)
-    pdfs = [(fig, out / f"{name}.pdf") for fig, name in figures]
-    child = _fork_pdfs(pdfs) if len(figures) > 1 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1 \
-        else None
-    for fig, name in figures:
-        fig.savefig(out / f"{name}.png")
-        if child is None:
-            fig.savefig(out / f"{name}.pdf")
-    if child is not None and not _child_done(child):
-        for fig, path in pdfs:
-            fig.savefig(path)
+    jobs = [(fig, out / f"{name}.pdf") for fig, name in figures] + [(fig, out / f"{name}.png") for fig, name in figures]
+    mine: set[int] = set()
+    child, queue = None, None
+    if len(figures) > 1 and (os.cpu_count() or 1) > 1 and threading.active_count() == 1:
+        queue = _queue(len(jobs))
+        child = _fork_writer(jobs, queue) if queue is not None else None
+    try:
+        while child is not None and (index := _take(queue)):
+            jobs[index - 1][0].savefig(jobs[index - 1][1])
+            mine.add(index - 1)
+    except BaseException:
+        if child is not None:   # no writer outlives the call
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        raise
+    finally:
+        if queue is not None:
+            os.close(queue)
+    if child is None or not _child_done(child):   # no child, or one that failed: the rest are ours
+        for i, (fig, path) in enumerate(jobs):
+            if i not in mine:
+                fig.savefig(path)
     for fig, _ in figures:
         plt.close(fig)
     return [path for _, name in figures for path in (out / f"{name}.pdf", out / f"{name}.png")]
 
 
-def _fork_pdfs(pdfs: list[tuple[object, Path]]) -> int | None:
-    """The pid of a child writing `pdfs` (None: fork failed). It dies with us (PR_SET_PDEATHSIG) and says
-    nothing: its exit status is its report (0: every PDF written)."""
+def _queue(n: int) -> int | None:
+    """The read end of a pipe holding the job numbers 1..n (its write end closed: an empty queue reads as
+    end of file); None if the pipe cannot hold them. Each read takes one whole number (a pipe read is
+    atomic under the pipe's lock, and every number was written at once)."""
+    r, w = os.pipe()
+    try:
+        if n * JOB.size > PIPE_CAPACITY:
+            raise OSError("too many jobs for one pipe")
+        os.write(w, b"".join(JOB.pack(i) for i in range(1, n + 1)))
+    except OSError:
+        os.close(r)
+        return None
+    finally:
+        os.close(w)
+    return r
+
+
+def _take(queue: int) -> int:
+    """The next job's number (1-based), 0 when the queue is empty."""
+    raw = os.read(queue, JOB.size)
+    return JOB.unpack(raw)[0] if len(raw) == JOB.size else 0
+
+
+def _fork_writer(jobs: list[tuple[object, Path]], queue: int) -> int | None:
+    """The pid of a child writing the jobs it takes from `queue` (None: fork failed). It dies with us
+    (PR_SET_PDEATHSIG) and says nothing: its exit status is its report (0: every job it took written)."""
     try:
         pid = os.fork()
     except OSError:
@@ -112,10 +152,10 @@ def _fork_pdfs(pdfs: list[tuple[object, Path]]) -> int | None:
     try:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         warnings.simplefilter("ignore")   # no write to a stream whose lock the fork may have copied held
-        for fig, path in pdfs:
-            fig.savefig(path)
+        while index := _take(queue):
+            jobs[index - 1][0].savefig(jobs[index - 1][1])
         code = 0
-    except BaseException:   # noqa: BLE001 (whatever it was, the parent writes the PDFs itself)
+    except BaseException:   # noqa: BLE001 (whatever it was, the parent writes every file it did not write itself)
         code = 1
     finally:
         os._exit(code)

@@ -52,8 +52,13 @@ class Live:
             self.progress.start()
 
     def stop(self) -> None:
+        """Stop the display, and its refresh thread with it (finalize forks its figure writer only where
+        no other thread runs: style.save_all)."""
         if self.progress is not None and self.progress.live.is_started:
+            refresher = getattr(self.progress.live, "_refresh_thread", None)   # rich sets it None, unjoined
             self.progress.stop()
+            if refresher is not None:
+                refresher.join(timeout=1.0)
 
     def __enter__(self):
         self.start()
@@ -146,7 +151,9 @@ def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
     return cfg
 
 
-def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
+def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None, early=None) -> int:
+    """One run of `cfg`, its outcome as an exit code. `early`: its fork server, already importing
+    (harness/run/entry.py: `harness run` starts it before these checks; launch.fork_server takes it)."""
     if log is not None:
         try:
             tracking.check(log)
@@ -176,7 +183,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         try:
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
-                                     clock=clock,
+                                     clock=clock, early=early, finishing=live.stop,
                                      place=functools.partial(regime.place, say=say))
         finally:
             live.stop()
@@ -195,14 +202,16 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
 
 
 def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool,
-                log: str | None) -> int:
-    """`harness run`: the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is one line, exit 2."""
+                log: str | None, cfg: RunConfig | None = None, early=None) -> int:
+    """`harness run` (after harness/run/entry.py, which built `cfg` when it could and started its fork
+    server `early`): the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is
+    one line, exit 2."""
     try:
-        cfg = config.build(**values, run_id=run_id, out_dir=out)
+        cfg = cfg or config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log)
+    return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log, early=early)
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:

@@ -1,6 +1,6 @@
 """The fixed cost of a run: the wall seconds it spends outside its training loops, split by part.
 
-    clock = Stopwatch()                      # at the top of launch.execute
+    clock = Stopwatch()                      # commands.run, before launch.execute
     with clock.part("network"): ...          # each of the harness's own steps
     split(run_dir, tables, clock)            # meta.json's "overhead" block (launch.overhead)
 
@@ -11,8 +11,12 @@ CLI's imports are part of what a user waits for), so `run_s` = `loop_s` + `eval_
 prediction, figures, report text), each cell's from its launch.json (learner start: until it
 listens; the join and the learner's own start and end: the rest of its life outside the loop and
 the held-out evaluations; teardown) and its setup around it (schedule, link sampler), and `other`:
-what no part covers (meta.json writes, the gaps between steps). A part that overlaps another (the
-fork server imports while the network is built) counts once, as the wall time the run waited.
+what no part covers (meta.json writes, the gaps between steps). A part that overlaps another counts
+once, as the wall time the run waited: the fork server imports from the moment `harness run` has its
+config (harness/run/entry.py), while start-up's last imports, the preflight, the metadata, the network
+and finalize's imports (PREWARM) run here, so its part is only what is left of its imports after them;
+the adapter's sizing for the prediction runs in a child of the fork server beside the cells, so the
+prediction part is the cost model alone, in this process, even on a first run into a models cache.
 Without a Stopwatch (a report rebuilt from the folder alone) the run's seconds count from
 meta.json's `started_utc` and only the cells' parts are known.
 """

@@ -43,7 +43,7 @@ from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
 from harness.net import shaper
-from harness.run.forkserver import ForkServer, ForkServerError
+from harness.run.forkserver import ForkServer, ForkServerError, set_subreaper
 from harness.net import doctor
 from harness.net import cgroups
 from harness.net import limits
@@ -230,20 +230,47 @@ def spawner(topo, server: ForkServer | None) -> Callable:
     return lambda node, argv, **kw: server.spawn(argv, netns=netns(node), **kw)
 
 
+def server_modules(cfg: RunConfig) -> list[str]:
+    """What the run's fork server imports: every cell's services, the models step when it builds, and
+    the adapter's sizing (trainers.model.shapes: the cost model's shapes, see AdapterShapes)."""
+    return sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)}
+                  | ({MODELS_MODULE} if models_to_build(cfg) else set()) | {SHAPES_MODULE})
+
+
 @contextlib.contextmanager
-def fork_server(cfg: RunConfig, run_dir: Path, containers: bool) -> Iterator[ForkServer | None]:
+def fork_server(cfg: RunConfig, run_dir: Path, containers: bool,
+                early: ForkServer | None = None) -> Iterator[ForkServer | None]:
     """The run's fork server (`--spawn fork`): started once, before the first cell, with the modules
     of every cell's services imported; stopped after the last. Yielded at once, its imports under
     way (`wait_ready`, or its first spawn, waits for them). None with `--spawn exec` and in
-    containers (each service runs in its own container there)."""
+    containers (each service runs in its own container there). `early`: one `harness run` started
+    as soon as its flags were parsed (harness/run/entry.py, which stops it): used when it imports
+    these modules and its log can move into `run_dir`, else stopped here and a new one started."""
     if cfg.spawn != "fork" or containers:
         yield None
         return
-    modules = sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)}
-                     | ({MODELS_MODULE} if models_to_build(cfg) else set()))
-    with ForkServer.started(modules, python_env(cache_dir(cfg), threads=1), run_dir / "forkserver.log",
+    log = run_dir / "forkserver.log"
+    if early is not None:
+        if early.modules == server_modules(cfg) and adopt_log(early, log):
+            set_subreaper(True)   # a pilot run's own server (regime) turned it off when it stopped
+            yield early
+            return
+        early.close()
+    with ForkServer.started(server_modules(cfg), python_env(cache_dir(cfg), threads=1), log,
                             label=str(run_dir), wait=False) as server:
         yield server
+
+
+def adopt_log(server: ForkServer, log: Path) -> bool:
+    """Move the log of a server started before the run folder existed to `log` (a rename: the server
+    writes on into the same file); False where it cannot (another file system)."""
+    env, old, _label = server.launch
+    try:
+        os.replace(old, log)
+    except OSError:
+        return False
+    server.launch = (env, log, str(log.parent))   # where a restarted server logs, and its label
+    return True
 
 
 def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0) -> str:
@@ -453,6 +480,7 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
 
 
 MODELS_MODULE = "trainers.model.run_models"
+SHAPES_MODULE = "trainers.model.shapes"   # the adapter's shapes for the cost model (AdapterShapes)
 
 
 def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None) -> None:
@@ -486,7 +514,8 @@ def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
             started: Callable[[], None] = lambda: None, artefacts: bool = True,
             place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg,
-            clock: fixed_cost.Stopwatch | None = None) -> Path:
+            clock: fixed_cost.Stopwatch | None = None, early: ForkServer | None = None,
+            finishing: Callable[[], None] = lambda: None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
@@ -494,10 +523,14 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot).
     `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`).
     `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
+    `early`: a fork server `harness run` started before its config checks (fork_server uses it).
+    `finishing()`: after the cells, before finalize (commands.run stops its live display there: with no
+    thread but ours, finalize's figures are written by two processes, style.save_all).
 
     The fork server starts first: its imports (torch, transformers, peft: seconds of CPU) run on
     another core while the network is built and finalize's own imports are done (fixed_cost.prewarm);
-    then it forks the models step (a cache hit: no second torch import) and the cells."""
+    then it forks the models step (a cache hit: no second torch import), the adapter's sizing for the
+    cost model (AdapterShapes: a first run into a models cache) and the cells."""
     clock = clock or fixed_cost.Stopwatch()
     with clock.part("preflight"):
         check_privileges(cfg)
@@ -513,9 +546,10 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     with clock.part("metadata (git, package versions)"):
         doc = meta(cfg, "pending")
     status = "interrupted"
+    shapes = AdapterShapes()
 
     try:
-        with signals_raise(), fork_server(cfg, run_dir, containers=net is not None) as server:
+        with signals_raise(), fork_server(cfg, run_dir, containers=net is not None, early=early) as server:
             with contextlib.ExitStack() as built:   # torn down on the way out, before the fork server stops
                 with clock.part("network (namespaces, shaping)"):
                     topo, backend = built.enter_context((net or network)(cfg))
@@ -528,6 +562,8 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
                             fixed_cost.prewarm()
                     with clock.part("fork server (the wait for its imports)"):
                         server.wait_ready()
+                    if artefacts:
+                        shapes = AdapterShapes.start(cfg, run_dir, server)
                 try:
                     with clock.part("models (build, or find in the cache)"):
                         prepare_models(cfg, cache_dir(cfg), server)
@@ -549,6 +585,8 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
+        shapes.finish(wait_s=0.0 if status == "interrupted" else SHAPES_TIMEOUT_S)
+        finishing()
         if artefacts:
             finalize(run_dir, clock)
         else:
@@ -633,11 +671,62 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
 
 
+SHAPES_TIMEOUT_S = 120.0    # the adapter's sizing on the meta device: ~0.1 s for micro, seconds for a 7B shape
+
+
+class AdapterShapes:
+    """The adapter's shapes for finalize's cost model, sized while the cells run by a child the fork
+    server forks (`trainers.model.shapes`: its torch is imported already), so that write_prediction
+    runs in this process instead of starting a Python that imports torch (a first run into a models
+    cache). Nothing when the shapes are cached, for a data-parallel run (its tensor tables come
+    from the meta device: write_prediction's own process) or without a fork server; a child that
+    fails leaves write_prediction to its process, as before."""
+
+    def __init__(self, proc=None, pending: Path | None = None, key: tuple = ()):
+        self.proc, self.pending, self.key = proc, pending, key   # key: (cache, model, rank)
+
+    @classmethod
+    def start(cls, cfg: RunConfig, run_dir: Path, server: ForkServer) -> "AdapterShapes":
+        if any(spec.is_data_parallel(v.method) for v in cfg.variants):
+            return cls()
+        from harness.projection import prediction
+
+        key = (cache_dir(cfg), str(cfg.values["model"]), int(cfg.values["lora_rank"]))
+        try:
+            pending = prediction.pending_shapes(*key)
+            if pending is None:
+                return cls()
+            argv = [sys.executable, "-m", SHAPES_MODULE, "--model", key[1], "--rank", str(key[2]),
+                    "--out", str(pending)]
+            with open(run_dir / "forkserver.log", "ab") as log:
+                return cls(server.spawn(argv, cwd=ROOT, env=python_env(key[0], threads=1), stdout=log), pending, key)
+        except (OSError, ForkServerError):   # write_prediction sizes it in its own process
+            return cls()
+
+    def finish(self, wait_s: float) -> None:
+        """Wait up to `wait_s` for the child (then kill it) and keep the shapes it wrote in the cache."""
+        if self.proc is None:
+            return
+        try:
+            code = self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        from harness.projection import prediction
+
+        self.proc = None
+        with contextlib.suppress(OSError):   # a cache we cannot write: write_prediction's process tries again
+            if code == 0:
+                prediction.adopt_shapes(*self.key, self.pending)
+            else:
+                self.pending.unlink()
+
+
 def write_prediction(run_dir: Path, tables: RunTables | None = None) -> None:
     """prediction.json (the cost model at this run's link and measured compute), which the report reads.
-    In this process when the adapter's shapes are in the models cache (no torch, no process start);
-    else its own process, which sizes the adapter on the meta device (torch; the harness stays
-    torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
+    In this process when the adapter's shapes are in the models cache (no torch, no process start:
+    AdapterShapes put them there while the cells ran); else its own process, which sizes the adapter on
+    the meta device (torch; the harness stays torch-free) and caches the shapes for the next run. `tables`: the run's, already parsed (finalize
     reads the folder once). A failure is one stderr line; the report then has no model section."""
     from harness.projection import prediction
 

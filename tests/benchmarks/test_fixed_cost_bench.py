@@ -3,10 +3,10 @@
     .venv/bin/python -m pytest -m benchmark -s tests/benchmarks/test_fixed_cost_bench.py
     WAN_FIXED_COST_BASE=/path/to/other/checkout .venv/bin/python -m pytest -m benchmark -s ...   (before/after)
 
-A 1-worker micro run on the emulated network (5 updates, spar, no baseline, literal rates): first with a
-fresh models cache, then ROUNDS times with the cache it filled, alternating with the same command run from
-the checkout $WAN_FIXED_COST_BASE names when it is set (an older commit: the "before", side by side under
-the same load). Each run's wall seconds as this test timed the command, its CPU seconds (the whole process
+A 1-worker micro run on the emulated network (5 updates, spar, no baseline, literal rates): ROUNDS times
+each with a fresh models cache of its own (a first run into a fresh --out folder), then ROUNDS times with
+one warm cache, each alternating with the same command run from the checkout $WAN_FIXED_COST_BASE names
+when it is set (an older commit: the "before", side by side under the same load). Each run's wall seconds as this test timed the command, its CPU seconds (the whole process
 tree: harness, fork server, services), and meta.json's `overhead` block: the loops, the held-out
 evaluations outside them and the rest, split by part where the run records parts (harness/run/fixed_cost.py),
 then the medians side by side. Then the overlap the run gets at its start: the fork server's imports
@@ -89,13 +89,16 @@ def _row(label: str, r: dict) -> str:
             f"{r.get('overhead_s', 0):.1f} (load1 {r['load1']})" + (f"\n      by part (s): {split}" if split else ""))
 
 
-def _side_by_side(args: list[str], tmp_path: Path, env: dict, rounds: int, timeout: int, what: str) -> list[dict]:
-    """`rounds` runs of this checkout, each after one of BASE's when set; prints each and the medians."""
+def _side_by_side(args: list[str], tmp_path: Path, env: dict, rounds: int, timeout: int, what: str,
+                  fresh: bool = False) -> list[dict]:
+    """`rounds` runs of this checkout, each after one of BASE's when set; prints each and the medians.
+    `fresh`: each run with a models cache of its own, empty (a first run into a fresh --out folder)."""
     trees = ([("before", Path(BASE))] if BASE else []) + [("after", ROOT)]
     runs: dict[str, list[dict]] = {name: [] for name, _ in trees}
     for i in range(rounds):
         for name, tree in trees:
-            r = _run(tree, args, tmp_path / name, f"r{i}", env, timeout)
+            own = {**env, "WAN_CACHE_DIR": str(tmp_path / name / f"models-{i}")} if fresh else env
+            r = _run(tree, args, tmp_path / name, f"r{i}", own, timeout)
             runs[name].append(r)
             print(_row(f"{what}, {name} ({tree}) round {i + 1}", r))
     for name, rows in runs.items():
@@ -121,8 +124,10 @@ def _side_by_side(args: list[str], tmp_path: Path, env: dict, rounds: int, timeo
 def test_fixed_cost_of_a_one_worker_micro_run(tmp_path):
     env = {**os.environ, "WAN_CACHE_DIR": str(tmp_path / "models")}
     print(f"\nload1 {_load1()} at start")
-    print(_row("a fresh models cache", _run(ROOT, RUN, tmp_path / "first", "first", env, 1500)))
-    after = _side_by_side(RUN, tmp_path, env, ROUNDS, 1500, "micro, 1 worker, 5 updates")
+    _side_by_side(RUN, tmp_path / "fresh", env, ROUNDS, 1500, "micro, 1 worker, 5 updates, a fresh models cache",
+                  fresh=True)
+    print(_row("filling the shared models cache", _run(ROOT, RUN, tmp_path / "first", "first", env, 1500)))
+    after = _side_by_side(RUN, tmp_path, env, ROUNDS, 1500, "micro, 1 worker, 5 updates, a warm models cache")
     alone = [json.loads(subprocess.run([sys.executable, "-c", SERVER_ALONE], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)},
                                        capture_output=True, text=True, timeout=900).stdout)["server_s"] for _ in range(2)]
     waited = [r["parts"].get("fork server (the wait for its imports)", 0.0) for r in after]

@@ -1,0 +1,76 @@
+"""`harness run` starts its fork server as soon as its config is built (harness/run/entry.py), before its
+own checks: a check that fails after it, or a Ctrl-C, leaves no server and no temporary log behind. And
+the server sizes the adapter for the cost model while the cells run (launch.AdapterShapes), so finalize
+predicts in process on a first run into a models cache."""
+import json
+import signal
+import time
+from pathlib import Path
+
+from harness.run import config, launch
+from harness.run.forkserver import ForkServer
+from tests.harness.faults.test_faults import pids_of
+from tests.harness.run.test_run_e2e import harness
+
+RUN = ["--model", "micro", "--workers", "1", "--updates", "3", "--method", "spar", "--baseline", "none",
+       "--seeds", "1", "--no-emulation", "--quiet"]
+
+
+def temp_logs(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".forkserver-*.log"))
+
+
+def test_a_check_that_fails_after_the_server_started_is_one_line_and_leaves_nothing(tmp_path):
+    """A taken --run-id is refused after the server started importing: one line, exit 2, no server
+    process (found by its label, the run folder), no temporary log, and the taken folder untouched."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("x")
+    proc = harness("run", *RUN, "--run-id", "taken", "--out", str(tmp_path))
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 2, stderr
+    assert stderr.strip().count("\n") == 0 and "--run-id" in stderr and "taken" in stderr, stderr
+    assert pids_of("trainers.forkserver", str(taken)) == []
+    assert temp_logs(tmp_path) == [] and sorted(p.name for p in taken.iterdir()) == ["keep.txt"]
+
+
+def test_ctrl_c_while_the_early_server_imports_stops_it(tmp_path):
+    """The server is up (its label names the run folder) before the run has written anything of its own
+    there on any but an idle box; SIGINT then: exit 130, no server left, no temporary log left."""
+    run_dir = tmp_path / "early"
+    proc = harness("run", *RUN, "--run-id", "early", "--out", str(tmp_path))
+    end = time.monotonic() + 300
+    while not pids_of("trainers.forkserver", str(run_dir)):
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert pids_of("trainers.forkserver", str(run_dir)) == []
+    assert temp_logs(tmp_path) == []
+
+
+def test_the_fork_server_sizes_the_adapter_the_cost_model_then_reads_in_process(tmp_path, monkeypatch):
+    """AdapterShapes forks trainers.model.shapes from the run's server; the shapes it keeps in the models
+    cache are the ones the harness's own sizing on the meta device reads, and the prediction then needs
+    no process of its own; a second run finds them cached and forks nothing."""
+    from harness.projection import inputs, prediction
+
+    monkeypatch.delenv("WAN_CACHE_DIR")   # a models cache of this test's own: <out>/.cache
+    cfg = config.build(model="micro", method="spar", baseline="none", lora_rank="4", emulation=False,
+                       out_dir=str(tmp_path), run_id="r")
+    cache, run_dir = launch.cache_dir(cfg), tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_json()))
+    assert not prediction.in_process(run_dir, cache)
+    with ForkServer.started(launch.server_modules(cfg), launch.python_env(cache, threads=1),
+                            run_dir / "forkserver.log") as server:
+        shapes = launch.AdapterShapes.start(cfg, run_dir, server)
+        assert shapes.proc is not None
+        shapes.finish(wait_s=launch.SHAPES_TIMEOUT_S)
+        assert prediction.in_process(run_dir, cache)
+        assert launch.AdapterShapes.start(cfg, run_dir, server).proc is None   # cached: nothing to size
+    expected = [(n, tuple(s)) for n, s in inputs.adapter_for("micro", 4).tensors]
+    assert prediction.cached_shapes(cache, "micro", 4) == expected
+    assert sorted(p.name for p in (cache / prediction.SHAPES_DIR).iterdir()) == \
+        [prediction._shapes_file(cache, "micro", 4).name]   # no pending or temporary file left
