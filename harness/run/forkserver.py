@@ -214,18 +214,18 @@ class ForkServer:
     def _spawn_many(self, services: list[Service]) -> list[ForkedProcess]:
         timeout = REPLY_TIMEOUT_S + REPLY_TIMEOUT_PER_SERVICE_S * len(services)
         local = None   # a service we could not describe (its log or namespace cannot be opened)
+        end = time.monotonic() + timeout
         try:
-            self.control.settimeout(timeout)
-            self.control.send(json.dumps({"batch": len(services)}).encode())
+            self._put(json.dumps({"batch": len(services)}).encode(), [], end)
             for service in services:
                 if local is not None:   # the server reads the whole batch: an empty request spoils it
-                    socket.send_fds(self.control, [b"{}"], [])
+                    self._put(b"{}", [], end)
                     continue
                 try:
-                    self._send(service)
+                    self._send(service, end)
                 except ForkServerError as err:
                     local = err
-                    socket.send_fds(self.control, [b"{}"], [])
+                    self._put(b"{}", [], end)
             raw = self._reply(timeout)
             if not raw:   # it closed its end: dying or dead, even if not yet reaped
                 raise Unreachable("closed its socket")
@@ -255,7 +255,21 @@ class ForkServer:
                                   if strays else f"the fork server answered {len(procs)} pids for {len(services)} services")
         return procs
 
-    def _send(self, service: Service) -> None:
+    def _put(self, message: bytes, fds: list[int], end: float) -> None:
+        """Send one message (a SOCK_SEQPACKET send is whole or nothing); while the server's buffer is
+        full, check each second that it can still read it (Unreachable if not), until `end` (socket.timeout)."""
+        self.control.settimeout(1.0)
+        while True:
+            try:
+                socket.send_fds(self.control, [message], fds)
+                return
+            except socket.timeout:
+                if (why := self.trouble()) is not None:
+                    raise Unreachable(why) from None
+                if time.monotonic() > end:
+                    raise
+
+    def _send(self, service: Service, end: float) -> None:
         """One service's request, its log and namespace as descriptors (ours closed once sent: the
         message holds its own references). ForkServerError, nothing sent, when either cannot be opened."""
         with contextlib.ExitStack() as stack:
@@ -268,7 +282,7 @@ class ForkServer:
             except OSError as e:
                 raise ForkServerError(f"cannot start {' '.join(service.argv[:3])}: {e.strerror}: {e.filename}") from None
             request = json.dumps({"argv": list(service.argv), "env": dict(service.env), "cwd": str(service.cwd)})
-            socket.send_fds(self.control, [request.encode()], fds)
+            self._put(request.encode(), fds, end)
 
     def _reply(self, timeout: float) -> bytes:
         """The server's answer; socket.timeout after `timeout` s, Unreachable as soon as the server
