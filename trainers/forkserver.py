@@ -8,10 +8,17 @@ here, a service shares the imported pages copy-on-write (`gc.freeze()` keeps the
 writing to them) and starts in ~0.1 s (two forks of a ~350 MB process, on a busy 2-core box).
 
 The harness that started us (harness/run/forkserver.py) talks over the inherited SOCK_SEQPACKET
-socket `--fd`: one JSON message per request, never pickle. A request is what `subprocess.Popen`
-would get: {"argv": [python, "-m", module, ...], "env": {...}, "cwd": "..."}, with
-the open log file and, optionally, a network namespace as passed file descriptors (SCM_RIGHTS:
-[log] or [log, netns]). The reply is {"pid": N} or {"error": "..."}. `module` must be one we preloaded.
+socket `--fd`: JSON messages, never pickle. A request is a batch of services (a cell's workers: one
+round trip for all of them): a header {"batch": n}, then n messages, each what `subprocess.Popen`
+would get: {"argv": [python, "-m", module, ...], "env": {...}, "cwd": "..."}, with the open log file
+and, optionally, a network namespace as passed file descriptors (SCM_RIGHTS: [log] or [log, netns]).
+The reply is {"pids": [N, ...]} (in the batch's order) or {"error": "..."}: a batch with one bad
+service forks none. `module` must be one we preloaded.
+
+The services of a batch wait on a start barrier (a pipe) until the last of them is forked: a service
+that computed at once (a worker builds its model) would take the CPU the next forks need, so forking
+N workers on a busy box took time growing faster than N. A batch we cannot finish (a failed fork)
+closes the barrier unreleased: the services forked so far exit without running their module.
 
 Each service is forked twice (zygote -> intermediate -> service) and the intermediate exits at once,
 so the service is re-parented to the harness, which made itself a child subreaper: the harness
@@ -45,9 +52,11 @@ from trainers.process import die_with_parent, log
 
 MAX_MESSAGE = 1 << 20        # bytes of one request: an argv and an environment
 MAX_FDS = 2                  # the log file and the network namespace
+MAX_BATCH = 4096             # services in one batch (each holds two descriptors here until it is forked)
 REPARENT_WAIT_S = 10.0       # how long a service waits to be handed to the harness before giving up
 CLONE_NEWNET = 0x40000000    # <linux/sched.h>
 PR_SET_NAME, PR_SET_MM, PR_SET_MM_MAP = 15, 35, 14  # <linux/prctl.h>
+ABANDONED = 70               # a service's exit code when its batch was not finished (its barrier closed unreleased)
 SPAWN_NICE = -10             # the fork server's scheduling priority (`raise_priority`); its services get the caller's back
 _libc = ctypes.CDLL(None, use_errno=True)
 _titles: list = []           # the command-line buffers the kernel points at: they must stay alive
@@ -138,14 +147,28 @@ def await_harness(harness_pid: int) -> None:
         time.sleep(0.001)
 
 
-def become(request: dict, fds: list[int], control: socket.socket, harness_pid: int, nice: int | None = None) -> None:
-    """Turn this forked process into `python -m <module> <args>` as `request` describes; never returns."""
+def await_barrier(barrier: int) -> None:
+    """Block until the fork server has forked the whole batch (it writes one byte per service);
+    an end of file instead (the batch failed, or the server died) means: exit, run nothing."""
+    if os.read(barrier, 1) != b"g":
+        os._exit(ABANDONED)
+    os.close(barrier)
+
+
+def become(request: dict, fds: list[int], control: socket.socket, harness_pid: int, nice: int | None = None,
+           barrier: int | None = None, others: tuple[int, ...] = ()) -> None:
+    """Turn this forked process into `python -m <module> <args>` as `request` describes; never returns.
+    `others`: the batch's descriptors that are not ours (closed here); `barrier`: waited on first."""
     code = 1
     try:
         control.close()
+        for fd in others:
+            os.close(fd)
         os.setsid()  # as start_new_session: a Ctrl-C at the terminal reaches the harness, which stops us in order
         if nice is not None:
             os.setpriority(os.PRIO_PROCESS, 0, nice)  # the caller's priority, not the fork server's (raising it needs no privilege)
+        if barrier is not None:
+            await_barrier(barrier)
         await_harness(harness_pid)
         log_fd, netns_fd = fds[0], (fds[1] if len(fds) > 1 else None)
         if netns_fd is not None:
@@ -195,7 +218,7 @@ def with_flush_exit(code: int) -> None:
 # ---- in the fork server ----------------------------------------------------------------------------
 
 def check_request(request: dict, fds: list[int], preloaded: set[str]) -> str | None:
-    """Why `request` cannot be served, or None."""
+    """Why `request` (one service of a batch) cannot be served, or None."""
     argv = request.get("argv")
     if not (isinstance(argv, list) and len(argv) >= 3 and all(isinstance(a, str) for a in argv) and argv[1] == "-m"):
         return "argv must be [python, '-m', module, args...]"
@@ -208,18 +231,22 @@ def check_request(request: dict, fds: list[int], preloaded: set[str]) -> str | N
     return None
 
 
-def spawn(request: dict, fds: list[int], control: socket.socket, harness_pid: int, nice: int | None = None) -> int:
-    """Fork the service through an intermediate that exits at once; returns the service's pid."""
+def spawn(request: dict, fds: list[int], control: socket.socket, harness_pid: int, nice: int | None = None,
+          barrier: tuple[int, int] | None = None, others: tuple[int, ...] = ()) -> int:
+    """Fork the service through an intermediate that exits at once; returns the service's pid.
+    `barrier`: the start barrier's (read, write) ends; the service waits on the read end."""
     sys.stdout.flush(), sys.stderr.flush()
     read, write = os.pipe()
     intermediate = os.fork()
     if intermediate == 0:
         try:
             os.close(read)
+            if barrier is not None:
+                os.close(barrier[1])  # only the server may release (or, by dying, abandon) the batch
             service = os.fork()
             if service == 0:
                 os.close(write)
-                become(request, fds, control, harness_pid, nice)
+                become(request, fds, control, harness_pid, nice, barrier and barrier[0], others)
             os.write(write, str(service).encode())
         finally:
             os._exit(0)
@@ -232,24 +259,92 @@ def spawn(request: dict, fds: list[int], control: socket.socket, harness_pid: in
     return int(pid)
 
 
-def serve(control: socket.socket, preloaded: set[str], harness_pid: int, nice: int | None = None) -> None:
-    """Answer requests until the harness closes its end."""
-    while True:
+def receive_batch(control: socket.socket, preloaded: set[str]) -> tuple[list[tuple[dict, list[int]]], str | None] | None:
+    """The services of one batch (each request with its descriptors) and why the batch cannot be
+    served (None: it can); None when the harness closed its end. All n messages are read even when
+    one is bad, so that the next batch starts at its header."""
+    batch: list[tuple[dict, list[int]]] = []
+    problem = None
+    try:
+        msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MESSAGE, MAX_FDS)
+    except ConnectionResetError:
+        return None
+    if not msg:
+        return None
+    try:
+        header = json.loads(msg)
+        n = header.get("batch") if isinstance(header, dict) else None
+    except ValueError as e:
+        header, n = None, None
+        problem = f"{type(e).__name__}: {e}"
+    for fd in fds:
+        os.close(fd)
+    if not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_BATCH):
+        return [], problem or f'a request starts with {{"batch": n}}, 1 <= n <= {MAX_BATCH}'
+    for i in range(n):
         try:
             msg, fds, _flags, _addr = socket.recv_fds(control, MAX_MESSAGE, MAX_FDS)
         except ConnectionResetError:
-            return
+            msg, fds = b"", []
         if not msg:
-            return
-        try:
-            request = json.loads(msg)
-            problem = check_request(request, fds, preloaded) if isinstance(request, dict) else "not a JSON object"
-            reply = {"error": problem} if problem else {"pid": spawn(request, fds, control, harness_pid, nice)}
-        except (ValueError, OSError) as e:
-            reply = {"error": f"{type(e).__name__}: {e}"}
-        finally:
+            close_all(batch)
             for fd in fds:
                 os.close(fd)
+            return None
+        try:
+            request = json.loads(msg)
+            why = check_request(request, fds, preloaded) if isinstance(request, dict) else "not a JSON object"
+        except ValueError as e:
+            request, why = {}, f"{type(e).__name__}: {e}"
+        if why is not None and problem is None:
+            problem = f"service {i + 1} of {n}: {why}"
+        batch.append((request, fds))
+    return batch, problem
+
+
+def close_all(batch: list[tuple[dict, list[int]]]) -> None:
+    for _request, fds in batch:
+        for fd in fds:
+            os.close(fd)
+
+
+def spawn_batch(batch: list[tuple[dict, list[int]]], control: socket.socket, harness_pid: int,
+                nice: int | None, pids: list[int]) -> None:
+    """Fork every service of `batch` (their pids appended to `pids`), then release them together (the
+    start barrier); OSError if a fork fails: the services forked so far (in `pids`) exit at the
+    barrier, so the whole batch runs or none of it. Each service's descriptors are closed once it is forked."""
+    barrier = os.pipe()
+    every = [fd for _request, fds in batch for fd in fds]
+    try:
+        for k, (request, fds) in enumerate(batch):
+            others = tuple(fd for fd in every if fd not in fds)
+            pids.append(spawn(request, fds, control, harness_pid, nice, barrier, others))
+            for fd in fds:
+                os.close(fd)
+            every = [fd for fd in every if fd not in fds]
+            batch[k] = (request, [])
+        os.write(barrier[1], b"g" * len(pids))  # a pipe holds 64 KiB: room for every service's byte
+    finally:
+        os.close(barrier[1])
+        os.close(barrier[0])
+
+
+def serve(control: socket.socket, preloaded: set[str], harness_pid: int, nice: int | None = None) -> None:
+    """Answer batches until the harness closes its end."""
+    while True:
+        received = receive_batch(control, preloaded)
+        if received is None:
+            return
+        batch, problem = received
+        pids: list[int] = []
+        try:
+            if problem is None:
+                spawn_batch(batch, control, harness_pid, nice, pids)
+            reply = {"error": problem} if problem else {"pids": pids}
+        except OSError as e:  # those forked exit at the barrier: the harness reaps them (they are its children)
+            reply = {"error": f"{type(e).__name__}: {e}", "abandoned": pids}
+        finally:
+            close_all(batch)
         control.send(json.dumps(reply).encode())
 
 

@@ -3,13 +3,16 @@ that imported torch once, instead of one fresh Python each.
 
     with ForkServer.started(["trainers.hilo.learner", "trainers.hilo.worker"], env, log) as server:
         proc = server.spawn(argv, cwd=ROOT, env=env, stdout=log_file, netns="wanXXXX-w1")
+        procs = server.spawn_many([Service(argv, env, ROOT, log_path, "wanXXXX-w1"), ...])  # one round trip
 
 The server (trainers/forkserver.py, started here with `python -m`, so the harness stays torch-free)
 forks each service through an intermediate that exits at once; we are a child subreaper
 (PR_SET_CHILD_SUBREAPER), so the service becomes our child: `ForkedProcess` waits for, signals and
 reaps it like a `subprocess.Popen`, and its parent-death signal follows us (a SIGKILLed harness
 takes it along). Requests and replies are JSON over a SOCK_SEQPACKET socket pair; the log file and
-the network namespace travel as file descriptors (SCM_RIGHTS).
+the network namespace travel as file descriptors (SCM_RIGHTS). A request is a batch (`spawn_many`: a
+cell's workers, one round trip; `spawn` is a batch of one): the server forks all of it, then lets its
+services run together, or none of them.
 """
 from __future__ import annotations
 
@@ -23,13 +26,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator, NamedTuple
 
 from harness.net.topology import NETNS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 600.0   # importing torch, transformers and peft: ~5 s idle, minutes on a busy 2-core box
 REPLY_TIMEOUT_S = 60.0    # one fork (two, with the intermediate): milliseconds, unless the box is swapping
+REPLY_TIMEOUT_PER_SERVICE_S = 1.0   # added per service of a batch: 256 forks of a busy box's ~350 MB server
+MAX_REPLY = 1 << 20       # bytes of a reply: the pids of a batch
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -83,6 +88,17 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+class Service(NamedTuple):
+    """One service of a batch: `python -m module ...` with `env` in `cwd`, its output appended to
+    `log` (a path, opened while the request is sent, or an open file), inside network namespace
+    `netns` (a name in /run/netns) when given."""
+    argv: list[str]
+    env: dict
+    cwd: Path | str
+    log: Path | IO
+    netns: str | None = None
 
 
 class ForkServer:
@@ -176,62 +192,113 @@ class ForkServer:
     def spawn(self, argv: list[str], *, cwd: Path | str, env: dict, stdout, netns: str | None = None,
               **_popen) -> ForkedProcess:
         """Fork `argv` ([python, "-m", module, ...]) with `env` in `cwd`, stdout and stderr to the open
-        file `stdout`, inside network namespace `netns` (a name in /run/netns) when given. A server
-        that died or stopped (or stops answering) is restarted once, and the request sent again; one
-        still importing its modules is waited for (one that never gets there: ForkServerError)."""
+        file `stdout`, inside network namespace `netns` (a name in /run/netns) when given."""
+        return self.spawn_many([Service(list(argv), env, cwd, stdout, netns)])[0]
+
+    def spawn_many(self, services: list[Service]) -> list[ForkedProcess]:
+        """Fork every one of `services` in one request (in their order); they start running together
+        once the last is forked. A server that died or stopped (or stops answering) is restarted
+        once, and the batch sent again; one still importing its modules is waited for (one that
+        never gets there: ForkServerError). A refused batch (a bad service): none of it runs."""
         self.wait_ready()
         if (why := self.trouble()) is not None:
             self.restart(why)
         try:
-            return self._spawn(argv, cwd=cwd, env=env, stdout=stdout, netns=netns)
+            return self._spawn_many(services)
         except Unreachable as err:
             with contextlib.suppress(subprocess.TimeoutExpired):   # a killed server's exit status follows its socket's close
                 self.proc.wait(timeout=1.0)
             self.restart(self.trouble() or str(err))
-        return self._spawn(argv, cwd=cwd, env=env, stdout=stdout, netns=netns)
+        return self._spawn_many(services)
 
-    def _spawn(self, argv: list[str], *, cwd: Path | str, env: dict, stdout, netns: str | None) -> ForkedProcess:
-        fds = [stdout.fileno()]
-        if netns is not None:
-            fds.append(os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC))
+    def _spawn_many(self, services: list[Service]) -> list[ForkedProcess]:
+        timeout = REPLY_TIMEOUT_S + REPLY_TIMEOUT_PER_SERVICE_S * len(services)
+        local = None   # a service we could not describe (its log or namespace cannot be opened)
+        end = time.monotonic() + timeout
         try:
-            request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": str(cwd)}).encode()
-            self.control.settimeout(REPLY_TIMEOUT_S)
-            socket.send_fds(self.control, [request], fds)
-            raw = self._reply()
+            self._put(json.dumps({"batch": len(services)}).encode(), [], end)
+            for service in services:
+                if local is not None:   # the server reads the whole batch: an empty request spoils it
+                    self._put(b"{}", [], end)
+                    continue
+                try:
+                    self._send(service, end)
+                except ForkServerError as err:
+                    local = err
+                    self._put(b"{}", [], end)
+            raw = self._reply(timeout)
             if not raw:   # it closed its end: dying or dead, even if not yet reaped
                 raise Unreachable("closed its socket")
             reply = json.loads(raw)
         except socket.timeout:
-            raise Unreachable(f"did not answer within {REPLY_TIMEOUT_S:g} s") from None
-        except OSError as e:
-            raise Unreachable(f"could not be reached ({type(e).__name__}: {e})") from None
+            raise Unreachable(f"did not answer within {timeout:g} s") from None
         except ValueError as e:
             raise ForkServerError(f"fork server: {type(e).__name__}: {e}") from None
-        finally:
-            for fd in fds[1:]:
-                os.close(fd)
-        if "pid" not in reply:
-            raise ForkServerError(f"fork server refused {' '.join(argv[:3])}: {reply.get('error')}")
-        proc = ForkedProcess(reply["pid"], list(argv))
-        if parent_of(proc.pid) != os.getpid():
-            proc.returncode = 255
-            raise ForkServerError(f"the forked service {proc.pid} was not handed to us (are we a subreaper?)")
-        return proc
+        except OSError as e:
+            raise Unreachable(f"could not be reached ({type(e).__name__}: {e})") from None
+        if local is not None:
+            raise local
+        if "pids" not in reply:
+            for pid in reply.get("abandoned", []):   # forked, then told to exit unrun: reap them
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    ForkedProcess(pid, []).wait(timeout=5.0)
+            what = " ".join(services[0].argv[:3]) + (f" and {len(services) - 1} more" if len(services) > 1 else "")
+            raise ForkServerError(f"fork server refused {what}: {reply.get('error')}")
+        procs = [ForkedProcess(pid, list(service.argv)) for pid, service in zip(reply["pids"], services)]
+        strays = [p.pid for p in procs if parent_of(p.pid) != os.getpid()]
+        if strays or len(procs) != len(services):
+            for proc in procs:
+                if proc.pid not in strays:
+                    proc.kill()
+                    proc.wait()
+            raise ForkServerError(f"the forked services {strays} were not handed to us (are we a subreaper?)"
+                                  if strays else f"the fork server answered {len(procs)} pids for {len(services)} services")
+        return procs
 
-    def _reply(self) -> bytes:
-        """The server's answer; socket.timeout after REPLY_TIMEOUT_S, Unreachable as soon as the server
-        is seen dead or stopped (checked each second: no minute's wait for a server that cannot answer)."""
-        end = time.monotonic() + REPLY_TIMEOUT_S
+    def _put(self, message: bytes, fds: list[int], end: float) -> None:
+        """Send one message (a SOCK_SEQPACKET send is whole or nothing); while the server's buffer is
+        full, check each second that it can still read it (Unreachable if not), until `end` (socket.timeout)."""
         self.control.settimeout(1.0)
         while True:
             try:
-                return self.control.recv(4096)
+                socket.send_fds(self.control, [message], fds)
+                return
             except socket.timeout:
                 if (why := self.trouble()) is not None:
                     raise Unreachable(why) from None
                 if time.monotonic() > end:
                     raise
+
+    def _send(self, service: Service, end: float) -> None:
+        """One service's request, its log and namespace as descriptors (ours closed once sent: the
+        message holds its own references). ForkServerError, nothing sent, when either cannot be opened."""
+        with contextlib.ExitStack() as stack:
+            try:
+                log = service.log if hasattr(service.log, "fileno") else stack.enter_context(open(service.log, "ab"))
+                fds = [log.fileno()]
+                if service.netns is not None:
+                    fds.append(os.open(os.path.join(NETNS_DIR, service.netns), os.O_RDONLY | os.O_CLOEXEC))
+                    stack.callback(os.close, fds[-1])
+            except OSError as e:
+                raise ForkServerError(f"cannot start {' '.join(service.argv[:3])}: {e.strerror}: {e.filename}") from None
+            request = json.dumps({"argv": list(service.argv), "env": dict(service.env), "cwd": str(service.cwd)})
+            self._put(request.encode(), fds, end)
+
+    def _reply(self, timeout: float) -> bytes:
+        """The server's answer; socket.timeout after `timeout` s, Unreachable as soon as the server
+        is seen dead or stopped (checked each second: no minute's wait for a server that cannot answer)."""
+        end = time.monotonic() + timeout
+        self.control.settimeout(1.0)
+        while True:
+            try:
+                return self.control.recv(MAX_REPLY)
+            except socket.timeout:
+                if (why := self.trouble()) is not None:
+                    raise Unreachable(why) from None
+                if time.monotonic() > end:
+                    raise
+            except OSError as e:
+                raise Unreachable(f"could not be reached ({type(e).__name__}: {e})") from None
 
     def close(self, grace_s: float = 5.0) -> None:
         """Close the socket (the server exits at its end), wait for it, SIGKILL it if it lingers."""

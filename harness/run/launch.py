@@ -43,7 +43,7 @@ from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
 from harness.net import shaper
-from harness.run.forkserver import ForkServer, ForkServerError, set_subreaper
+from harness.run.forkserver import ForkServer, ForkServerError, Service, set_subreaper
 from harness.net import doctor
 from harness.net import cgroups
 from harness.net import limits
@@ -193,6 +193,22 @@ class Processes:
         self.place(name, self.procs[name].pid)
         return self.procs[name]
 
+    def start_many(self, starts: list[tuple[str, str, list[str], Path, dict]]) -> None:
+        """`start(*each)` for each of `starts` (name, node, argv, cell_dir, env), with one request to a
+        fork server (`ForkSpawn.many`: forked together, released together), else one by one."""
+        many = getattr(self.spawn, "many", None)
+        if many is None:
+            for start in starts:
+                self.start(*start)
+            return
+        for name, *launch in starts:
+            self.launches[name] = tuple(launch)
+        procs = many([(node, argv, dict(env, WAN_PARENT_PID=str(os.getpid())), cell_dir / f"{name}.log")
+                      for _name, node, argv, cell_dir, env in starts])
+        for (name, *_), proc in zip(starts, procs):
+            self.procs[name] = proc
+            self.place(name, proc.pid)
+
     def restart(self, name: str) -> subprocess.Popen:
         """Start process `name`, which has exited, again: same node, argv and environment."""
         if self.procs[name].poll() is None:
@@ -221,13 +237,32 @@ def _local_spawn(_node: str, argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(argv, **kw)
 
 
+class ForkSpawn:
+    """Processes forked by the run's fork server, each entering its node's network namespace (none
+    without emulation): one at a time (`__call__`, as `subprocess.Popen`), or a cell's workers in
+    one request (`many`)."""
+
+    def __init__(self, server: ForkServer, topo=None):
+        self.server, self.topo = server, topo
+
+    def netns(self, node: str) -> str | None:
+        return None if self.topo is None else self.topo.nodes[node].netns
+
+    def __call__(self, node: str, argv: list[str], **kw) -> subprocess.Popen:
+        return self.server.spawn(argv, netns=self.netns(node), **kw)
+
+    def many(self, starts: list[tuple[str, list[str], dict, Path]]) -> list:
+        """Fork (node, argv, env, log path) for each of `starts`, in one request; in their order."""
+        return self.server.spawn_many([Service(argv, env, ROOT, log, self.netns(node))
+                                       for node, argv, env, log in starts])
+
+
 def spawner(topo, server: ForkServer | None) -> Callable:
     """How a cell starts its processes: exec'ed (`topo.run_in` inside the node's namespace, or a plain
     process without emulation), or forked by the fork server (`--spawn fork`), which enters the namespace."""
     if server is None:
         return _local_spawn if topo is None else topo.run_in
-    netns = (lambda node: None) if topo is None else (lambda node: topo.nodes[node].netns)
-    return lambda node, argv, **kw: server.spawn(argv, netns=netns(node), **kw)
+    return ForkSpawn(server, topo)
 
 
 def server_modules(cfg: RunConfig) -> list[str]:
@@ -380,9 +415,8 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
             liveness=cfg.liveness), *run_flags(cfg, cell)], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         times["listening_t"] = time.monotonic()
-        for w in range(1, cfg.workers + 1):
-            procs.start(f"w{w}", f"w{w}", [py, "-m", worker, *spec.service_argv(
-                learner=address, worker_id=w, run_dir=str(cell_dir))], cell_dir, env)
+        procs.start_many([(f"w{w}", f"w{w}", [py, "-m", worker, *spec.service_argv(
+            learner=address, worker_id=w, run_dir=str(cell_dir))], cell_dir, env) for w in range(1, cfg.workers + 1)])
         times["workers_started_t"] = time.monotonic()
         end = time.monotonic() + CELL_TIMEOUT_S
         while procs.alive() and time.monotonic() < end:

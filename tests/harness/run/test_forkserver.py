@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.net import clean
-from harness.run.forkserver import ForkServer, ForkServerError
+from harness.run.forkserver import ForkServer, ForkServerError, Service
 from harness.run.launch import python_env
 from tests.harness.faults.test_faults import pids_of
 from tests.harness.run.test_run_e2e import harness
@@ -40,10 +40,12 @@ def spawn(srv: ForkServer, tmp_path: Path, *args: str, env: dict | None = None, 
     return proc, report, argv
 
 
-def read_report(report: Path, proc) -> dict:
+def read_report(report: Path, proc=None) -> dict:
+    """What the service wrote (`proc`: ours, watched for an early end; None: another process's)."""
     end = time.monotonic() + GUARD_S
     while not report.exists():
-        assert proc.poll() is None and time.monotonic() < end, f"the service ended ({proc.returncode}) without a report"
+        assert (proc is None or proc.poll() is None) and time.monotonic() < end, \
+            f"the service ended ({proc and proc.returncode}) without a report"
         time.sleep(0.02)
     return json.loads(report.read_text())
 
@@ -116,6 +118,81 @@ def test_the_service_enters_the_named_network_namespace(server, tmp_path):
         assert read_report(report, proc)["netns"] == os.stat(f"/run/netns/{name}").st_ino
     finally:
         netns.remove(name)
+
+
+def batch(tmp_path: Path, n: int, *args: str, netns: list[str] | None = None) -> tuple[list[Service], list[Path]]:
+    """n services of one batch, each with its own report and log (and namespace, when given)."""
+    reports = [tmp_path / f"batch-{i}.json" for i in range(n)]
+    return [Service([sys.executable, "-m", CHILD, str(r), *args], {"WAN_TEST": str(i)}, tmp_path,
+                    tmp_path / f"batch-{i}.log", netns[i] if netns else None) for i, r in enumerate(reports)], reports
+
+
+def test_a_batch_is_forked_in_one_request_each_service_with_its_own_argv_env_and_log(server, tmp_path):
+    services, reports = batch(tmp_path, 4, "--exit", "5")
+    procs = server.spawn_many(services)
+    assert [p.args for p in procs] == [s.argv for s in services]
+    assert [p.wait(timeout=GUARD_S) for p in procs] == [5] * 4
+    seen = [read_report(r, p) for r, p in zip(reports, procs)]
+    assert [s["pid"] for s in seen] == [p.pid for p in procs] and {s["ppid"] for s in seen} == {os.getpid()}
+    assert [s["env"] for s in seen] == [{"WAN_TEST": str(i)} for i in range(4)]
+    assert [s["cmdline"] for s in seen] == [s.argv for s in services]
+    assert [(tmp_path / f"batch-{i}.log").read_text().splitlines() for i in range(4)] == [["to stdout", "to stderr"]] * 4
+
+
+def test_a_batch_with_one_bad_service_starts_none_of_it_in_one_line(server, tmp_path):
+    """A module not preloaded (refused by the server) or a namespace that does not exist (found here):
+    one line naming the service, nothing of the batch runs, and the server goes on serving."""
+    services, reports = batch(tmp_path, 3, "--exit", "0")
+    bad = services[1]._replace(argv=[sys.executable, "-m", "trainers.hilo.worker", "--help"])
+    with pytest.raises(ForkServerError, match=r"service 2 of 3: module 'trainers.hilo.worker' was not preloaded") as err:
+        server.spawn_many([services[0], bad, services[2]])
+    assert "\n" not in str(err.value)
+    with pytest.raises(ForkServerError, match="No such file or directory: .*no-such-namespace") as err:
+        server.spawn_many([services[0], services[1]._replace(netns="no-such-namespace"), services[2]])
+    assert "\n" not in str(err.value)
+    procs = server.spawn_many(services)                      # in step still: the next batch is served
+    assert [p.wait(timeout=GUARD_S) for p in procs] == [0] * 3
+    assert all(read_report(r, p)["ppid"] == os.getpid() for r, p in zip(reports, procs))
+    assert [(tmp_path / f"batch-{i}.log").read_text().count("to stdout") for i in range(3)] == [1] * 3  # once each
+
+
+SIGKILLED_BATCH = """
+import json, os, sys, time
+from pathlib import Path
+from harness.run.forkserver import ForkServer, Service
+from harness.run.launch import python_env
+out, module, spaces = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
+srv = ForkServer.start([module], python_env(out / ".cache", threads=1), out / "fs.log", label=str(out))
+procs = srv.spawn_many([Service([sys.executable, "-m", module, str(out / f"r{i}.json"), "--sleep", "600"],
+                                {"WAN_PARENT_PID": str(os.getpid())}, out, out / f"w{i}.log", space)
+                        for i, space in enumerate(spaces)])
+print(json.dumps([srv.proc.pid, *[p.pid for p in procs]]), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.root
+def test_a_batch_puts_each_service_in_its_namespace_and_a_sigkilled_harness_leaves_none(tmp_path):
+    from pyroute2 import netns
+
+    names = [f"wanbatch{os.getpid() % 10000}-{i}" for i in range(3)]
+    for name in names:
+        netns.create(name)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SIGKILLED_BATCH, str(tmp_path), CHILD, ",".join(names)],
+                                cwd=ROOT, env=python_env(tmp_path / ".cache", threads=1), stdout=subprocess.PIPE, text=True)
+        server_pid, *pids = json.loads(proc.stdout.readline())
+        seen = [read_report(tmp_path / f"r{i}.json") for i in range(3)]
+        assert [s["pid"] for s in seen] == pids and {s["ppid"] for s in seen} == {proc.pid}
+        assert [s["netns"] for s in seen] == [os.stat(f"/run/netns/{n}").st_ino for n in names]
+        assert len(set(s["netns"] for s in seen)) == 3
+        assert all(Path(f"/proc/{p}").exists() for p in [server_pid, *pids])
+        proc.kill()
+        proc.wait()
+        assert_nothing_left(tmp_path)
+    finally:
+        for name in names:
+            netns.remove(name)
 
 
 def test_a_server_started_without_waiting_serves_once_its_imports_are_done(tmp_path):
