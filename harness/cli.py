@@ -301,7 +301,7 @@ RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default:
                     "folder: tensorboard, wandb (offline) or mlflow (file store); needs the [tracking] extra"),
              *_OUTPUT]
 RUN_DOC = "Build the emulated network, run the method and the baseline under the same link, write a results folder."
-RUN_BODY = "harness.run.entry:run_command"   # imported when the command runs: `--help` stays fast; it starts the fork server first
+RUN_BODY = "harness.run.commands:run_command"   # imported when the command runs: `--help` stays fast
 spec_command("run", RUN_BODY, RUN_EXTRA, RUN_DOC, app)
 
 

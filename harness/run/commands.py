@@ -18,7 +18,6 @@ from typing import Any
 from harness import units
 from harness.net import backend, plan, topology
 from harness.projection import commratio
-from harness.results import files, report, tables, tracking
 from harness.run import config, fixed_cost, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from harness.signals import exit_code
@@ -116,6 +115,8 @@ class CellLogger:
     def __init__(self, kind: str | None, run_dir: Path):
         self.tracker, self.current = None, None
         if kind is not None:
+            from harness.results import tracking
+
             self.tracker = tracking.Tracker(kind, run_dir)
 
     def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
@@ -151,10 +152,11 @@ def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
     return cfg
 
 
-def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None, early=None) -> int:
-    """One run of `cfg`, its outcome as an exit code. `early`: its fork server, already importing
-    (harness/run/entry.py: `harness run` starts it before these checks; launch.fork_server takes it)."""
+def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
+    """One run of `cfg`, its outcome as an exit code."""
     if log is not None:
+        from harness.results import tracking
+
         try:
             tracking.check(log)
         except ValueError as err:  # before anything is built or touched (a dry run too): one line, exit 2
@@ -183,7 +185,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         try:
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
-                                     clock=clock, early=early, finishing=live.stop,
+                                     clock=clock, finishing=live.stop,
                                      place=functools.partial(regime.place, say=say))
         finally:
             live.stop()
@@ -202,16 +204,14 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
 
 
 def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool,
-                log: str | None, cfg: RunConfig | None = None, early=None) -> int:
-    """`harness run` (after harness/run/entry.py, which built `cfg` when it could and started its fork
-    server `early`): the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is
-    one line, exit 2."""
+                log: str | None) -> int:
+    """`harness run`: the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is one line, exit 2."""
     try:
-        cfg = cfg or config.build(**values, run_id=run_id, out_dir=out)
+        cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log, early=early)
+    return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log)
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
@@ -314,6 +314,8 @@ def sweep_configs(grid: dict[str, Any], out: Path) -> list[RunConfig]:
 
 
 def is_complete(run_dir: Path) -> bool:
+    from harness.results import files
+
     try:
         meta = files.read_json(run_dir / "meta.json", {})
     except files.ResultsError:  # unreadable: run the grid point again
@@ -342,6 +344,8 @@ def grid_configs(grid: dict[str, Any], folder: Path) -> list[RunConfig]:
 
 
 def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
+    from harness.results import files, report, tables
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
                                                 "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
@@ -387,6 +391,8 @@ def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
 
 
 def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
+    from harness.results import files, report, tables
+
     try:
         runs = files.find_runs(paths)
         folder = report_folder(paths, out, runs)
@@ -404,7 +410,7 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
 
 
 def plot_cmd(paths: list[str], quiet: bool) -> int:
-    from harness.results import plots   # matplotlib: only `harness plot` pays for it
+    from harness.results import files, plots   # matplotlib: only `harness plot` pays for it
 
     try:
         files.find_runs(paths)

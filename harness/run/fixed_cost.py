@@ -12,9 +12,9 @@ prediction, figures, report text), each cell's from its launch.json (learner sta
 listens; the join and the learner's own start and end: the rest of its life outside the loop and
 the held-out evaluations; teardown) and its setup around it (schedule, link sampler), and `other`:
 what no part covers (meta.json writes, the gaps between steps). A part that overlaps another counts
-once, as the wall time the run waited: the fork server imports from the moment `harness run` has its
-config (harness/run/entry.py), while start-up's last imports, the preflight, the metadata, the network
-and finalize's imports (PREWARM) run here, so its part is only what is left of its imports after them;
+once, as the wall time the run waited: the fork server imports from the top of `launch.execute` (the
+CLI keeps pandas and matplotlib out of its path until then), while the metadata, the network and
+finalize's imports (PREWARM) run here, so its part is only what is left of its imports after them;
 the adapter's sizing for the prediction runs in a child of the fork server beside the cells, so the
 prediction part is the cost model alone, in this process, even on a first run into a models cache.
 Without a Stopwatch (a report rebuilt from the folder alone) the run's seconds count from

@@ -43,7 +43,7 @@ from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
 from harness.net import shaper
-from harness.run.forkserver import ForkServer, ForkServerError, Service, set_subreaper
+from harness.run.forkserver import ForkServer, ForkServerError, Service
 from harness.net import doctor
 from harness.net import cgroups
 from harness.net import limits
@@ -273,39 +273,17 @@ def server_modules(cfg: RunConfig) -> list[str]:
 
 
 @contextlib.contextmanager
-def fork_server(cfg: RunConfig, run_dir: Path, containers: bool,
-                early: ForkServer | None = None) -> Iterator[ForkServer | None]:
+def fork_server(cfg: RunConfig, run_dir: Path, containers: bool) -> Iterator[ForkServer | None]:
     """The run's fork server (`--spawn fork`): started once, before the first cell, with the modules
     of every cell's services imported; stopped after the last. Yielded at once, its imports under
     way (`wait_ready`, or its first spawn, waits for them). None with `--spawn exec` and in
-    containers (each service runs in its own container there). `early`: one `harness run` started
-    as soon as its flags were parsed (harness/run/entry.py, which stops it): used when it imports
-    these modules and its log can move into `run_dir`, else stopped here and a new one started."""
+    containers (each service runs in its own container there)."""
     if cfg.spawn != "fork" or containers:
         yield None
         return
-    log = run_dir / "forkserver.log"
-    if early is not None:
-        if early.modules == server_modules(cfg) and adopt_log(early, log):
-            set_subreaper(True)   # a pilot run's own server (regime) turned it off when it stopped
-            yield early
-            return
-        early.close()
-    with ForkServer.started(server_modules(cfg), python_env(cache_dir(cfg), threads=1), log,
+    with ForkServer.started(server_modules(cfg), python_env(cache_dir(cfg), threads=1), run_dir / "forkserver.log",
                             label=str(run_dir), wait=False) as server:
         yield server
-
-
-def adopt_log(server: ForkServer, log: Path) -> bool:
-    """Move the log of a server started before the run folder existed to `log` (a rename: the server
-    writes on into the same file); False where it cannot (another file system)."""
-    env, old, _label = server.launch
-    try:
-        os.replace(old, log)
-    except OSError:
-        return False
-    server.launch = (env, log, str(log.parent))   # where a restarted server logs, and its label
-    return True
 
 
 def wait_address(path: Path, learner: subprocess.Popen, timeout_s: float = 900.0) -> str:
@@ -548,8 +526,7 @@ def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
             started: Callable[[], None] = lambda: None, artefacts: bool = True,
             place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg,
-            clock: fixed_cost.Stopwatch | None = None, early: ForkServer | None = None,
-            finishing: Callable[[], None] = lambda: None) -> Path:
+            clock: fixed_cost.Stopwatch | None = None, finishing: Callable[[], None] = lambda: None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
@@ -557,7 +534,6 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot).
     `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`).
     `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
-    `early`: a fork server `harness run` started before its config checks (fork_server uses it).
     `finishing()`: after the cells, before finalize (commands.run stops its live display there: with no
     thread but ours, finalize's figures are written by two processes, style.save_all).
 
@@ -583,7 +559,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     shapes = AdapterShapes()
 
     try:
-        with signals_raise(), fork_server(cfg, run_dir, containers=net is not None, early=early) as server:
+        with signals_raise(), fork_server(cfg, run_dir, containers=net is not None) as server:
             with contextlib.ExitStack() as built:   # torn down on the way out, before the fork server stops
                 with clock.part("network (namespaces, shaping)"):
                     topo, backend = built.enter_context((net or network)(cfg))

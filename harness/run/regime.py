@@ -28,7 +28,6 @@ from typing import Any, Callable
 
 from harness.net import profiles
 from harness.projection import commratio
-from harness.results import tables
 from harness.run import launch
 from harness.run.config import RunConfig, Variant
 from trainers.events import atomic_write_json
@@ -86,6 +85,8 @@ def measured(cfg: RunConfig, say: Callable[[str], None]) -> tuple[commratio.Meas
         f"localhost; cached in {path})")
     shutil.rmtree(folder, ignore_errors=True)   # an interrupted earlier pilot's cells
     launch.execute(pilot_config(cfg, folder), artefacts=False)
+    from harness.results import tables   # pandas: only a pilot's reading pays for it, not every run's start-up
+
     m = commratio.measure(tables.read(folder).updates, skip_first=PILOT_SKIP)
     if m is None:
         raise RuntimeError(f"the regime pilot in {folder} recorded no usable update (see its cells' logs)")
