@@ -292,7 +292,8 @@ spec_command("project", _project, [
 
 # ---- run / sweep / reproduce / data / power / report / plot (bodies in harness/run/; flags: harness/run/flags.py)
 
-_OUTPUT = [extra("quiet", False, ("--quiet", "-q"), "no progress; print only the result folder", bool),
+_OUTPUT = [extra("quiet", False, ("--quiet", "-q"), "no progress; stdout is the result folder alone (stderr "
+                 "keeps warnings, a model build's progress and the overhead line)", bool),
            extra("json_out", False, ("--json",), "print the summary as one JSON document at the end", bool)]
 RUN_EXTRA = [extra("run_id", None, ("--run-id",), "results folder name (default: timestamp + method)"),
              extra("out", "results", ("--out",), "parent folder of the run folder", str),
@@ -408,7 +409,8 @@ def power(paths: list[str] = typer.Argument(..., help="a pilot run (or sweep) fo
 def report(paths: list[str] = typer.Argument(..., help="run or sweep folders"),
            quiet: bool = typer.Option(False, "--quiet", "-q", help="write report.md, print nothing"),
            out: str | None = typer.Option(None, "--out", help="folder for report.md, report.html and figures/ "
-                                          "(default: the one folder given; several: a new report-<time> beside them)"),
+                                          "(default: a run or sweep given alone, rebuilt in place; else a new report-<time>: in the "
+                                          "one folder of runs given, or beside the first of several)"),
            label: str | None = typer.Option(None, "--label", help="wrapped runs (harness wrap): their labels in the "
                                             "comparison, a comma list, one per folder (default: each run's own)")):
     """Rebuild report.md, report.html (the whole report, figures inline) and figures/ from results folders

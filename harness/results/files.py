@@ -43,16 +43,24 @@ def is_run(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "cells").is_dir()
 
 
+def hidden_under(path: Path, top: Path) -> bool:
+    """Whether `path` lies in a hidden folder (a name starting with '.') below `top`: such a folder is the
+    harness's own (`results/.cache/regime/<hash>`, the regime pilot's run), never a run to report."""
+    return any(part.startswith(".") for part in path.relative_to(top).parts)
+
+
 COMBINED_MARKER = "combined.json"   # a `harness report A B` folder: the runs it combined (no run of its own)
 
 
 def find_runs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every run folder at or under the given paths (a run, a sweep, or a folder of them)."""
+    """Every run folder at or under the given paths (a run, a sweep, or a folder of them); a run in a
+    hidden folder under a path given (the regime pilot's, under `.cache/`) is not one of them."""
     runs: list[Path] = []
     for p in map(Path, paths):
         if not p.is_dir():
             raise FileNotFoundError(f"{p}: no such results folder")
-        found = [p] if is_run(p) else sorted(d.parent for d in p.rglob("config.json") if is_run(d.parent))
+        found = [p] if is_run(p) else sorted(d.parent for d in p.rglob("config.json")
+                                             if is_run(d.parent) and not hidden_under(d.parent, p))
         if not found and (p / COMBINED_MARKER).is_file():
             continue   # `harness report results/*` meets the combined reports it wrote there before: no run inside
         if not found:

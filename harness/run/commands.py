@@ -225,10 +225,21 @@ def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
         print(json.dumps({"run_dir": str(run_dir), **summary}, default=str))
     elif quiet:
         print(run_dir)
-    else:
-        print((run_dir / "report.md").read_text() if (run_dir / "report.md").exists() else "")
-        print(f"results: {run_dir}  (report.md, updates.parquet, figures/)", file=sys.stderr)
+    else:  # the answer stays on screen: the verdict, not the whole report (its figure captions last)
+        report_md = run_dir / "report.md"
+        print(first_screen(report_md.read_text()) if report_md.exists() else "")
+        print(f"full report: {report_md} and report.html (tables, figures: {run_dir})", file=sys.stderr)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def first_screen(md: str) -> str:
+    """A report's first screen: its title and the `## Verdict` section, up to the next `## ` heading."""
+    lines: list[str] = []
+    for line in md.splitlines():
+        if line.startswith("## ") and any(seen.startswith("## ") for seen in lines):
+            break
+        lines.append(line)
+    return "\n".join(lines).rstrip()
 
 
 # ---- sweep -----------------------------------------------------------------------------------
@@ -377,17 +388,24 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
 # ---- report / plot ---------------------------------------------------------------------------
 
 def report_folder(paths: list[str], out: str | None, runs: list[Path]) -> Path:
-    """Where `harness report` writes: `--out`, else the one folder given (its own report rebuilt),
-    else a new `report-<time>` folder beside the first (a combined report never lands in an input)."""
+    """Where `harness report` writes: `--out`, else the one folder given when it is a run or a sweep (its
+    own report rebuilt in place), else a new `report-<time>` folder: inside the one folder of runs given,
+    or beside the first of several (a combined report never lands in an input run)."""
+    from harness.results import files
+
     inputs = {Path(p).resolve() for p in paths} | {r.resolve() for r in runs}
     if out is not None:
         target = Path(out)
         if len(paths) > 1 and target.resolve() in inputs:
             raise ConfigError(f"--out: {out!r} is one of the folders being combined; name a new folder")
         return target
+    stamp = f"report-{dt.datetime.now():%Y%m%d-%H%M%S}"
     if len(paths) == 1:
-        return Path(paths[0])
-    return Path(paths[0]).resolve().parent / f"report-{dt.datetime.now():%Y%m%d-%H%M%S}"
+        one = Path(paths[0])
+        if files.is_run(one) or (one / "sweep.json").is_file():
+            return one
+        return one / stamp
+    return Path(paths[0]).resolve().parent / stamp
 
 
 def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
@@ -399,7 +417,7 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
         target = report.write(paths[0], tables=tables.read(paths), out=folder)
     except (FileNotFoundError, files.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
-    combined = not (len(runs) == 1 and folder.resolve() == runs[0].resolve())
+    combined = folder.resolve() not in {Path(p).resolve() for p in paths}   # not a run's or sweep's own, rebuilt
     if combined:  # a folder of its own: say which runs it holds, and where it is (stdout is the report)
         atomic_write_json(folder / files.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
     if not quiet:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.results import compare, report, tables, verdict
+from harness.results import compare, files, report, tables, verdict
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 RUN, HELDOUT = FIXTURES / "run-spar-20mbit", FIXTURES / "run-heldout"
@@ -72,6 +72,7 @@ def test_one_folder_is_rebuilt_in_place(tmp_path):
     shutil.copytree(RUN, run)
     assert CliRunner().invoke(app, ["report", str(run), "-q"]).exit_code == 0
     assert (run / "report.md").is_file() and (run / "figures" / "link_throughput.png").is_file()
+    assert not (run / "combined.json").exists() and [d.name for d in tmp_path.iterdir()] == ["r"]
 
 
 def test_the_verdict_states_speed_quality_time_to_quality_and_regime_first(heldout_run):
@@ -186,3 +187,24 @@ def test_a_config_whose_baseline_is_not_a_name_still_reports(tmp_path):
     cfg_path.write_text(json.dumps(cfg))
     md, _ = report.build(tables.read(sweep))
     assert md.startswith("# Comparison against `full`: 2 runs")
+
+
+def test_a_folder_of_runs_gets_a_report_folder_of_its_own_without_the_hidden_pilot(tmp_path, heldout_copy):
+    """`harness report results` on a fresh clone's results/: the regime pilot's run under the hidden
+    .cache/regime/<hash> was reported as a run of its own, and report.md, report.html and combined.json
+    were written straight into results/."""
+    results = tmp_path / "results"
+    a, b = heldout_copy(results / "a"), heldout_copy(results / "b")
+    pilot = heldout_copy(results / ".cache" / "regime" / "0123abcd")
+    assert files.find_runs([results]) == [a, b]
+    assert files.find_runs([pilot]) == [pilot]             # named on its own, it is a run like any other
+    before = digest(results)
+    res = CliRunner().invoke(app, ["report", str(results)])
+    assert res.exit_code == 0, res.output
+    [made] = [d for d in results.iterdir() if d.name.startswith("report-")]
+    assert not (results / "report.md").exists() and not (results / "combined.json").exists()
+    assert {k: v for k, v in digest(results).items() if not k.startswith("report-")} == before
+    assert json.loads((made / "combined.json").read_text()) == {"runs": [str(a.resolve()), str(b.resolve())]}
+    assert "2 runs" in (made / "report.md").read_text()
+    assert f"combined report of 2 run(s): {made / 'report.md'}" in res.stderr
+
