@@ -105,6 +105,8 @@ def quality_notes(comp: pd.DataFrame) -> list[str]:
         per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
         if r.get("method") == r.get("baseline") or _none(per_update) or _none(r.get("heldout_target", float("nan"))):
             continue
+        if "gain_kept_lo" in r and (_none(r.get("gain_kept_lo")) or _none(r.get("gain_kept_hi"))):
+            continue   # the baseline's gain is not resolved above 0 (verdict.baseline_learned): no target to time
         b = base.get(r.get("baseline"))
         base_reached = b.get("ttq_reached", 0) if b is not None else r.get("heldout_seeds", 0)
         if r.get("ttq_reached", 0) < min(base_reached, r.get("heldout_seeds", 0)):   # fewer than the baseline did
