@@ -225,3 +225,14 @@ def test_no_time_to_quality_when_the_baseline_did_not_learn_measurably():
             "resolved above 0), so a fraction of that gain is no target to reach") in text
     assert "its time to quality is not measurable" in text.splitlines()[0]
     assert not any("to quality (it needs" in n for n in quality_report.quality_notes(comp))
+
+
+def test_the_held_out_tables_give_no_time_ratio_when_the_baseline_did_not_learn_measurably():
+    t, ev = _flat_baseline_evals()
+    md = report.build(dataclasses.replace(t, evals=ev))[0]
+    held = md.split("## Held-out quality and time to quality")[1].split("\n## ")[0]
+    assert "| not measurable (baseline's gain not resolved above 0) |" in held
+    assert "to quality (it needs" not in held
+    ttq = md.split("## Time to quality, one target for every method")[1].split("\n## ")[0]
+    spar = [line for line in ttq.splitlines() if line.startswith("| ") and "| spar@12.8% |" in line]
+    assert len(spar) == 3 and all(line.count("not measurable") == 2 and "x (" not in line for line in spar)
