@@ -256,7 +256,8 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
             rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {r[p + 'target']:.3f}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
-                         "-" if base or _unlearned(r) else _x(r.get(p + "ratio_wall")), _clock(r.get(p + "seconds_basis")),
+                         "-" if base or _unlearned(r) else _x(r.get(p + "ratio_wall")),
+                         _clock(r.get(p + "seconds_basis")),
                          "baseline" if base else "not measurable" if _unlearned(r) else _ttq_words(r, p)])
     if not rows:
         return []

@@ -16,7 +16,8 @@ Then one sentence per method in words, and a line when the resolved halves point
 of full-bf16's quality"); an unresolved half is said as such ("its time to 90 % of full-bf16's
 quality is not resolved with 3 seeds", "keeps 99 % [55, 201 %] of full-bf16's gain: not resolved":
 a share whose interval holds 100 % but reaches past 100 % ± SHARE_RESOLVED), never as a
-disagreement, and no share of a baseline gain that is not resolved above 0 is given. Numbers come from compare.py / quality.py; this module only words them.
+disagreement, and no share of a baseline gain that is not resolved above 0 is given. Numbers come
+from compare.py / quality.py; this module only words them.
 """
 from __future__ import annotations
 
