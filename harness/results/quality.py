@@ -402,6 +402,7 @@ def quality_table(evals: pd.DataFrame, keys: list[str], basis: str | dict | None
     out = pd.DataFrame(rows)
     out["heldout_metric"] = metric
     out["heldout_name"] = metric_name(evals, metric)
+    out["quality_target"] = frac     # --quality-target: the single-target columns' fraction, the verdict's headline
     out["heldout_lower_is_better"] = lower
     out["objective_name"] = str(evals["objective_metric"].iloc[0]) if "objective_metric" in evals else "objective"
     return out

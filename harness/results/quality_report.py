@@ -66,8 +66,19 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      "-" if _none(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
                      f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
                      _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
-                     _pm(r.get("ttq_updates_mean"), None, ".1f"), _x(r.get("ttq_speedup")), _x(r.get("speedup"))])
+                     _pm(r.get("ttq_updates_mean"), None, ".1f"),
+                     NOT_MEASURABLE if _unlearned(r) else _x(r.get("ttq_speedup")), _x(r.get("speedup"))])
     return head, rows
+
+
+NOT_MEASURABLE = "not measurable (baseline's gain not resolved above 0)"
+
+
+def _unlearned(r) -> bool:
+    """A method's row whose baseline's held-out gain is not resolved above 0 (no bounded interval for
+    the share kept: verdict.baseline_learned): a time to a fraction of that gain is no time to quality."""
+    return r.get("method") != r.get("baseline") and "gain_kept_lo" in r and \
+        (_none(r.get("gain_kept_lo")) or _none(r.get("gain_kept_hi")))
 
 
 def signal_text(comp: pd.DataFrame) -> str:
@@ -105,6 +116,8 @@ def quality_notes(comp: pd.DataFrame) -> list[str]:
         per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
         if r.get("method") == r.get("baseline") or _none(per_update) or _none(r.get("heldout_target", float("nan"))):
             continue
+        if _unlearned(r):
+            continue   # the baseline's gain is not resolved above 0: no target to time
         b = base.get(r.get("baseline"))
         base_reached = b.get("ttq_reached", 0) if b is not None else r.get("heldout_seeds", 0)
         if r.get("ttq_reached", 0) < min(base_reached, r.get("heldout_seeds", 0)):   # fewer than the baseline did
@@ -237,14 +250,15 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
             if _none(r.get(p + "target")):
                 continue
             base = r["method"] == r["baseline"]
-            ratio = "-" if base or _none(r.get(p + "ratio")) else (
+            ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if _unlearned(r) else (
                 _x(r[p + "ratio"]) + _interval(r.get(p + "ratio_lo"), r.get(p + "ratio_hi"))
                 + f" ({int(r[p + 'ratio_n'])})")
             rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {r[p + 'target']:.3f}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
-                         "-" if base else _x(r.get(p + "ratio_wall")), _clock(r.get(p + "seconds_basis")),
-                         "baseline" if base else _ttq_words(r, p)])
+                         "-" if base or _unlearned(r) else _x(r.get(p + "ratio_wall")),
+                         _clock(r.get(p + "seconds_basis")),
+                         "baseline" if base else "not measurable" if _unlearned(r) else _ttq_words(r, p)])
     if not rows:
         return []
     r = comp[comp["ttq50_target"].notna()].iloc[0]

@@ -8,12 +8,16 @@ Per method (and link), against the run's baseline:
   answer is unique, else pass@1), with the paired difference, and a line when metrics disagree;
 - **time to quality**: at each fraction of the baseline's seed-mean gain (one target common to every
   method), the paired ratio of training seconds (method / baseline) or how many seeds were censored;
+  the summary names the run's `--quality-target` (the held-out section's "Target"); where the baseline
+  did not learn measurably, "not measurable" instead of any ratio (a fraction of no gain is no target);
 - **regime**: how much of full sync's update the link carried (regime_report.py), against the paper's.
 Then one sentence per method in words, and a line when the resolved halves point different ways
-("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is slower to 75 %
-of full-bf16's quality"); an unresolved half is said as such ("its time to 75 % of full-bf16's
-quality is not resolved with 3 seeds"), never as a disagreement, and no share of a baseline gain that
-is not resolved above 0 is given. Numbers come from compare.py / quality.py; this module only words them.
+("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is slower to 90 %
+of full-bf16's quality"); an unresolved half is said as such ("its time to 90 % of full-bf16's
+quality is not resolved with 3 seeds", "keeps 99 % [55, 201 %] of full-bf16's gain: not resolved":
+a share whose interval holds 100 % but reaches past 100 % ± SHARE_RESOLVED), never as a
+disagreement, and no share of a baseline gain that is not resolved above 0 is given. Numbers come
+from compare.py / quality.py; this module only words them.
 """
 from __future__ import annotations
 
@@ -24,8 +28,9 @@ from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _c
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
              "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
-HEADLINE_FRACTION = 75       # the time-to-quality fraction the one-sentence summary names (of 50 / 75 / 90)
-FRACTIONS = (50, 75, 90)
+FRACTIONS = (50, 75, 90)     # the time-to-quality fractions quality.py measures (TTQ_FRACTIONS, in %)
+DEFAULT_TARGET = 90          # --quality-target's default (trainers/spec.py), for rows that do not carry theirs
+SHARE_RESOLVED = 0.25        # a kept share is "all of it" only when its whole interval lies within 100 % ± this
 
 
 def speed(r) -> tuple[str, str]:
@@ -57,8 +62,18 @@ def speed(r) -> tuple[str, str]:
     return line, clause
 
 
-SHARE_WORDS = {"keeps all of it": "all of it at this resolution", "keeps less": "less than all of it",
-               "keeps more": "more than all of it"}    # quality.py's gain_kept_verdict, in the verdict's words
+SHARE_WORDS = {"keeps all of it": f"all of it, within ±{100 * SHARE_RESOLVED:.0f} points",
+               "keeps less": "less than all of it", "keeps more": "more than all of it"}
+# quality.py's gain_kept_verdict, in the verdict's words
+
+
+def share_unresolved(lo, hi, verdict: str | None) -> bool:
+    """Whether "keeps all of it" (the share's interval holds 100 %) says nothing: the interval also
+    reaches past 100 % ± SHARE_RESOLVED (e.g. [55, 201 %]), so the data cannot tell all of the gain
+    from half or twice it. An interval that excludes 100 % (keeps less / more) is resolved."""
+    lo_, hi_ = _num(lo), _num(hi)
+    return verdict == "keeps all of it" and lo_ is not None and hi_ is not None and \
+        (lo_ < 1 - SHARE_RESOLVED or hi_ > 1 + SHARE_RESOLVED)
 
 
 def _share_words(share, lo, hi, verdict: str | None, n: int) -> str:
@@ -69,6 +84,8 @@ def _share_words(share, lo, hi, verdict: str | None, n: int) -> str:
         return text + f" (n={n} seeds: too few for an interval)"
     if _num(lo) is not None and _num(hi) is not None:
         text += f" [{100 * lo:.0f}, {100 * hi:.0f} %]"
+    if share_unresolved(lo, hi, verdict):
+        return text + f" (not resolved: the interval reaches past 100 % ± {100 * SHARE_RESOLVED:.0f} points)"
     return text + (f" ({SHARE_WORDS.get(verdict, verdict)})" if verdict else "")
 
 
@@ -109,7 +126,10 @@ def quality_(r, base_name: str) -> tuple[str, str]:
     if share:
         kept = _num(r.get("gain_kept"))
         clause = f"keeps {100 * kept:.0f} % of `{base_name}`'s gain in {name}"
-        if verdict in ("worse", "better"):
+        if share_unresolved(r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict")):
+            clause = (f"keeps {100 * kept:.0f} % [{100 * _num(r['gain_kept_lo']):.0f}, "
+                      f"{100 * _num(r['gain_kept_hi']):.0f} %] of `{base_name}`'s gain in {name}: not resolved")
+        elif verdict in ("worse", "better"):
             clause += f" ({verdict})"
     elif verdict:
         clause = f"is {verdict} in held-out {name}" if verdict != "indistinguishable" else \
@@ -146,26 +166,47 @@ def _ttq_cell(r, pct: int) -> tuple[str, str | None]:
     return f"{pct} %: {ratio:.2f}x the baseline's {basis} time{ci}{beside} ({seeds}{verdict_words})", verdict
 
 
+def headline_fraction(r) -> tuple[int | None, str]:
+    """(the time-to-quality fraction the summary names, why it is that one): the run's
+    `--quality-target` (the held-out section's "Target"), or where it is none of FRACTIONS the
+    nearest of them, said so; None where the row has no time-to-quality columns."""
+    have = [p for p in FRACTIONS if f"ttq{p}_target" in r]
+    if not have:
+        return None, ""
+    configured = int(round(100 * (_num(r.get("quality_target")) or DEFAULT_TARGET / 100)))
+    if configured in have:
+        return configured, ""
+    pct = min(have, key=lambda p: abs(p - configured))
+    return pct, f"--quality-target {configured} % is not one of {', '.join(map(str, have))} %: the nearest"
+
+
 def ttq(r, base_name: str) -> tuple[str, str]:
-    """(words for the time-to-quality line, the summary's clause at HEADLINE_FRACTION)."""
+    """(words for the time-to-quality line, the summary's clause at headline_fraction); where the
+    baseline did not learn measurably (baseline_learned) no time is given: a fraction of a gain that
+    is not resolved above 0 is no target, and a ratio of times to it would let either side win."""
     cells = {pct: _ttq_cell(r, pct) for pct in FRACTIONS if f"ttq{pct}_target" in r}
     if not cells:
         return "", ""
+    if not baseline_learned(r):
+        return (f"time to quality: not measurable: `{base_name}` did not learn measurably (its held-out gain is not "
+                "resolved above 0), so a fraction of that gain is no target to reach",
+                "its time to quality is not measurable")
     line = ("time to quality (one target for every method: a fraction of "
             f"`{base_name}`'s seed-mean gain; method / baseline training seconds over paired seeds):\n"
             + "\n".join(f"    - {w}" for w, _ in cells.values()))
-    pct = HEADLINE_FRACTION if HEADLINE_FRACTION in cells else next(iter(cells))
+    pct, why = headline_fraction(r)
     reached, censored = (int(_num(r.get(f"ttq{pct}_{k}")) or 0) for k in ("reached", "censored"))
     ratio = _num(r.get(f"ttq{pct}_ratio"))
     words = (f"{ratio:.2f}x the time" if ratio is not None and cells[pct][1] and cells[pct][1].startswith("indist")
              else f"{reached} of {reached + censored} seeds reached it")
-    return line, _ttq_clause(cells[pct][1], pct, base_name, words, reached + censored)
+    return line, _ttq_clause(cells[pct][1], pct, base_name, words, reached + censored, why)
 
 
-def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds: int) -> str:
+def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds: int, why: str = "") -> str:
     """The summary's words for one time-to-quality verdict (quality.py: faster / slower /
-    indistinguishable, each maybe "(censored)" or "(censored seeds disagree)", or "censored: why")."""
-    target = f"{pct} % of `{base_name}`'s quality"
+    indistinguishable, each maybe "(censored)" or "(censored seeds disagree)", or "censored: why");
+    `why`: the reason the fraction is not the run's --quality-target, said beside it."""
+    target = f"{pct} % of `{base_name}`'s quality" + (f" ({why})" if why else "")
     if not verdict:
         return ""
     if verdict.startswith("faster"):
@@ -198,9 +239,8 @@ def _disagree(r, base_name: str) -> str:
     behind = []
     if n >= CI_MIN_SEEDS and r.get("heldout_verdict") == "worse":
         behind.append(f"worse in held-out {r.get('heldout_name') or 'quality'}")
-    pct = HEADLINE_FRACTION if f"ttq{HEADLINE_FRACTION}_target" in r else next(
-        (p for p in FRACTIONS if f"ttq{p}_target" in r), None)
-    v = r.get(f"ttq{pct}_verdict") if pct is not None else None
+    pct = headline_fraction(r)[0]
+    v = r.get(f"ttq{pct}_verdict") if pct is not None and baseline_learned(r) else None
     if isinstance(v, str) and v.startswith("slower"):
         behind.append(f"slower to {pct} % of `{base_name}`'s quality")
     return (f" Speed and quality point different ways: faster per update, but {' and '.join(behind)}."

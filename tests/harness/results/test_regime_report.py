@@ -87,22 +87,22 @@ def _row(**kw):
 def test_the_verdict_says_when_the_halves_point_different_ways():
     block = "\n".join(verdict.method_block(_row(), "full-bf16", ""))
     assert ("`spar@12.8%` is 1.90x faster per update, keeps 68 % of `full-bf16`'s gain in P(gold) (worse) and its "
-            "time to 75 % of `full-bf16`'s quality is not resolved with 3 seeds (1.10x the time; the interval "
+            "time to 90 % of `full-bf16`'s quality is not resolved with 3 seeds (1.10x the time; the interval "
             "includes 1).") in block
     assert "Speed and quality point different ways: faster per update, but worse in held-out P(gold)." in block
-    assert "    - 75 %: 1.10x the baseline's CPU time [0.80, 1.50]" in block   # one line per target fraction
+    assert "    - 90 %: 1.10x the baseline's CPU time [0.80, 1.50]" in block   # one line per target fraction
     assert "keeps 68 % [55, 81 %] (less than all of it)" in block
     assert "1.90x [1.50, 2.40] per update on CPU time (the machine was contended)" in block
 
 
 def test_a_method_that_wins_time_to_quality_is_said_to():
     row = _row(heldout_diff_mean=0.0, heldout_verdict="indistinguishable", gain_kept=1.0, gain_kept_lo=0.8,
-               gain_kept_hi=1.2, gain_kept_verdict="keeps all of it", ttq75_ratio=0.55, ttq75_ratio_lo=0.4,
-               ttq75_ratio_hi=0.7, ttq75_verdict="faster")
+               gain_kept_hi=1.2, gain_kept_verdict="keeps all of it", ttq90_ratio=0.55, ttq90_ratio_lo=0.4,
+               ttq90_ratio_hi=0.7, ttq90_verdict="faster")
     block = "\n".join(verdict.method_block(row, "full-bf16", ""))
-    assert "is faster to 75 % of `full-bf16`'s quality" in block and "different ways" not in block
-    row.update(ttq75_ratio=None, ttq75_reached=0, ttq75_censored=3, ttq75_verdict="slower (censored)")
-    assert "is slower to 75 % of `full-bf16`'s quality" in "\n".join(verdict.method_block(row, "full-bf16", ""))
+    assert "is faster to 90 % of `full-bf16`'s quality" in block and "different ways" not in block
+    row.update(ttq90_ratio=None, ttq90_reached=0, ttq90_censored=3, ttq90_verdict="slower (censored)")
+    assert "is slower to 90 % of `full-bf16`'s quality" in "\n".join(verdict.method_block(row, "full-bf16", ""))
 
 
 @pytest.mark.parametrize("field, value, named", [

@@ -1,6 +1,7 @@
 """The verdict's words (harness/results/verdict.py): speed and quality said to disagree only when both
 results are resolved, no share of a baseline gain that is not resolved above 0, a run that stopped
 said first, the quorum said, and each figure's words complete."""
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -35,17 +36,17 @@ def _block(**kw) -> str:
 def test_unresolved_time_to_quality_is_said_unresolved_not_a_disagreement():
     text = _block()
     assert "point different ways" not in text
-    assert "its time to 75 % of `full-bf16`'s quality is not resolved with 3 seeds (0.73x the time" in text
+    assert "its time to 90 % of `full-bf16`'s quality is not resolved with 3 seeds (0.73x the time" in text
 
 
 def test_speed_and_quality_disagree_only_when_both_are_resolved():
-    slower = _block(ttq75_ratio=1.6, ttq75_ratio_lo=1.2, ttq75_ratio_hi=2.1, ttq75_verdict="slower")
-    assert "Speed and quality point different ways: faster per update, but slower to 75 % of `full-bf16`'s" in slower
+    slower = _block(ttq90_ratio=1.6, ttq90_ratio_lo=1.2, ttq90_ratio_hi=2.1, ttq90_verdict="slower")
+    assert "Speed and quality point different ways: faster per update, but slower to 90 % of `full-bf16`'s" in slower
     worse = _block(heldout_verdict="worse", gain_kept_verdict="keeps less")
     assert "Speed and quality point different ways: faster per update, but worse in held-out P(gold)." in worse
     # per update not resolved (its interval includes 1): nothing to disagree with
     assert "point different ways" not in _block(speedup_headline_lo=0.9, heldout_verdict="worse",
-                                                 ttq75_verdict="slower")
+                                                 ttq90_verdict="slower")
     # worse with too few seeds for a verdict: not resolved either
     assert "point different ways" not in _block(heldout_verdict="worse", heldout_diff_n=2)
 
@@ -101,11 +102,11 @@ def test_one_seed_speed_and_time_to_quality_words():
         "is 1.24x faster per update (one seed: no interval)"
     assert verdict.speed(_row(speedup_headline=0.5, speedup_headline_lo=None, speedup_headline_hi=None))[1] == \
         "is 2.00x slower per update (one seed: no interval)"
-    one = _row(ttq75_reached=1, ttq75_ratio_n=1, ttq75_verdict="too few seeds for an interval")
+    one = _row(ttq90_reached=1, ttq90_ratio_n=1, ttq90_verdict="too few seeds for an interval")
     line, clause = verdict.ttq(one, "full-bf16")
-    assert "75 %: 0.73x the baseline's wall-clock time (1 of 1 seeds reached: too few seeds for an interval)" in line
-    assert "censored" not in line.split("75 %")[1].split("\n")[0]
-    assert clause == "its time to 75 % of `full-bf16`'s quality is not resolved with 1 seed (1 of 1 seeds reached it)"
+    assert "90 %: 0.73x the baseline's wall-clock time (1 of 1 seeds reached: too few seeds for an interval)" in line
+    assert "censored" not in line.split("90 %")[1].split("\n")[0]
+    assert clause == "its time to 90 % of `full-bf16`'s quality is not resolved with 1 seed (1 of 1 seeds reached it)"
 
 
 def _quorum_run(tmp_path: Path) -> Path:
@@ -154,3 +155,85 @@ def test_the_workers_section_does_not_say_the_others_idled_under_a_quorum(tmp_pa
     quorum = "\n".join(workers_report.section([_Run(tmp_path / "r1", {**base, "quorum": 1})]))
     assert "the others idled for it" not in quorum
     assert "the learner did not wait for it: each update went on with the first 1 of 2 workers'" in quorum
+
+
+def _learning_evals(gains: dict, target: float | None = None) -> tuple:
+    """run-heldout with held-out figures that rise linearly from 0.2 to 0.2 + gains[(variant, seed)]
+    over each cell's evaluations; `target`: the run's --quality-target, where not its own 0.9."""
+    t = tables.read(FIXTURES / "run-heldout")
+    ev = t.evals.copy()
+    last = ev.groupby(["variant", "seed"])["version"].transform("max")
+    rise = np.array([gains[(v, s)] for v, s in zip(ev["variant"], ev["seed"])]) * ev["version"] / last
+    for m in ("pass_at_1", "pass_at_k"):
+        ev[m] = 0.2 + rise
+    if target is not None:
+        ev["quality_target"] = target
+    return t, ev
+
+
+BASE_GAINS = {("full-bf16", 1): 0.10, ("full-bf16", 2): 0.12, ("full-bf16", 3): 0.08}
+
+
+def _verdict_of(t, ev) -> tuple:
+    comp = compare.comparison(t.updates, t.cells, ev)
+    r = comp[comp["variant"] == "spar@12.8%"].iloc[0]
+    return r, "\n".join(verdict.method_block(r, "full-bf16", ""))
+
+
+def test_a_kept_share_with_a_wide_interval_is_said_not_resolved():
+    t, ev = _learning_evals({**BASE_GAINS, ("spar@12.8%", 1): 0.05, ("spar@12.8%", 2): 0.15,
+                             ("spar@12.8%", 3): 0.09})
+    r, text = _verdict_of(t, ev)
+    assert r["gain_kept_verdict"] == "keeps all of it" and r["gain_kept_lo"] < 0.75     # holds 100 %, and far more
+    assert "at this resolution" not in text and "within ±25 points" not in text
+    share = f"keeps {100 * r['gain_kept']:.0f} % [{100 * r['gain_kept_lo']:.0f}, {100 * r['gain_kept_hi']:.0f} %]"
+    assert f"{share} (not resolved: the interval reaches past 100 % ± 25 points) of `full-bf16`'s gain" in text
+    headline = text.splitlines()[0]
+    assert f"{share} of `full-bf16`'s gain in pass@" in headline and ": not resolved" in headline
+
+
+def test_a_kept_share_within_the_bound_is_said_all_of_it():
+    t, ev = _learning_evals({**BASE_GAINS, ("spar@12.8%", 1): 0.101, ("spar@12.8%", 2): 0.119,
+                             ("spar@12.8%", 3): 0.081})
+    r, text = _verdict_of(t, ev)
+    assert 0.75 <= r["gain_kept_lo"] <= 1 <= r["gain_kept_hi"] <= 1.25
+    assert f"[{100 * r['gain_kept_lo']:.0f}, {100 * r['gain_kept_hi']:.0f} %] (all of it, within ±25 points)" in text
+    assert "not resolved" not in text.split("  - quality")[1].split("\n")[0]
+
+
+def test_the_headline_names_the_configured_quality_target():
+    gains = {**BASE_GAINS, ("spar@12.8%", 1): 0.101, ("spar@12.8%", 2): 0.119, ("spar@12.8%", 3): 0.081}
+    for target, words in ((None, "90 % of `full-bf16`'s quality"),     # the fixture's own --quality-target 0.9
+                          (0.8, "75 % of `full-bf16`'s quality (--quality-target 80 % is not one of 50, 75, 90 %: "
+                                "the nearest)")):
+        t, ev = _learning_evals(gains, target)
+        md = report.build(dataclasses.replace(t, evals=ev))[0]
+        headline = md.split("## Verdict")[1].split("\n- **")[1].splitlines()[0]
+        assert words in headline and headline.count(" % of `full-bf16`'s quality") == 1
+        assert f"Target = {100 * (target or 0.9):g} % of `full-bf16`'s seed-mean gain" in md
+
+
+def test_no_time_to_quality_when_the_baseline_did_not_learn_measurably():
+    from harness.results import quality_report
+
+    t, ev = _flat_baseline_evals()
+    comp = compare.comparison(t.updates, t.cells, ev)
+    r = comp[comp["variant"] == "spar@12.8%"].iloc[0]
+    assert r["ttq90_target"] is not None and r["ttq90_ratio"] is not None    # a ratio exists: it must not be said
+    text = "\n".join(verdict.method_block(r, "full-bf16", ""))
+    assert "x the baseline's" not in text and "x the time" not in text
+    assert ("time to quality: not measurable: `full-bf16` did not learn measurably (its held-out gain is not "
+            "resolved above 0), so a fraction of that gain is no target to reach") in text
+    assert "its time to quality is not measurable" in text.splitlines()[0]
+    assert not any("to quality (it needs" in n for n in quality_report.quality_notes(comp))
+
+
+def test_the_held_out_tables_give_no_time_ratio_when_the_baseline_did_not_learn_measurably():
+    t, ev = _flat_baseline_evals()
+    md = report.build(dataclasses.replace(t, evals=ev))[0]
+    held = md.split("## Held-out quality and time to quality")[1].split("\n## ")[0]
+    assert "| not measurable (baseline's gain not resolved above 0) |" in held
+    assert "to quality (it needs" not in held
+    ttq = md.split("## Time to quality, one target for every method")[1].split("\n## ")[0]
+    spar = [line for line in ttq.splitlines() if line.startswith("| ") and "| spar@12.8% |" in line]
+    assert len(spar) == 3 and all(line.count("not measurable") == 2 and "x (" not in line for line in spar)
