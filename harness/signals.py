@@ -28,6 +28,12 @@ def exit_code(exc: BaseException) -> int:
     return 128 + signal.SIGINT
 
 
+def swallows_exceptions(frame) -> bool:
+    """Whether `frame` runs where Python ignores a raised exception: a weakref callback, a __del__."""
+    code = frame.f_code
+    return code.co_name == "__del__" or code.co_filename.endswith(("/weakref.py", "/_weakrefset.py"))
+
+
 @dataclass
 class signals_raise:
     """Context manager: SIGTERM (and SIGHUP) raise Signalled (a SystemExit) so `finally` blocks
@@ -43,6 +49,12 @@ class signals_raise:
                 # a forked child (pyroute2 opens netns sockets from short-lived forks) must not
                 # unwind the parent's stack and run its teardown: just die as the default would
                 os._exit(128 + signum)
+            if frame is not None and swallows_exceptions(frame):
+                # Python prints and drops an exception raised in a weakref callback or __del__ (the
+                # garbage collector ran one when the signal came): the run would go on. Deliver it again
+                # a moment later, when the main thread is back in ordinary code.
+                threading.Timer(0.01, os.kill, (owner, signum)).start()
+                return
             raise Signalled(signum)
         if threading.current_thread() is threading.main_thread():
             for s in self.signums:

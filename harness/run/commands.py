@@ -193,14 +193,24 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
         print(str(err), file=sys.stderr)
         return EXIT_USAGE
     except (KeyboardInterrupt, SystemExit) as err:  # SIGINT: 130; SIGTERM/SIGHUP (harness/signals.py): 143/129
-        print(f"interrupted: network torn down; partial results (marked incomplete) in {cfg.run_dir}", file=sys.stderr)
+        print(f"interrupted: network torn down; {_left_where(Path(cfg.run_dir))}", file=sys.stderr)
         return exit_code(err)
     except (RuntimeError, OSError) as err:  # a service or the network failed: torn down, partial results kept
-        print(f"harness run failed: {err}; network torn down, partial results in {cfg.run_dir}", file=sys.stderr)
+        print(f"harness run failed: {err}; network torn down, {_left_where(Path(cfg.run_dir))}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         logger.finish()  # the last cell (and, when interrupted, whatever the cells left)
     return finish(run_dir, quiet, as_json)
+
+
+def _left_where(run_dir: Path) -> str:
+    """What a run that stopped early left: partial results, or plainly none when no cell had started
+    (stopped in the preflight, the regime pilot, the models' build or the network's)."""
+    if (run_dir / "cells").is_dir():
+        return f"partial results (marked incomplete) in {run_dir}"
+    if run_dir.is_dir():
+        return f"no cell ran, so there are no results (its config.json and meta.json are in {run_dir})"
+    return f"no cell ran, so there are no results ({run_dir} was not created)"
 
 
 def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: bool, quiet: bool, json_out: bool,

@@ -557,6 +557,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         doc = meta(cfg, "pending")
     status = "interrupted"
     shapes = AdapterShapes()
+    returning = False   # the body ran to its end: a failure in the wind-up below is the run's to raise
 
     try:
         with signals_raise(), fork_server(cfg, run_dir, containers=net is not None) as server:
@@ -583,6 +584,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
                     raise
                 run_cells(cfg, run_dir, topo, token, progress, doc, server, clock)
         status = "complete" if len(doc["cells_complete"]) == len(doc["cells"]) else "failed"
+        returning = True
     except CellFailed:  # --on-drop fail: the run stops at the first lost worker
         status = "failed"
         raise
@@ -595,14 +597,23 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
         doc.update(status=status, complete=status == "complete",
                    finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         write_final_meta(run_dir, doc)
-        shapes.finish(wait_s=0.0 if status == "interrupted" else SHAPES_TIMEOUT_S)
-        finishing()
-        if artefacts:
-            finalize(run_dir, clock)
-        else:
-            from harness.results.tables import write_tables
+        try:
+            shapes.finish(wait_s=0.0 if status == "interrupted" else SHAPES_TIMEOUT_S)
+            finishing()
+            if not (run_dir / "cells").is_dir():
+                pass   # stopped before its first cell (models, network, fork server): nothing to tabulate
+            elif artefacts:
+                finalize(run_dir, clock)
+            else:
+                from harness.results.tables import write_tables
 
-            write_tables(run_dir)
+                write_tables(run_dir)
+        except Exception as err:
+            if returning:
+                raise
+            # the interrupt (or the failure) on its way out is the run's outcome, not this
+            print(f"harness run: could not write the partial results in {run_dir}: {type(err).__name__}: {err}",
+                  file=sys.stderr)
     return run_dir
 
 

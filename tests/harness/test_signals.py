@@ -33,3 +33,25 @@ def test_an_interrupt_unwinds_even_when_sigint_was_inherited_ignored(signum, cod
     proc.send_signal(signum)
     assert proc.wait(timeout=30) == code
     proc.stdout.close()
+
+
+def test_a_sigterm_where_python_would_drop_the_exception_is_delivered_again():
+    """The handler called in a __del__ frame (Python prints and drops what a __del__ or a weakref
+    callback raises: the run would go on) does not raise there; the signal comes again a moment later
+    and raises in ordinary code."""
+    import time
+
+    from harness.signals import Signalled, signals_raise
+
+    frames = []
+
+    class Dying:
+        def __del__(self):
+            frames.append(sys._getframe())
+
+    Dying()
+    with signals_raise():
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, frames[0])   # returns: nothing raised in __del__
+        with pytest.raises(Signalled) as caught:
+            time.sleep(10)
+    assert caught.value.signum == signal.SIGTERM

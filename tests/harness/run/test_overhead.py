@@ -3,6 +3,9 @@ training loops, the held-out evaluations outside them and the harness's own rest
 (the run's stopwatch, each cell's launch.json), from a recorded run folder."""
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,12 +80,12 @@ def test_a_cells_fixed_cost_is_split_from_its_launch_json_less_its_loop_and_eval
 
 
 def test_with_the_runs_stopwatch_the_parts_and_the_rest_add_up_to_the_fixed_cost(tmp_path):
-    """run_s counts from the process's start; every part the stopwatch timed is listed, the cells' own
+    """run_s counts from the harness's first import; every part the stopwatch timed is listed, the cells' own
     replace their wall ("cells" -> cell setup), and `other` is what no part covers."""
     run = _with_launch_json(tmp_path, "spar-12.8pct-s1", learner_start_s=1.5, join_s=2.0, teardown_s=0.25)
     t = tables.read(run)
     clock = fixed_cost.Stopwatch()
-    assert clock.parts["start-up (python, CLI imports, config)"] == clock.age0 > 0   # this test's process ran before
+    assert clock.parts[fixed_cost.STARTUP_PART] == clock.age0 > 0   # this test's process ran before
     clock.t0 -= 100.0                             # the run's cells took the fixture's loops: it started 100 s ago
     clock.add("network (namespaces, shaping)", 0.5)
     cells_wall = fixed_cost.cells_wall_s(run)
@@ -132,3 +135,15 @@ def test_evaluations_the_learner_deferred_past_its_last_update_are_outside_the_l
     assert fixed_cost.evals_outside_by_time(events) == pytest.approx(4.5)
     events.write_text(json.dumps(rows[0]) + "\n")
     assert fixed_cost.evals_outside_by_time(events) is None     # no timed evaluation: the version rule stands
+
+
+def test_start_up_counts_from_the_harness_not_from_what_ran_before_it_in_its_process():
+    """`bash -c 'sleep 3 && python ..'`: bash execs python in its own process (started before the
+    sleep), so the process is 3 s older than the harness in it; the start-up part is the harness's."""
+    code = ("import time; t = time.monotonic(); from harness.run import fixed_cost; "
+            "c = fixed_cost.Stopwatch(); print(c.parts[fixed_cost.STARTUP_PART], time.monotonic() - t)")
+    out = subprocess.run(["bash", "-c", f"sleep 3 && exec {sys.executable} -c '{code}'"], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ), cwd=Path(__file__).resolve().parents[3])
+    assert out.returncode == 0, out.stderr
+    startup, imports = map(float, out.stdout.split())
+    assert 0 < startup <= imports < 3.0   # the harness's imports, within the span the script timed around them

@@ -17,6 +17,7 @@ import pytest
 from harness.net import clean
 
 from harness.results import tables
+from harness.run import fixed_cost
 
 ROOT = Path(__file__).resolve().parents[3]
 RATE = 20e6
@@ -89,7 +90,7 @@ def test_meta_json_splits_the_fixed_cost_by_part(e2e):
     """The run's seconds outside its loops, by part: the harness's steps, each cell's, and the rest."""
     cost = json.loads((e2e[3] / "meta.json").read_text())["overhead"]
     parts = cost["parts"]
-    for part in ("start-up (python, CLI imports, config)", "network (namespaces, shaping)",
+    for part in (fixed_cost.STARTUP_PART, "network (namespaces, shaping)",
                  "learner start (until it listens)", "tables", "figures", "report text (md, html)", "other"):
         assert part in parts, (part, parts)
     assert "fork server (the wait for its imports)" in parts or "report imports (while the fork server imports)" in parts
