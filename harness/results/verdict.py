@@ -14,7 +14,7 @@ Per method (and link), against the run's baseline:
 Then one sentence per method in words, and a line when the resolved halves point different ways
 ("is 1.90x faster per update, keeps 68 % of full-bf16's gain in P(gold) (worse) and is slower to 90 %
 of full-bf16's quality"); an unresolved half is said as such ("its time to 90 % of full-bf16's
-quality is not resolved with 3 seeds", "keeps 99 % [55, 201 %] of full-bf16's gain: not resolved":
+quality is not resolved with 3 seeds", "keeps 99 % [55, 201 %] of full-bf16's gain (not resolved)":
 a share whose interval holds 100 % but reaches past 100 % ± SHARE_RESOLVED), never as a
 disagreement, and no share of a baseline gain that is not resolved above 0 is given. Numbers come
 from compare.py / quality.py; this module only words them.
@@ -128,7 +128,7 @@ def quality_(r, base_name: str) -> tuple[str, str]:
         clause = f"keeps {100 * kept:.0f} % of `{base_name}`'s gain in {name}"
         if share_unresolved(r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict")):
             clause = (f"keeps {100 * kept:.0f} % [{100 * _num(r['gain_kept_lo']):.0f}, "
-                      f"{100 * _num(r['gain_kept_hi']):.0f} %] of `{base_name}`'s gain in {name}: not resolved")
+                      f"{100 * _num(r['gain_kept_hi']):.0f} %] of `{base_name}`'s gain in {name} (not resolved)")
         elif verdict in ("worse", "better"):
             clause += f" ({verdict})"
     elif verdict:
