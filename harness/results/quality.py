@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
-from harness.results.wording import figure
+from harness.results.wording import figure, num
 from trainers import events
 
 if TYPE_CHECKING:
@@ -302,6 +302,13 @@ def gain_share(a: list[float], b: list[float], lower: bool = False) -> dict:
     mean, half = ci95(d)
     out["verdict"] = ("keeps all of it" if abs(mean) <= half else "keeps less" if mean / mb < 0 else "keeps more")
     return out
+
+
+def baseline_learned(r) -> bool:
+    """Whether a comparison row's baseline gained measurably in held-out quality over the paired seeds:
+    Fieller's interval for the share kept (gain_share) is bounded only when the baseline's gain's own
+    95 % interval excludes 0; with one seed there is no interval, and a gain of 0 is none."""
+    return all(num(r.get(c)) is not None for c in ("gain_kept", "gain_kept_lo", "gain_kept_hi"))
 
 
 def ttq_ratio(mine: dict, base: dict) -> dict:

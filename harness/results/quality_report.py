@@ -75,10 +75,9 @@ NOT_MEASURABLE = "not measurable (baseline's gain not resolved above 0)"
 
 
 def _unlearned(r) -> bool:
-    """A method's row whose baseline's held-out gain is not resolved above 0 (no bounded interval for
-    the share kept: verdict.baseline_learned): a time to a fraction of that gain is no time to quality."""
-    return r.get("method") != r.get("baseline") and "gain_kept_lo" in r and \
-        (_none(r.get("gain_kept_lo")) or _none(r.get("gain_kept_hi")))
+    """A method's row whose baseline's held-out gain is not resolved above 0 (quality.baseline_learned):
+    a time to a fraction of that gain is no time to quality."""
+    return r.get("method") != r.get("baseline") and "gain_kept_lo" in r and not quality.baseline_learned(r)
 
 
 def signal_text(comp: pd.DataFrame) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.results import compare, regime_report, tables
+from harness.results.quality import baseline_learned
 from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _ci, link, num as _num
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -87,14 +88,6 @@ def _share_words(share, lo, hi, verdict: str | None, n: int) -> str:
     if share_unresolved(lo, hi, verdict):
         return text + f" (not resolved: the interval reaches past 100 % ± {100 * SHARE_RESOLVED:.0f} points)"
     return text + (f" ({SHARE_WORDS.get(verdict, verdict)})" if verdict else "")
-
-
-def baseline_learned(r) -> bool:
-    """Whether the baseline's held-out gain is resolved above 0 over the paired seeds: Fieller's
-    interval for the share is bounded (quality.gain_share) only when the baseline's gain's own 95 %
-    interval excludes 0; with one seed there is no interval, and a gain of 0 is none."""
-    return _num(r.get("gain_kept")) is not None and _num(r.get("gain_kept_lo")) is not None \
-        and _num(r.get("gain_kept_hi")) is not None
 
 
 def quality_(r, base_name: str) -> tuple[str, str]:
