@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import harness
+
 if TYPE_CHECKING:   # pandas at run time only where the tables are: the run's first seconds stay free of it
     import pandas as pd
 
@@ -51,8 +53,6 @@ STARTUP_PART = "start-up (CLI imports, config)"
 
 def harness_age_s() -> float:
     """Seconds since the harness package was first imported in this process (harness.IMPORTED_T)."""
-    import harness
-
     return max(time.monotonic() - harness.IMPORTED_T, 0.0)
 
 

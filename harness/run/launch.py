@@ -185,13 +185,11 @@ class Processes:
         The service learns our pid ($WAN_PARENT_PID) and asks the kernel for SIGTERM when we die
         (trainers.process.die_with_parent): a SIGKILLed harness leaves no service running. Call it
         from the main thread: the kernel ties that signal to the thread that forked."""
-        self.launches[name] = (node, argv, cell_dir, env)
-        env = dict(env, WAN_PARENT_PID=str(os.getpid()))
-        with open(cell_dir / f"{name}.log", "ab") as log:
-            self.procs[name] = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True)  # Ctrl-C reaches us; we stop them in order
-        self.place(name, self.procs[name].pid)
-        return self.procs[name]
+        env, log_path = self._launch(name, node, argv, cell_dir, env)
+        with open(log_path, "ab") as log:
+            proc = self.spawn(node, argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)  # Ctrl-C reaches us; we stop them in order
+        return self._started(name, proc)
 
     def start_many(self, starts: list[tuple[str, str, list[str], Path, dict]]) -> None:
         """`start(*each)` for each of `starts` (name, node, argv, cell_dir, env), with one request to a
@@ -201,13 +199,19 @@ class Processes:
             for start in starts:
                 self.start(*start)
             return
-        for name, *launch in starts:
-            self.launches[name] = tuple(launch)
-        procs = many([(node, argv, dict(env, WAN_PARENT_PID=str(os.getpid())), cell_dir / f"{name}.log")
-                      for _name, node, argv, cell_dir, env in starts])
+        procs = many([(start[1], start[2], *self._launch(*start)) for start in starts])
         for (name, *_), proc in zip(starts, procs):
-            self.procs[name] = proc
-            self.place(name, proc.pid)
+            self._started(name, proc)
+
+    def _launch(self, name: str, node: str, argv: list[str], cell_dir: Path, env: dict) -> tuple[dict, Path]:
+        """Record what `restart` repeats; `name`'s environment (with our pid) and its log file."""
+        self.launches[name] = (node, argv, cell_dir, env)
+        return dict(env, WAN_PARENT_PID=str(os.getpid())), cell_dir / f"{name}.log"
+
+    def _started(self, name: str, proc) -> subprocess.Popen:
+        self.procs[name] = proc
+        self.place(name, proc.pid)
+        return proc
 
     def restart(self, name: str) -> subprocess.Popen:
         """Start process `name`, which has exited, again: same node, argv and environment."""
