@@ -45,19 +45,25 @@ def speed(r) -> tuple[str, str]:
     clock = ("CPU time (the machine was contended)" if basis == "cpu" else
              "wall-clock (workers were slowed on purpose: a CPU share or --straggler, which CPU time would not count)"
              if r.get("run_slowed") is True or r.get("run_slowed") == 1 else "wall-clock")
-    other = (f"; wall-clock {_num(r.get('speedup_seed_mean')):.2f}x{_ci(r.get('speedup_ci_lo'), r.get('speedup_ci_hi'))}"
+    n = int(_num(r.get("speedup_seeds")) or 0)
+    few = 1 < n < CI_MIN_SEEDS   # an interval over 2 seeds (t = 12.7) is not printed, as in the tables
+    ci = (lambda a, b: "") if few else _ci
+    other = (f"; wall-clock {_num(r.get('speedup_seed_mean')):.2f}x{ci(r.get('speedup_ci_lo'), r.get('speedup_ci_hi'))}"
              if basis == "cpu" and _num(r.get("speedup_seed_mean")) else
-             f"; CPU time {_num(r.get('speedup_cpu')):.2f}x{_ci(r.get('speedup_cpu_lo'), r.get('speedup_cpu_hi'))}"
+             f"; CPU time {_num(r.get('speedup_cpu')):.2f}x{ci(r.get('speedup_cpu_lo'), r.get('speedup_cpu_hi'))}"
              if _num(r.get("speedup_cpu")) else "")
-    n = _num(r.get("speedup_seeds"))
+    if few:
+        lo = hi = None
     lo_, hi_ = _num(lo), _num(hi)
     resolved = lo_ is not None and hi_ is not None and not lo_ <= 1 <= hi_
-    line = f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {int(n or 0)} paired seeds{other}"
+    none_why = f"{n} seeds: too few for an interval" if few else "one seed: no interval"
+    line = (f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {n} paired seeds"
+            f"{' (too few for an interval)' if few else ''}{other}")
     if not resolved:
         clause = (f"is no faster per update at this resolution ({s:.2f}x, its interval includes 1)"
                   if lo_ is not None else
-                  f"is {s:.2f}x faster per update (one seed: no interval)" if s >= 1 else
-                  f"is {1 / s:.2f}x slower per update (one seed: no interval)")
+                  f"is {s:.2f}x faster per update ({none_why})" if s >= 1 else
+                  f"is {1 / s:.2f}x slower per update ({none_why})")
     else:
         clause = f"is {s:.2f}x faster per update" if s > 1 else f"is {1 / s:.2f}x slower per update"
     return line, clause
@@ -192,10 +198,12 @@ def ttq(r, base_name: str) -> tuple[str, str]:
     ratio = _num(r.get(f"ttq{pct}_ratio"))
     words = (f"{ratio:.2f}x the time" if ratio is not None and cells[pct][1] and cells[pct][1].startswith("indist")
              else f"{reached} of {reached + censored} seeds reached it")
-    return line, _ttq_clause(cells[pct][1], pct, base_name, words, reached + censored, why)
+    paired = int(_num(r.get(f"ttq{pct}_ratio_n")) or 0)
+    return line, _ttq_clause(cells[pct][1], pct, base_name, words, reached + censored, why, paired)
 
 
-def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds: int, why: str = "") -> str:
+def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds: int, why: str = "",
+                paired: int = CI_MIN_SEEDS) -> str:
     """The summary's words for one time-to-quality verdict (quality.py: faster / slower /
     indistinguishable, each maybe "(censored)" or "(censored seeds disagree)", or "censored: why");
     `why`: the reason the fraction is not the run's --quality-target, said beside it."""
@@ -207,6 +215,8 @@ def _ttq_clause(verdict: str | None, pct: int, base_name: str, words: str, seeds
     if verdict.startswith("slower"):
         return f"is slower to {target}"
     unresolved = f"its time to {target} is not resolved with {seeds} seed{'s' if seeds != 1 else ''}"
+    if verdict == "indistinguishable" and paired < CI_MIN_SEEDS:   # the table prints no interval over 2 seeds
+        return f"{unresolved} ({words}; {paired} paired seeds: too few for an interval)"
     if verdict.startswith("indistinguishable"):
         return f"{unresolved} ({words}; the interval includes 1)"
     return f"{unresolved} ({words})"
@@ -219,7 +229,8 @@ def _resolved_faster(r) -> bool:
     if s is None:
         s, lo, hi = (_num(r.get("speedup_seed_mean")) or _num(r.get("speedup")), _num(r.get("speedup_ci_lo")),
                      _num(r.get("speedup_ci_hi")))
-    return s is not None and lo is not None and hi is not None and lo > 1
+    n = int(_num(r.get("speedup_seeds")) or 0)
+    return s is not None and lo is not None and hi is not None and lo > 1 and not 1 < n < CI_MIN_SEEDS
 
 
 def _disagree(r, base_name: str) -> str:

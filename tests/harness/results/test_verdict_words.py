@@ -109,6 +109,23 @@ def test_one_seed_speed_and_time_to_quality_words():
     assert clause == "its time to 90 % of `full-bf16`'s quality is not resolved with 1 seed (1 of 1 seeds reached it)"
 
 
+def test_two_seeds_give_no_interval_in_the_verdict_as_in_the_tables():
+    """Below CI_MIN_SEEDS the tables print n, not an interval (t = 12.7 at n = 2); the verdict says the
+    same, and a speedup whose 2-seed interval excludes 1 is not called resolved."""
+    two = _row(speedup_seeds=2, speedup_headline_lo=1.2, speedup_headline_hi=3.0, speedup_ci_lo=1.2, speedup_ci_hi=3.0,
+               speedup_cpu=1.8, speedup_cpu_lo=1.1, speedup_cpu_hi=2.9)
+    line, clause = verdict.speed(two)
+    assert line == "1.90x per update on wall-clock, over 2 paired seeds (too few for an interval); CPU time 1.80x"
+    assert clause == "is 1.90x faster per update (2 seeds: too few for an interval)"
+    assert not verdict._resolved_faster(two)
+    assert verdict._resolved_faster(_row(speedup_headline_lo=1.2, speedup_headline_hi=3.0))
+    ttq = _row(ttq90_ratio_n=2, ttq90_reached=2)
+    line, clause = verdict.ttq(ttq, "full-bf16")
+    assert "interval includes 1" not in clause
+    assert clause.endswith("(0.73x the time; 2 paired seeds: too few for an interval)")
+    assert "(n=2: too few for an interval)" in line
+
+
 def _quorum_run(tmp_path: Path) -> Path:
     """run-heldout as if run with --quorum 1 of 2 workers: spar's seed-1 updates at odd versions went
     on without w2, whose rollouts then came late and were dropped stale."""
