@@ -47,7 +47,8 @@ class Live:
 
             self.progress = Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                     console=Console(stderr=True), transient=False)
+                                     console=Console(stderr=True, width=None if sys.stderr.isatty() else 160),
+                                     transient=False)   # a log file gets whole lines, not 80 columns
 
     def start(self) -> None:
         if self.progress is not None and not self.progress.live.is_started:

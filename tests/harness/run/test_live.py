@@ -1,0 +1,19 @@
+"""The live progress display (commands.Live) written to a file or pipe: whole lines, not cut at
+rich's 80 columns for a non-terminal (a log of `harness run 2> run.log` kept only the bar)."""
+import json
+
+from harness.run import commands, config, launch
+
+
+def test_progress_to_a_file_keeps_the_whole_line(tmp_path, capsys):
+    cfg = config.build(model="micro", method="spar", baseline="none", seed="1", workers=1, updates=3,
+                       emulation=False, out_dir=str(tmp_path))
+    cell = launch.cells(cfg)[0]
+    rows = [{"kind": "update", "version": v, "seconds_per_update": 0.05, "update_frame_bytes": {"w1": 4755}}
+            for v in range(1, 4)]
+    (tmp_path / "events-learner.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with commands.Live(cfg, enabled=True) as live:
+        live(cell, tmp_path)
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith(cell.name))
+    assert "3/3" in line and line.rstrip().endswith("0.050 s/update (median), 4,755 B/update down 0:00:00")
