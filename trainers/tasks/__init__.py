@@ -79,7 +79,7 @@ def _parse(task: str, text: str, options: dict[str, Option]) -> dict[str, Any]:
     for key, o in options.items():
         if o.at_least:
             low, high = typed.get(o.at_least, options[o.at_least].default), typed.get(key, o.default)
-            if high < low:
+            if low is not None and high is not None and high < low:
                 said = "" if key in typed else " (its default)"
                 raise ValueError(f"task options: {task} {key}={high}{said} is below {o.at_least}={low}")
     return typed
@@ -102,7 +102,7 @@ def _typed(task: str, key: str, value: str, option: Option) -> Any:
 
 
 def check_task_options(task: str, text: str) -> None:
-    """Raise ValueError naming `--task-options` when `text` does not build task `task`
+    """Raise ValueError naming `--task-options` when `text` is not a valid set of task `task`'s options
     (an unknown task is left to the --task check)."""
     if task not in available():
         return
