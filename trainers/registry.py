@@ -86,8 +86,9 @@ class Registry(Generic[T]):
         if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise self.error(f"{self.kind} plugin {name!r} is {cls!r}, not a subclass of {self.base.__name__}")
         cls.name = name   # the card's or entry point's name is the interface
-        if card is not None and card.options:
-            cls.options = card.defaults   # the card states the defaults once
+        if card is not None and card.options and not callable(getattr(cls, "options", None)):
+            cls.options = card.defaults   # a compressor's: the card states the defaults once (a task's or an
+            #                               objective's `options()` reports an instance's own)
         self._loaded[name] = cls
         return cls
 

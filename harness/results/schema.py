@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers import spec  # the run spec: config.json's parameters, their types, ranges and choices
+# the run spec: config.json's parameters, their types, ranges and choices; the cards: objectives' held-out figures
+from trainers import cards, spec
 
 MAX_VERSION = 10**9          # policy versions and update counts: far beyond any run (10^9 updates)
 MAX_SECONDS = 10**8          # durations: about three years
@@ -91,7 +92,6 @@ MAPPINGS: dict[str, Range | None] = {
     "durations_s": SECONDS, "cpu_s": SECONDS, "update_frame_bytes": BYTES, "rollout_arrival": FINITE,
     "tcp": COUNT, "phases": None, "bytes": None, "machine": None}
 MACHINE = {"busy_frac": FRACTION, "steal_frac": FRACTION, "load1": Range(0, 10**6), "cores": Range(1, 10**6, integer=True)}
-OBJECTIVE_METRICS = ("reverse_kl", "mean_reward")
 
 # Per document: key -> the types its value may have (None always allowed), then ranges of numbers.
 DOCS = {
@@ -165,8 +165,10 @@ def _check_eval(where: str, r: dict) -> None:
     if p1 is not None and pk is not None and p1 > pk + 1e-9:
         raise ResultsError(f"{where}: 'pass_at_1' is {p1}, above 'pass_at_k' {pk} (pass@1 <= pass@k)")
     metric = r.get("objective_metric")
-    if metric is not None and metric not in OBJECTIVE_METRICS:
-        raise ResultsError(f"{where}: 'objective_metric' is {_say(metric)}, not one of {', '.join(OBJECTIVE_METRICS)}")
+    known = cards.heldout_metrics()   # the objectives' cards', in-tree and installed: a plugin's figure too
+    if metric is not None and metric not in known:
+        raise ResultsError(f"{where}: 'objective_metric' is {_say(metric)}, not one of {', '.join(sorted(known))} "
+                           "(the held-out figures of the installed objectives' cards)")
 
 
 PARAM_NAMES = frozenset(p.name for p in spec.PARAMS)

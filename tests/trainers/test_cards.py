@@ -234,6 +234,14 @@ def test_a_scratch_task_needs_two_places_and_then_works_by_name(scratch_dp_and_t
         "print(t.name, 'digits2' in tasks.available(), t.score(p, t.gold(p)).correct, "
         "tasks.parse_task_options('digits2', 'max_len=3'))", env)
     assert out.split() == ["digits2", "True", "True", "{'max_len':", "3}"]
+    # a card without options: its constructor's keywords, typed like their defaults, and its own range checks
+    out = _python(
+        "from trainers import tasks\n"
+        "print(tasks.parse_task_options('digits2', 'ops=copy,add,min_len=2'))\n"
+        "try: tasks.check_task_options('digits2', 'max_len=99')\n"
+        "except ValueError as e: print(e)", env)
+    assert out.splitlines() == ["{'ops': 'copy,add', 'min_len': 2}",
+                                "--task-options: digits: need 1 <= min_len <= max_len <= 32, got 1, 99"]
     proc = subprocess.run([*HARNESS, "run", "--method", "full-bf16", "--task", "digits2", "--task-options",
                            "max_len=2", "--model", "micro", "--no-emulation", "--dry-run", "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, env=env, timeout=600)
@@ -296,12 +304,12 @@ def scratch_objective(tmp_path_factory) -> dict:
 def test_every_in_tree_objective_card_names_figures_the_services_and_results_know():
     from dataclasses import fields
 
-    from harness.results.schema import OBJECTIVE_METRICS
     from trainers.hilo.evaluate import EvalResult
 
-    measured = {f.name for f in fields(EvalResult)}
-    for card in cards.in_tree("objective"):
-        assert card.heldout_metric in OBJECTIVE_METRICS and card.heldout_metric in measured, card.name
+    # the figures a card may name are the evaluation's float figures; the results accept what the cards name
+    figures = {f.name for f in fields(EvalResult) if str(f.type).startswith("float")}   # one figure, not a list
+    assert set(cards.HELDOUT_FIGURES) == figures
+    assert {c.heldout_metric for c in cards.in_tree("objective")} | {"mean_reward"} == cards.heldout_metrics()
     assert [c.name for c in cards.in_tree("objective") if c.needs_teacher] == ["distill"]
     # an objective without a card (a plugin's class, an old folder's name): no teacher, grpo's figures
     plain, grpo = cards.objective("no-such-objective"), cards.objective("grpo")
@@ -346,3 +354,72 @@ def test_a_scratch_objective_runs_by_name(scratch_objective, tmp_path):
     evals = [r for path in run.rglob("events-learner.jsonl") for r in read_events(path) if r["kind"] == "eval"]
     assert evals and {r["objective_metric"] for r in evals} == {"reverse_kl"}
     assert all(r["objective"] == r["reverse_kl"] is not None for r in evals)
+
+
+# Task and objective options: the card declares them (names, defaults, ranges, choices); the class takes
+# them as keywords. The two are held equal here, so neither can drift from the other.
+def _build(card, keywords: dict):
+    cls = card.load()
+    return cls(teacher=object(), **keywords) if card.needs_teacher else cls(**keywords)
+
+
+def _accepted(card, key: str, value) -> bool:
+    keywords = {key: value}
+    for other, o in card.options.items():   # keep the cross rules (max_len >= min_len) out of the way
+        if o.at_least == key:
+            keywords[other] = value
+        if card.options[key].at_least == other:
+            keywords[other] = o.lo
+    try:
+        _build(card, keywords)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("card", [*cards.in_tree("task"), *cards.in_tree("objective")], ids=lambda c: c.name)
+def test_every_task_and_objective_card_states_its_constructors_keywords_defaults_and_ranges(card):
+    assert card.options, card.name
+    assert cards.option_drift(card, card.load()) == []
+    _build(card, {})   # the defaults build it
+    for key, o in card.options.items():
+        if o.lo is not None:
+            below = o.lo - 1 if o.type is int else o.lo - (abs(o.lo) or 1)
+            assert _accepted(card, key, o.lo) and not _accepted(card, key, below), (key, o.lo)
+        if o.hi is not None:
+            assert _accepted(card, key, o.hi) and not _accepted(card, key, o.hi + 1), (key, o.hi)
+        for choice in o.choices or ():
+            assert _accepted(card, key, (choice,) if o.many else choice), (key, choice)
+        if o.choices:
+            assert not _accepted(card, key, ("no-such",) if o.many else "no-such"), key
+
+
+def test_option_drift_names_each_difference():
+    class Task:
+        def __init__(self, count: int = 4, extra: str = "x", **more):
+            pass
+
+    card = cards.Card("task", "t", "", {"count": cards.Option(5, "n", type=int), "gone": cards.Option(1, "g")})
+    assert cards.option_drift(card, Task) == ["extra: the constructor has it, the card not",
+                                              "gone: the card has it, the constructor not",
+                                              "count: default 5 on the card, 4 in the constructor"]
+
+
+def test_task_options_are_checked_from_the_card_without_importing_the_task():
+    out = _python(
+        "import sys; from trainers import tasks\n"
+        "print(tasks.parse_task_options('digits', 'ops=copy,add,max_len=3'))\n"
+        "for text in ('min_len=5', 'max_len=33', 'ops=copy,mul', 'depth=2'):\n"
+        "    try: tasks.check_task_options('digits', text)\n"
+        "    except ValueError as e: print(e)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('trainers.tasks.')), 'torch' in sys.modules)",
+        {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.splitlines() == [
+        "{'ops': ('copy', 'add'), 'max_len': 3}",
+        "--task-options: task options: digits max_len=4 (its default) is below min_len=5",
+        "--task-options: task options: digits max_len='33' is outside [1, 32]",
+        "--task-options: task options: digits ops='mul' is not one of copy, reverse, add",
+        "--task-options: task options: digits has no option 'depth'; valid: ops=copy,reverse (any of "
+        "copy|reverse|add), min_len=1 (1..32), max_len=4 (1..32)",
+        "['trainers.tasks.base'] False"]
+

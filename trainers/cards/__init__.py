@@ -3,9 +3,11 @@ a method without importing it (torch-free).
 
 A card holds a name (and, for a family of names such as `rank-R` or `lordo-global-none`, the test
 that parses its names into the options each implies: `matches`), the `module:Class` that implements it
-(imported only by the services and `harness check`), its options with defaults and ranges (each becomes a
-run parameter, `--<name>-<option>`), whether it runs at every --budget, its byte rule for an adapter's
-layout (what the cost model calls) and its plot style. Kinds: "compressor", "method" (the HiLo methods
+(imported only by the services and `harness check`), its options with defaults and ranges (a compressor's
+or method's each become a run parameter, `--<name>-<option>`; a task's are what `--task-options` is
+checked against, and with an objective's they are its constructor's keywords: `option_drift`), whether it
+runs at every --budget, its byte rule for an adapter's layout (what the cost model calls) and its plot
+style. Kinds: "compressor", "method" (the HiLo methods
 that ship the adapter: full, full-bf16, delta, rank-R), "dataparallel", "task", "objective".
 
 In-tree cards are the `Card(...)` entries of the modules in `IN_TREE`; an installed package adds its own
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -39,6 +42,11 @@ IN_TREE = ("trainers.cards.compressors", "trainers.cards.methods", "trainers.car
            "trainers.cards.tasks", "trainers.cards.objectives")
 
 
+# The figures the learner's held-out evaluation measures (the float fields of trainers/hilo/evaluate.py
+# EvalResult; tests/trainers/test_cards.py holds the two equal): what an objective's card may name.
+HELDOUT_FIGURES = ("mean_reward", "reverse_kl", "pass_at_1", "pass_at_k", "gold_prob")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option of an implementation; the run spec turns it into `--<card>-<option>`."""
@@ -50,6 +58,23 @@ class Option:
     hi: float | None = None
     choices: tuple[str, ...] | None = None
     optional: bool = False       # None is a valid value ("not set")
+    many: bool = False           # a comma list of values, each of `type` and `choices`, as a tuple (digits' ops)
+    at_least: str = ""           # another option of the same card this one may not be below (max_len >= min_len)
+
+    def describe(self, name: str) -> str:
+        """`name=default` and its range or choices, as a listing shows it: `min_len=1 (1..32)`."""
+        default = ",".join(map(str, self.default)) if self.many else self.default
+        if self.choices is not None:
+            limits = ("any of " if self.many else "") + "|".join(self.choices)
+        elif self.lo is not None or self.hi is not None:
+            limits = f"{_num(self.lo)}..{_num(self.hi)}" + (f" {self.unit}" if self.unit else "")
+        else:
+            limits = ""
+        return f"{name}={default}" + (f" ({limits})" if limits else "")
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:g}"
 
 
 @dataclass(frozen=True)
@@ -69,8 +94,7 @@ class Card:
     every_k: bool = False                      # data-parallel: syncs every --lordo-k steps (else every step)
     rival: bool = False                        # HiLo method: a rival to the compressors (the report's section)
     needs_teacher: bool = False                # objective: built with the run's teacher (`teacher=`), cached
-    heldout_metric: str = "mean_reward"        # objective: its held-out figure, a field of the evaluation
-    #                                            (trainers/hilo/evaluate.py EvalResult: mean_reward | reverse_kl)
+    heldout_metric: str = "mean_reward"        # objective: its held-out figure, one of HELDOUT_FIGURES
     train_metric: str = "reward_mean"          # objective: the training batch's figure in the results: the
     #                                            learner row's reward_mean, or under any other name its loss
 
@@ -87,10 +111,34 @@ class Card:
     def style_of(self, name: str) -> tuple[str, str] | None:
         return self.styles.get(name) or (self.style if name == self.name else None)
 
+    def describe_options(self) -> str:
+        """Every option with its default and range, one comma list (what an error line lists)."""
+        return ", ".join(o.describe(k) for k, o in self.options.items())
+
     def load(self) -> type:
         """The implementing class (imports it: torch for compressors)."""
         module, _, attr = self.impl.partition(":")
         return getattr(importlib.import_module(module), attr)
+
+
+def constructor_keywords(cls: type, teacher: bool = False) -> dict[str, Any]:
+    """The keywords `cls(...)` takes, with their defaults (`inspect.Parameter.empty` where there is none):
+    what a card's options must equal, and what a task without card options is parsed against. `teacher`:
+    the run's teacher, passed by the learner, is no option."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.name != "self" and not (teacher and p.name == "teacher")
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def option_drift(card: Card, cls: type) -> list[str]:
+    """Where `card.options` and `cls`'s constructor keywords differ (names, defaults), one phrase each; [] when
+    they agree. A card's options are what `--task-options` is checked against; the class still takes them."""
+    keywords = constructor_keywords(cls, teacher=card.needs_teacher)
+    out = [f"{k}: the constructor has it, the card not" for k in keywords if k not in card.options]
+    out += [f"{k}: the card has it, the constructor not" for k in card.options if k not in keywords]
+    out += [f"{k}: default {o.default!r} on the card, {keywords[k]!r} in the constructor"
+            for k, o in card.options.items() if k in keywords and o.default != keywords[k]]
+    return out
 
 
 class CardError(ValueError):
@@ -126,6 +174,9 @@ def _all() -> tuple[Card, ...]:
 
 def _add(found: dict, card: Card, where: str) -> None:
     key = (card.kind, card.name)
+    if card.kind == "objective" and card.heldout_metric not in HELDOUT_FIGURES:
+        raise CardError(f"objective {card.name!r} ({where}) names the held-out figure {card.heldout_metric!r}; "
+                        f"the evaluation measures {', '.join(HELDOUT_FIGURES)}")
     if key in found:
         raise CardError(f"{card.kind} {card.name!r} has two cards (the second in {where})")
     found[key] = card
@@ -153,6 +204,12 @@ def objective(name: str) -> Card:
     """The objective's card; an objective without one (a plugin's class, a name in an old results folder)
     gets a card's defaults: no teacher, and grpo's figures (docs/PLUGINS.md)."""
     return find("objective", name) or Card("objective", name, "")
+
+
+def heldout_metrics() -> frozenset[str]:
+    """The held-out figures the objectives' cards name (in-tree and installed; a card-less objective gets a
+    card's default): what an eval row's `objective_metric` may be."""
+    return frozenset({Card("objective", "", "").heldout_metric, *(c.heldout_metric for c in of("objective"))})
 
 
 def is_in_tree(name: str) -> bool:

@@ -15,7 +15,7 @@ BAD_RUN = [
     (["--method", ""], "--method: no method given"),
     (["--method", "spar,spar"], "--method: 'spar,spar' repeats a value"),
     (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
-    (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: knights_knaves: need 2 <= "),
+    (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: task options: knights_knaves max_people='9' is outside [2, 8]"),
     (["--task-options", "width=3"], "--task-options: task options: digits has no option 'width'"),
     (["--budget", "0%"], "--budget: '0%' is outside [0.001%, 100%]"),
     (["--budget", "1e-30%"], "--budget: '1e-30%' is outside"),

@@ -111,15 +111,17 @@ def test_task_options_parse_and_type_like_the_constructor():
     assert parse_task_options("knights_knaves", "min_people=2, max_people=3") == {"min_people": 2, "max_people": 3}
     assert parse_task_options("countdown", "count=3,max_number=9,exactly_once=no") == \
         {"count": 3, "max_number": 9, "exactly_once": False}
-    assert parse_task_options("digits", "ops=copy,reverse,max_len=3") == {"ops": "copy,reverse", "max_len": 3}
+    assert parse_task_options("digits", "ops=copy,reverse,max_len=3") == {"ops": ("copy", "reverse"), "max_len": 3}
     assert parse_task_options("digits", "") == {}
     assert RunParams(task="countdown", task_options="count=3").task_options == "count=3"
 
 
 @pytest.mark.parametrize("task_name, text, message", [
-    ("digits", "width=3", "digits has no option 'width'; valid: ops, min_len, max_len"),
+    ("digits", "width=3", "digits has no option 'width'; valid: ops=copy,reverse (any of copy|reverse|add), "
+                          "min_len=1 (1..32), max_len=4 (1..32)"),
     ("knights_knaves", "max_people=three", "max_people='three' is not an integer"),
-    ("knights_knaves", "max_people=9", "need 2 <= min_people <= max_people <= 8"),
+    ("knights_knaves", "max_people=9", "knights_knaves max_people='9' is outside [2, 8]"),
+    ("knights_knaves", "max_people=3,min_people=4", "knights_knaves max_people=3 is below min_people=4"),
     ("countdown", "count=3,count=4", "'count' given twice"),
     ("countdown", "exactly_once=maybe", "is not true or false"),
     ("digits", "copy", "'copy' is not key=value"),
