@@ -321,6 +321,8 @@ PARAMS: list[Param] = [
           "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000),
     Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo | an installed "
           "plugin's objective", choices=objective_names()),
+    Param("objective_options", str, "", "the objective's options, key=value comma list (e.g. kl_coef=0.05 for "
+          "grpo, estimator=sampled for distill; empty: the objective's defaults)"),
     Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
           lo=1, hi=1_000_000),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.net import cgroups, profiles
-from trainers import spec, tasks
+from trainers import card_options, spec, tasks
 from trainers.spec import SpecError as ConfigError
 from harness.run import presets
 
@@ -167,6 +167,7 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     _check_task(values["task"])
     try:
         tasks.check_task_options(values["task"], values["task_options"])
+        card_options.check_carded("objective", values["objective"], values["objective_options"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if run_id is not None and not _RUN_ID.match(run_id):

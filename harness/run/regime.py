@@ -35,8 +35,9 @@ from trainers.events import atomic_write_json
 PILOT_UPDATES = 6        # the first 2 are warm-up (joins, first-touch allocation); the median of 4 remains
 PILOT_SKIP = 2
 # What sets full sync's compute per update and its bytes (a pilot is reused only when all of these match).
-KEY_PARAMS = ("model", "task", "task_options", "objective", "base_steps", "teacher_steps", "workers", "lora_rank",
-              "problems_per_worker", "group_size", "max_new_tokens", "temperature", "hash_every")
+KEY_PARAMS = ("model", "task", "task_options", "objective", "objective_options", "base_steps", "teacher_steps",
+              "workers", "lora_rank", "problems_per_worker", "group_size", "max_new_tokens", "temperature",
+              "hash_every")
 
 
 def _cpu_model() -> str:

@@ -423,3 +423,12 @@ def test_task_options_are_checked_from_the_card_without_importing_the_task():
         "copy|reverse|add), min_len=1 (1..32), max_len=4 (1..32)",
         "['trainers.tasks.base'] False"]
 
+
+
+def test_objective_options_reach_the_objective_the_learner_builds():
+    """--objective-options, typed from the card, are the keywords the learner's objective is built with."""
+    from trainers.hilo.learner import build_objective
+
+    grpo = build_objective("grpo", None, "kl_coef=0.05,aggregation=sequence,scale_by_std=false")
+    assert (grpo.kl_coef, grpo.aggregation, grpo.scale_by_std) == (0.05, "sequence", False)
+    assert build_objective("grpo", None, "").kl_coef == 0.0

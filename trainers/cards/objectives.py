@@ -1,7 +1,7 @@
 """The in-tree objectives' cards (trainers/objectives/*.py implement them; the contract is
 trainers/objectives/base.py). Their options are the constructor's keywords with the same names and defaults
-(tests/trainers/test_cards.py holds the two equal); the run builds every objective with its defaults
-(trainers/hilo/learner.py build_objective: no flag sets them yet), the teacher aside."""
+(tests/trainers/test_cards.py holds the two equal), the teacher aside; a run sets them with
+`--objective-options key=value,...` (trainers/hilo/learner.py build_objective)."""
 from __future__ import annotations
 
 from trainers.cards import Card, Option

@@ -55,7 +55,7 @@ from trainers.hilo import stack
 from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
 from trainers.model.replica import OptimConfig, read_snapshot, snapshot_step
-from trainers.objectives import available as objectives, get_objective
+from trainers.objectives import available as objectives, get_objective, parse_objective_options
 from trainers.process import die_with_parent, log, set_threads
 from trainers import cards, service_args
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
@@ -90,7 +90,7 @@ class Learner:
         self.model, self.replica = built.model, built.replica
         self.compressor = self.method.make_compressor() if self.method.replay else None
         self.delta = self.method.make_delta(self.replica.adapter()) if self.method.delta else None
-        self.objective = build_objective(params.objective, built.teacher)
+        self.objective = build_objective(params.objective, built.teacher, params.objective_options)
         self.vocab = self.model.get_input_embeddings().num_embeddings
         self.events = EventLog(run_dir, PROCESS)
         self.counter = wire.ByteCounter()
@@ -549,12 +549,13 @@ def kept_policies(extra: dict) -> list[tuple[int, dict]]:
     return sorted(out.items())
 
 
-def build_objective(name: str, teacher):
-    """The objective called `name`; one whose card needs a teacher (distill) scores with the stack's
-    (cached, one for every seed)."""
+def build_objective(name: str, teacher, options: str = ""):
+    """The objective called `name`, with its `--objective-options`; one whose card needs a teacher
+    (distill) scores with the stack's (cached, one for every seed)."""
+    given = parse_objective_options(name, options)
     if cards.objective(name).needs_teacher:
-        return get_objective(name, teacher=teacher)
-    return get_objective(name)
+        return get_objective(name, teacher=teacher, **given)
+    return get_objective(name, **given)
 
 
 # the learner's plumbing flags (trainers/spec.py SERVICE_PARAMS); the run's parameters come beside them
@@ -569,6 +570,10 @@ def main(argv=None) -> int:
     params = args.params
     if params.objective not in objectives():
         p.error(f"unknown objective {params.objective!r}; valid objectives: {', '.join(objectives())}")
+    try:
+        parse_objective_options(params.objective, params.objective_options)
+    except ValueError as e:
+        p.error(f"--objective-options: {e}")
     resume = None
     if args.resume:
         try:

@@ -4,9 +4,15 @@
 The contract every objective implements is in `trainers/objectives/base.py`; an in-tree objective is its
 file and its card (trainers/cards/objectives.py); an objective from another package registers through the
 entry-point group `wan_harness.cards` (its card) or `wan_harness.objectives` (its class: docs/PLUGINS.md).
+A run names its objective's options as text (`--objective-options kl_coef=0.05`): `parse_objective_options`
+checks them against the card's options (trainers/card_options.py; the harness's own torch-free check of a
+run's values is `card_options.check_carded`).
 """
 from __future__ import annotations
 
+from typing import Any
+
+from trainers import card_options, cards
 from trainers.objectives.base import Objective
 from trainers.registry import Registry
 
@@ -16,5 +22,20 @@ register = _REGISTRY.register
 available = _REGISTRY.available
 in_tree = _REGISTRY.in_tree
 get_objective = _REGISTRY.get
+# what the run hands an objective itself, never an option of the user's: the teacher of a card that needs one
+SUPPLIED = ("teacher",)
 
-__all__ = ["Objective", "available", "get_objective", "in_tree", "register"]
+
+def parse_objective_options(name: str, text: str) -> dict[str, Any]:
+    """'key=value,key=value' -> the keywords objective `name` is built with: checked against its card's
+    options without importing it; an objective whose card declares none, against its constructor's
+    keywords (the teacher aside). Raises ValueError (one line)."""
+    card = cards.find("objective", name)
+    if card is not None and card.options:
+        return card_options.parse("objective", name, text, card.options)
+    keywords = card_options.keyword_options(_REGISTRY.get_class(name))
+    return card_options.parse("objective", name, text, {k: o for k, o in keywords.items() if k not in SUPPLIED})
+
+
+__all__ = ["Objective", "available", "get_objective", "in_tree",
+           "parse_objective_options", "register"]
