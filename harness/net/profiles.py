@@ -237,6 +237,17 @@ class Profile:
             raise ProfileError(f"node: {node!r}: expected 'w<N>' (only workers take a CPU share)")
         return self._cpus[node if node in self._named else "workers"]
 
+    def cpu_shares(self, workers: int, given: tuple[float, ...] = ()) -> dict[str, float]:
+        """Worker name -> CPU share (CPUs) for a run of ``workers``: ``given`` (``--worker-cpu``, one per
+        worker, trainers/spec.py ``parse_worker_cpu``) over this profile's per-worker ``cpu`` keys; a
+        worker neither limits is absent (it runs unlimited; harness/net/cgroups.py applies the rest)."""
+        out = {}
+        for w in range(1, workers + 1):
+            share = given[w - 1] if given else self.cpu(f"w{w}")
+            if share is not None:
+                out[f"w{w}"] = share
+        return out
+
     def _parse_cpu(self, node: str) -> float | None:
         raw = _raw_for(self, node).get("cpu")
         return None if raw is None else spec.parse_cpu_share(raw, f"{self.name}.{node}.cpu")

@@ -153,7 +153,7 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
     try:
-        shares = cgroups.shares(parsed["worker_cpu"], prof, nodes, "nodes")
+        shares = prof.cpu_shares(nodes, spec.parse_worker_cpu(parsed["worker_cpu"], nodes, "nodes"))
     except (spec.SpecError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if shares and not parsed["emulation"]:
