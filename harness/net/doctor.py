@@ -13,8 +13,9 @@ with emulation on, `harness sweep` and `harness calibrate`, through :func:`probl
   feature nothing can tell about is not reported (the run finds out);
 - the binaries the harness shells out to: ``iptables-restore`` (loads the fallback's loss and
   delay-line rules) and ``iptables-save`` (reads them back for the loss counters), only where the
-  plan has such rules. Nothing else is executed: tc state, links, addresses, ethtool settings and
-  link counters go through netlink (pyroute2), and ``git`` (meta.json's sha) is optional;
+  plan has such rules (:func:`needs_rules`: a fallback run with delay, jitter or loss on a link).
+  Nothing else is executed: tc state, links, addresses, ethtool settings and link counters go
+  through netlink (pyroute2), and ``git`` (meta.json's sha) is optional;
 - the machine's limits for the run's number of workers (:mod:`harness.net.limits`: open files,
   neighbour entries, tasks);
 - free disk space under the results folder.
@@ -31,7 +32,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.net import limits, plan, topology
+from harness.net import limits
 from harness.net.backend import Decision, _kernel_config, decide
 from harness.net.profiles import Profile
 
@@ -136,16 +137,17 @@ def feature_problem(feature: Feature, config: dict[str, str] | None, modules: se
 # ---- what the plan needs -----------------------------------------------------------------------
 
 def needs_rules(backend: str, profile: "Profile | None", workers: int) -> bool:
-    """Whether the run loads netfilter rules (fallback loss or delay): then it needs the iptables
-    binaries and kernel side. Without a profile: whatever a fallback run may need."""
+    """Whether the run loads netfilter rules: on the fallback backend a link impaired beyond its rate
+    (delay, jitter, loss: ``LinkDir.impaired``) at any time of the schedule, node learner or w1..w<workers>
+    (harness/net/plan.py puts each impairment in an iptables rule); then it needs the iptables binaries
+    and kernel side. Without a profile: whatever a fallback run may need."""
     if backend != "fallback":
         return False
     if profile is None:
         return True
-
-    topo = topology.Topology.plan("0000", workers)
-    return any(op["op"] == "iptables" for at_s in [0.0, *profile.change_times()]
-               for op in plan.build_plan(profile, topo, backend, at_s=at_s).ops)
+    nodes = ("learner", *(f"w{i}" for i in range(1, workers + 1)))
+    links = (profile.link(node, at_s) for at_s in (0.0, *profile.change_times()) for node in nodes)
+    return any(link.up.impaired or link.down.impaired for link in links)
 
 
 def _free_bytes(folder: str | Path) -> tuple[Path, int]:

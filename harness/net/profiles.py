@@ -137,9 +137,14 @@ class LinkDir:
                                    loss_frac=step.get("loss_frac", self.loss_frac))
 
     @property
+    def impaired(self) -> bool:
+        """Anything beyond a rate: delay, jitter, loss or burst loss (on the fallback backend each is a
+        netfilter rule, harness/net/plan.py; a rate alone is an HTB class)."""
+        return self.delay_s > 0 or self.jitter_s > 0 or self.loss_frac > 0 or self.burst_loss is not None
+
+    @property
     def shaped(self) -> bool:
-        return (self.rate_bit_s is not None or self.delay_s > 0 or self.jitter_s > 0
-                or self.loss_frac > 0 or self.burst_loss is not None)
+        return self.rate_bit_s is not None or self.impaired
 
     def to_doc(self) -> dict[str, Any]:
         """Back to the YAML form (what `show` prints and `load` accepts)."""

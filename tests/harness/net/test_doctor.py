@@ -46,6 +46,22 @@ def test_iptables_is_needed_only_where_the_plan_loads_rules():
     assert doctor.needs_rules("fallback", None, 2)                                   # doctor alone: any run
 
 
+def test_the_preflight_asks_for_iptables_exactly_where_the_fallback_plan_has_rules():
+    """needs_rules reads the links (LinkDir.impaired); the plan is what the run loads: they agree on every
+    shipped profile, a burst-loss and a learner-only profile, at every time of each schedule."""
+    from harness.net.plan import build_plan
+    from harness.net.topology import Topology
+
+    extra = [profiles.load(Path(__file__).with_name("ge-burst.yaml")),
+             profiles.from_doc({"defaults": {"rate": "10mbit"}, "learner": {"jitter": "1ms", "delay": "2ms"}}, "l"),
+             profiles.from_doc({"defaults": {"rate": "10mbit"}, "workers": {"w3": {"loss": "1%"}}}, "w")]
+    for prof in [profiles.load(name) for name in profiles.list_profiles()] + extra:
+        for workers in (1, 3):
+            planned = any(op["op"] == "iptables" for at_s in [0.0, *prof.change_times()]
+                          for op in build_plan(prof, Topology.plan("0000", workers), "fallback", at_s=at_s).ops)
+            assert doctor.needs_rules("fallback", prof, workers) == planned, (prof.name, workers)
+
+
 def test_the_checks_name_what_they_found(tmp_path):
     report = doctor.check("netem", profile=profiles.load("paper-62.5mbit"), out_dir=tmp_path / "not" / "yet")
     assert report.backend.name == "netem" and report.backend.source == "requested"
