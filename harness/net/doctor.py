@@ -34,7 +34,6 @@ from pathlib import Path
 
 from harness.net import limits
 from harness.net.backend import Decision, _kernel_config, decide
-from harness.net.profiles import Profile
 
 MIN_FREE_BYTES = 512 << 20      # a run writes a few MB; the tiny models' cache tens of MB
 IPTABLES_BINARIES = ("iptables-restore", "iptables-save")   # Debian/Ubuntu package: iptables
@@ -136,18 +135,12 @@ def feature_problem(feature: Feature, config: dict[str, str] | None, modules: se
 
 # ---- what the plan needs -----------------------------------------------------------------------
 
-def needs_rules(backend: str, profile: "Profile | None", workers: int) -> bool:
-    """Whether the run loads netfilter rules: on the fallback backend a link impaired beyond its rate
-    (delay, jitter, loss: ``LinkDir.impaired``) at any time of the schedule, node learner or w1..w<workers>
-    (harness/net/plan.py puts each impairment in an iptables rule); then it needs the iptables binaries
-    and kernel side. Without a profile: whatever a fallback run may need."""
-    if backend != "fallback":
-        return False
-    if profile is None:
-        return True
-    nodes = ("learner", *(f"w{i}" for i in range(1, workers + 1)))
-    links = (profile.link(node, at_s) for at_s in (0.0, *profile.change_times()) for node in nodes)
-    return any(link.up.impaired or link.down.impaired for link in links)
+def needs_rules(backend: str, impaired: bool | None) -> bool:
+    """Whether the run loads netfilter rules: on the fallback backend, where its links are impaired
+    beyond their rates (``Profile.impaired``: harness/net/plan.py puts each impairment in an iptables
+    rule); then it needs the iptables binaries and kernel side. ``impaired`` None (no run known,
+    `harness doctor` alone): whatever a fallback run may need."""
+    return backend == "fallback" and impaired is not False
 
 
 def _free_bytes(folder: str | Path) -> tuple[Path, int]:
@@ -159,11 +152,12 @@ def _free_bytes(folder: str | Path) -> tuple[Path, int]:
 
 # ---- the check ---------------------------------------------------------------------------------
 
-def check(backend: str | None = None, *, profile: "Profile | None" = None, workers: int = 2,
+def check(backend: str | None = None, *, impaired: bool | None = None, workers: int = 2,
           out_dir: str | Path = "results", root: bool | None = None) -> Report:
     """Everything an emulated run needs, as a :class:`Report`. ``backend``: as on the command
-    line (None: decided as the run will); ``profile``/``workers``: the run's, when known (only
-    what its plan needs is required); ``root``: already checked by the caller when True."""
+    line (None: decided as the run will); ``impaired``/``workers``: the run's, when known
+    (``impaired``: its profile's ``Profile.impaired(workers)``; only what its plan needs is required);
+    ``root``: already checked by the caller when True."""
     report = Report()
     is_root = os.geteuid() == 0 if root is None else root
     if is_root:
@@ -188,7 +182,7 @@ def check(backend: str | None = None, *, profile: "Profile | None" = None, worke
     report.backend = decision
     if decision.name == "netem":
         kernel([NETEM], "" if backend is None else ", or use --backend fallback")
-    rules = needs_rules(decision.name, profile, workers)
+    rules = needs_rules(decision.name, impaired)
     if rules:
         kernel(RULES)
     known = "kernel config unreadable, features not checked" if config is None else \

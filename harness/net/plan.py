@@ -30,8 +30,8 @@ Backends (chosen by :func:`harness.net.backend.decide`, recorded in the plan):
 
   Each delay-line queue carries a ``seed`` derived from the run id and the queue number, so a
   run's jitter and burst-loss draws are reproducible. A direction has netfilter rules exactly when
-  it is impaired beyond its rate (``LinkDir.impaired``): what the preflight (harness/net/doctor.py
-  ``needs_rules``) reads to require iptables.
+  it is impaired beyond its rate (``LinkDir.impaired``; ``Profile.impaired`` over a run's links and
+  schedule is what the preflight, harness/net/doctor.py, reads to require iptables).
 
 Traces (:mod:`harness.net.traces`) are part of the plan: ``traces`` lists, per traced link
 direction, the trace, its step interval, its loop period and every step of one period

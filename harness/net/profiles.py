@@ -257,6 +257,14 @@ class Profile:
         raw = _raw_for(self, node).get("cpu")
         return None if raw is None else spec.parse_cpu_share(raw, f"{self.name}.{node}.cpu")
 
+    def impaired(self, workers: int) -> bool:
+        """Whether a link of the learner or of w1..w<workers> is impaired beyond its rate (delay, jitter,
+        loss, burst loss: ``LinkDir.impaired``) at some time of the schedule: what the fallback backend
+        shapes with netfilter rules (harness/net/plan.py), so the preflight requires iptables then."""
+        nodes = ("learner", *(f"w{i}" for i in range(1, workers + 1)))
+        links = (self.link(node, at_s) for at_s in (0.0, *self.change_times()) for node in nodes)
+        return any(link.up.impaired or link.down.impaired for link in links)
+
     def change_times(self) -> list[float]:
         return sorted({c.at_s for c in self.schedule})
 

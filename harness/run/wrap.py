@@ -175,7 +175,8 @@ def preflight(cfg: WrapConfig) -> None:
     if os.geteuid() != 0:
         raise PreflightFailed("harness wrap: building the emulated network needs root (network namespaces); "
                               "run as root, or add --no-emulation to run the job on localhost, unshaped")
-    missing = doctor.problems(cfg.backend, profile=cfg.profile, workers=cfg.nodes, out_dir=cfg.out_dir, root=True)
+    missing = doctor.problems(cfg.backend, impaired=cfg.profile.impaired(cfg.nodes), workers=cfg.nodes,
+                              out_dir=cfg.out_dir, root=True)
     if cfg.cpu_shares and (why := cgroups.problem()):
         missing.append(f"--worker-cpu: {why}")
     if missing:
