@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.owner import owner_alive, owner_record
-from trainers import spec
 
 PERIOD_US = 100_000                  # CFS period (the kernel's default): a share's quota is share x this
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -220,14 +219,3 @@ def sweep(hier: Hierarchy | None = None, everything: bool = False) -> list[str]:
             (hier.root / TOP).rmdir()
     return removed
 
-
-def shares(flag: str | None, profile, workers: int, noun: str = "workers") -> dict[str, float]:
-    """Worker name -> CPU share for a run: ``--worker-cpu`` (one per worker, or one for all) over the
-    profile's per-worker ``cpu`` key; a worker neither limits is absent (it runs unlimited)."""
-    given = spec.parse_worker_cpu(flag, workers, noun)   # noun: what the message counts (wrap's nodes)
-    out = {}
-    for w in range(1, workers + 1):
-        share = given[w - 1] if given else profile.cpu(f"w{w}")
-        if share is not None:
-            out[f"w{w}"] = share
-    return out

@@ -71,7 +71,8 @@ def calibrate_cmd(prof: profiles.Profile, workers: int, secs: float, backend: st
         print(build_plan(prof, topology.Topology.plan("0000", workers), chosen).to_json())
         return 0
 
-    missing = doctor.problems(backend, profile=prof, workers=workers, out_dir=out)  # before anything is built
+    missing = doctor.problems(backend, impaired=prof.impaired(workers), workers=workers,
+                              out_dir=out)  # before anything is built
     if missing:
         print("\n".join(missing), file=sys.stderr)
         return 2

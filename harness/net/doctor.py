@@ -13,8 +13,9 @@ with emulation on, `harness sweep` and `harness calibrate`, through :func:`probl
   feature nothing can tell about is not reported (the run finds out);
 - the binaries the harness shells out to: ``iptables-restore`` (loads the fallback's loss and
   delay-line rules) and ``iptables-save`` (reads them back for the loss counters), only where the
-  plan has such rules. Nothing else is executed: tc state, links, addresses, ethtool settings and
-  link counters go through netlink (pyroute2), and ``git`` (meta.json's sha) is optional;
+  plan has such rules (:func:`needs_rules`: a fallback run with delay, jitter or loss on a link).
+  Nothing else is executed: tc state, links, addresses, ethtool settings and link counters go
+  through netlink (pyroute2), and ``git`` (meta.json's sha) is optional;
 - the machine's limits for the run's number of workers (:mod:`harness.net.limits`: open files,
   neighbour entries, tasks);
 - free disk space under the results folder.
@@ -31,9 +32,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.net import limits, plan, topology
+from harness.net import limits
 from harness.net.backend import Decision, _kernel_config, decide
-from harness.net.profiles import Profile
 
 MIN_FREE_BYTES = 512 << 20      # a run writes a few MB; the tiny models' cache tens of MB
 IPTABLES_BINARIES = ("iptables-restore", "iptables-save")   # Debian/Ubuntu package: iptables
@@ -135,17 +135,12 @@ def feature_problem(feature: Feature, config: dict[str, str] | None, modules: se
 
 # ---- what the plan needs -----------------------------------------------------------------------
 
-def needs_rules(backend: str, profile: "Profile | None", workers: int) -> bool:
-    """Whether the run loads netfilter rules (fallback loss or delay): then it needs the iptables
-    binaries and kernel side. Without a profile: whatever a fallback run may need."""
-    if backend != "fallback":
-        return False
-    if profile is None:
-        return True
-
-    topo = topology.Topology.plan("0000", workers)
-    return any(op["op"] == "iptables" for at_s in [0.0, *profile.change_times()]
-               for op in plan.build_plan(profile, topo, backend, at_s=at_s).ops)
+def needs_rules(backend: str, impaired: bool | None) -> bool:
+    """Whether the run loads netfilter rules: on the fallback backend, where its links are impaired
+    beyond their rates (``Profile.impaired``: harness/net/plan.py puts each impairment in an iptables
+    rule); then it needs the iptables binaries and kernel side. ``impaired`` None (no run known,
+    `harness doctor` alone): whatever a fallback run may need."""
+    return backend == "fallback" and impaired is not False
 
 
 def _free_bytes(folder: str | Path) -> tuple[Path, int]:
@@ -157,11 +152,12 @@ def _free_bytes(folder: str | Path) -> tuple[Path, int]:
 
 # ---- the check ---------------------------------------------------------------------------------
 
-def check(backend: str | None = None, *, profile: "Profile | None" = None, workers: int = 2,
+def check(backend: str | None = None, *, impaired: bool | None = None, workers: int = 2,
           out_dir: str | Path = "results", root: bool | None = None) -> Report:
     """Everything an emulated run needs, as a :class:`Report`. ``backend``: as on the command
-    line (None: decided as the run will); ``profile``/``workers``: the run's, when known (only
-    what its plan needs is required); ``root``: already checked by the caller when True."""
+    line (None: decided as the run will); ``impaired``/``workers``: the run's, when known
+    (``impaired``: its profile's ``Profile.impaired(workers)``; only what its plan needs is required);
+    ``root``: already checked by the caller when True."""
     report = Report()
     is_root = os.geteuid() == 0 if root is None else root
     if is_root:
@@ -186,7 +182,7 @@ def check(backend: str | None = None, *, profile: "Profile | None" = None, worke
     report.backend = decision
     if decision.name == "netem":
         kernel([NETEM], "" if backend is None else ", or use --backend fallback")
-    rules = needs_rules(decision.name, profile, workers)
+    rules = needs_rules(decision.name, impaired)
     if rules:
         kernel(RULES)
     known = "kernel config unreadable, features not checked" if config is None else \

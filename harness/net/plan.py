@@ -29,7 +29,9 @@ Backends (chosen by :func:`harness.net.backend.decide`, recorded in the plan):
       node   filter INPUT       -i eth0  NFQUEUE 2i+1 bypass    (down delay: after HTB on p<i>)
 
   Each delay-line queue carries a ``seed`` derived from the run id and the queue number, so a
-  run's jitter and burst-loss draws are reproducible.
+  run's jitter and burst-loss draws are reproducible. A direction has netfilter rules exactly when
+  it is impaired beyond its rate (``LinkDir.impaired``; ``Profile.impaired`` over a run's links and
+  schedule is what the preflight, harness/net/doctor.py, reads to require iptables).
 
 Traces (:mod:`harness.net.traces`) are part of the plan: ``traces`` lists, per traced link
 direction, the trace, its step interval, its loop period and every step of one period

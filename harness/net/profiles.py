@@ -137,9 +137,14 @@ class LinkDir:
                                    loss_frac=step.get("loss_frac", self.loss_frac))
 
     @property
+    def impaired(self) -> bool:
+        """Anything beyond a rate: delay, jitter, loss or burst loss (on the fallback backend each is a
+        netfilter rule, harness/net/plan.py; a rate alone is an HTB class)."""
+        return self.delay_s > 0 or self.jitter_s > 0 or self.loss_frac > 0 or self.burst_loss is not None
+
+    @property
     def shaped(self) -> bool:
-        return (self.rate_bit_s is not None or self.delay_s > 0 or self.jitter_s > 0
-                or self.loss_frac > 0 or self.burst_loss is not None)
+        return self.rate_bit_s is not None or self.impaired
 
     def to_doc(self) -> dict[str, Any]:
         """Back to the YAML form (what `show` prints and `load` accepts)."""
@@ -237,9 +242,28 @@ class Profile:
             raise ProfileError(f"node: {node!r}: expected 'w<N>' (only workers take a CPU share)")
         return self._cpus[node if node in self._named else "workers"]
 
+    def cpu_shares(self, workers: int, given: tuple[float, ...] = ()) -> dict[str, float]:
+        """Worker name -> CPU share (CPUs) for a run of ``workers``: ``given`` (``--worker-cpu``, one per
+        worker, trainers/spec.py ``parse_worker_cpu``) over this profile's per-worker ``cpu`` keys; a
+        worker neither limits is absent (it runs unlimited; harness/net/cgroups.py applies the rest)."""
+        out = {}
+        for w in range(1, workers + 1):
+            share = given[w - 1] if given else self.cpu(f"w{w}")
+            if share is not None:
+                out[f"w{w}"] = share
+        return out
+
     def _parse_cpu(self, node: str) -> float | None:
         raw = _raw_for(self, node).get("cpu")
         return None if raw is None else spec.parse_cpu_share(raw, f"{self.name}.{node}.cpu")
+
+    def impaired(self, workers: int) -> bool:
+        """Whether a link of the learner or of w1..w<workers> is impaired beyond its rate (delay, jitter,
+        loss, burst loss: ``LinkDir.impaired``) at some time of the schedule: what the fallback backend
+        shapes with netfilter rules (harness/net/plan.py), so the preflight requires iptables then."""
+        nodes = ("learner", *(f"w{i}" for i in range(1, workers + 1)))
+        links = (self.link(node, at_s) for at_s in (0.0, *self.change_times()) for node in nodes)
+        return any(link.up.impaired or link.down.impaired for link in links)
 
     def change_times(self) -> list[float]:
         return sorted({c.at_s for c in self.schedule})

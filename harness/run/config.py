@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.net import cgroups, profiles
+from harness.net import profiles
 from trainers import card_options, spec, tasks
 from trainers.spec import SpecError as ConfigError
 from harness.run import presets
@@ -58,7 +58,7 @@ class RunConfig:
     # where the services find the cached pre-trained models (launch.models_cache: $WAN_CACHE_DIR, else
     # beside the run folders); the regime's pilot cache sits there too
     models_dir: str | None = None
-    # worker name -> CPUs (cgroups.shares: --worker-cpu over the profile's cpu keys), resolved once
+    # worker name -> CPUs (Profile.cpu_shares: --worker-cpu over the profile's cpu keys), resolved once
     cpu_shares: dict[str, float] = field(default_factory=dict)
     run_id: str | None = None
     out_dir: str = "results"
@@ -181,7 +181,8 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
                      overrides=overrides, rate_bit_s=prof.link("w1").down.rate_bit_s, run_id=run_id,
                      out_dir=out_dir, profile=prof, comm_ratio_target=comm_ratio_target(values, shaping),
                      models_dir=str(models_cache(Path(out_dir))),
-                     cpu_shares=cgroups.shares(values["worker_cpu"], prof, values["workers"]))
+                     cpu_shares=prof.cpu_shares(values["workers"], spec.parse_worker_cpu(values["worker_cpu"],
+                                                                                         values["workers"])))
 
 
 def models_cache(out_dir: Path) -> Path:

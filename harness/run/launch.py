@@ -468,9 +468,8 @@ def check_privileges(cfg: RunConfig) -> None:
         raise PreflightFailed("harness run: building the emulated network needs root (network namespaces); "
                               "run as root, or add --no-emulation to run the same on localhost, unshaped")
     if cfg.emulation:
-
-        missing = doctor.problems(cfg.backend, profile=cfg.load_profile(), workers=cfg.workers,
-                                  out_dir=cfg.out_dir, root=True)
+        impaired = cfg.load_profile().impaired(cfg.workers)   # delay, jitter or loss: the fallback's iptables rules
+        missing = doctor.problems(cfg.backend, impaired=impaired, workers=cfg.workers, out_dir=cfg.out_dir, root=True)
         if missing:
             raise PreflightFailed("\n".join(missing))
     if cfg.cpu_shares and (why := cgroups.problem()):

@@ -153,7 +153,7 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
     except profiles.ProfileError as err:
         raise ConfigError(f"--profile: {err}") from None
     try:
-        shares = cgroups.shares(parsed["worker_cpu"], prof, nodes, "nodes")
+        shares = prof.cpu_shares(nodes, spec.parse_worker_cpu(parsed["worker_cpu"], nodes, "nodes"))
     except (spec.SpecError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if shares and not parsed["emulation"]:
@@ -175,7 +175,8 @@ def preflight(cfg: WrapConfig) -> None:
     if os.geteuid() != 0:
         raise PreflightFailed("harness wrap: building the emulated network needs root (network namespaces); "
                               "run as root, or add --no-emulation to run the job on localhost, unshaped")
-    missing = doctor.problems(cfg.backend, profile=cfg.profile, workers=cfg.nodes, out_dir=cfg.out_dir, root=True)
+    missing = doctor.problems(cfg.backend, impaired=cfg.profile.impaired(cfg.nodes), workers=cfg.nodes,
+                              out_dir=cfg.out_dir, root=True)
     if cfg.cpu_shares and (why := cgroups.problem()):
         missing.append(f"--worker-cpu: {why}")
     if missing:

@@ -33,8 +33,8 @@ def test_worker_cpu_is_one_share_per_worker_or_one_for_all():
 
 def test_the_flag_wins_over_the_profiles_cpu_key():
     prof = profiles.from_doc({"defaults": {"rate": "10mbit"}, "workers": {"w2": {"cpu": 0.25}}}, "p")
-    assert cgroups.shares(None, prof, 3) == {"w2": 0.25}
-    assert cgroups.shares("1,0.5,1", prof, 3) == {"w1": 1.0, "w2": 0.5, "w3": 1.0}
+    assert prof.cpu_shares(3) == {"w2": 0.25}
+    assert prof.cpu_shares(3, spec.parse_worker_cpu("1,0.5,1", 3)) == {"w1": 1.0, "w2": 0.5, "w3": 1.0}
 
 
 def test_a_run_refuses_a_bad_worker_cpu_before_anything_runs():

@@ -40,14 +40,31 @@ def test_iptables_is_needed_only_where_the_plan_loads_rules():
     rate_only = profiles.load("paper-62.5mbit")
     lossy = profiles.from_doc({"defaults": {"rate": "10mbit", "loss": "1%"}}, "x")
     later = profiles.from_doc({"defaults": {"rate": "10mbit"}, "schedule": [{"at": "5s", "delay": "20ms"}]}, "y")
-    assert not doctor.needs_rules("fallback", rate_only, 2)
-    assert doctor.needs_rules("fallback", lossy, 2) and doctor.needs_rules("fallback", later, 2)
-    assert not doctor.needs_rules("netem", lossy, 2)
-    assert doctor.needs_rules("fallback", None, 2)                                   # doctor alone: any run
+    assert not rate_only.impaired(2) and lossy.impaired(2) and later.impaired(2)
+    assert not doctor.needs_rules("fallback", rate_only.impaired(2))
+    assert doctor.needs_rules("fallback", lossy.impaired(2)) and doctor.needs_rules("fallback", later.impaired(2))
+    assert not doctor.needs_rules("netem", lossy.impaired(2))
+    assert doctor.needs_rules("fallback", None)                                      # doctor alone: any run
+
+
+def test_the_preflight_asks_for_iptables_exactly_where_the_fallback_plan_has_rules():
+    """The preflight reads the links (Profile.impaired); the plan is what the run loads: they agree on
+    every shipped profile, a burst-loss, a learner-only and a one-worker profile, at every time of each schedule."""
+    from harness.net.plan import build_plan
+    from harness.net.topology import Topology
+
+    extra = [profiles.load(Path(__file__).with_name("ge-burst.yaml")),
+             profiles.from_doc({"defaults": {"rate": "10mbit"}, "learner": {"jitter": "1ms", "delay": "2ms"}}, "l"),
+             profiles.from_doc({"defaults": {"rate": "10mbit"}, "workers": {"w3": {"loss": "1%"}}}, "w")]
+    for prof in [profiles.load(name) for name in profiles.list_profiles()] + extra:
+        for workers in (1, 3):
+            planned = any(op["op"] == "iptables" for at_s in [0.0, *prof.change_times()]
+                          for op in build_plan(prof, Topology.plan("0000", workers), "fallback", at_s=at_s).ops)
+            assert doctor.needs_rules("fallback", prof.impaired(workers)) == planned, (prof.name, workers)
 
 
 def test_the_checks_name_what_they_found(tmp_path):
-    report = doctor.check("netem", profile=profiles.load("paper-62.5mbit"), out_dir=tmp_path / "not" / "yet")
+    report = doctor.check("netem", impaired=profiles.load("paper-62.5mbit").impaired(2), out_dir=tmp_path / "not" / "yet")
     assert report.backend.name == "netem" and report.backend.source == "requested"
     assert any(line.startswith("disk: ") for line in report.ok)
     assert "binaries: none needed (every kernel change goes through netlink)" in report.ok
@@ -128,5 +145,5 @@ def test_run_and_calibrate_stop_before_building_anything(path_without_iptables, 
 @pytest.mark.root
 def test_a_rate_only_run_needs_no_iptables(path_without_iptables, monkeypatch):
     monkeypatch.setenv("PATH", path_without_iptables)
-    assert doctor.problems("fallback", profile=profiles.load("paper-62.5mbit"), workers=2) == []
-    assert doctor.problems("fallback", profile=profiles.load("transatlantic"), workers=2) == MISSING
+    assert doctor.problems("fallback", impaired=profiles.load("paper-62.5mbit").impaired(2), workers=2) == []
+    assert doctor.problems("fallback", impaired=profiles.load("transatlantic").impaired(2), workers=2) == MISSING
