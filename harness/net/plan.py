@@ -147,7 +147,7 @@ def _htb_ops(ns: str, dev: str, link: LinkDir) -> list[dict[str, Any]]:
 
 def _netem_dir(ns: str, dev: str, link: LinkDir) -> list[dict[str, Any]]:
     ops = _htb_ops(ns, dev, link) if link.rate_bit_s else []
-    if link.delay_s or link.jitter_s or link.loss_frac or link.burst_loss:
+    if link.impaired:   # anything beyond a rate is a netem qdisc here (a netfilter rule on the fallback)
         ge = link.burst_loss
         ops.append({"op": "netem", "ns": ns, "dev": dev, "parent": "1:1" if ops else "root", "handle": "10:",
                     "delay_us": round(link.delay_s * 1e6), "jitter_us": round(link.jitter_s * 1e6),
