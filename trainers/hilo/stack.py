@@ -45,7 +45,7 @@ def build(params: RunParams, teacher: bool = False) -> Stack:
 
 def build_replica(params: RunParams, method: methods.Method, task: tasks.Task | None = None):
     """The policy model and its Replica, identical on every process built from `params`."""
-    task = task if task is not None else tasks.build_task(params)
+    task = task if task is not None else tasks.build_task(params.task, params.task_options)
     return _attach(params, method, base_for(params, task))  # base: pre-trained, cached
 
 
