@@ -37,7 +37,7 @@ def build(params: RunParams, teacher: bool = False) -> Stack:
     """The stack of `params`; an unknown method or task, or bad compressor options, fail first
     (ValueError), before any model is built. `teacher`: the learner's, for distill (cached, one
     for every seed); workers build none."""
-    method = methods.method_for(params)
+    method = methods.get_method(params.method, **params.compressor_options())
     task, base, scorer = models_for(params, teacher)  # the task, the pre-trained base (cached), the teacher
     model, replica = _attach(params, method, base)
     return Stack(params, task, build_tokenizer(params.model), method, model, replica, scorer)
