@@ -666,9 +666,10 @@ def variant_slug(label: str) -> str:
 
 class RunParams:
     """The service parameters of one cell (one method, one budget, one seed): an immutable
-    mapping with attribute access, validated against the spec as it is when built."""
+    mapping with attribute access, validated against the spec as it is when built. Its method's
+    options (`compressor_options`) are read from the values then, once: the object never changes."""
 
-    __slots__ = ("_values",)
+    __slots__ = ("_values", "_options")
 
     def __init__(self, **values: Any):
         known = {p.name: p for p in params("service")}
@@ -682,6 +683,7 @@ class RunParams:
         check_method(out["method"])
         check_combinations(out)
         object.__setattr__(self, "_values", out)
+        object.__setattr__(self, "_options", compressor_options(out["method"], out))
 
     @property
     def samples_per_problem(self) -> int:
@@ -716,7 +718,7 @@ class RunParams:
         return RunParams(**{**self._values, **changes})
 
     def compressor_options(self) -> dict[str, Any]:
-        return compressor_options(self.method, self._values)
+        return dict(self._options)
 
 
 def to_argv(values: dict[str, Any]) -> list[str]:

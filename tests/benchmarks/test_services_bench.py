@@ -21,7 +21,7 @@ from tests.trainers.hilo.cluster import TOKEN, Cluster
 from trainers.protocol import wire
 from trainers.events import EventLog
 from trainers.model.rollout import Rollouts
-from trainers.hilo.methods import method_for
+from trainers.hilo.methods import get_method
 from trainers.hilo.stack import build_replica
 from trainers.spec import RunParams
 
@@ -38,7 +38,7 @@ def _median(xs):
 def _harness_seconds(method: str, n: int, rollout_frames: list[bytes], update: bytes, run_dir) -> float:
     """Time the harness's per-update work on the learner at the sizes of this run (median of 5)."""
     params = RunParams(method=method, model="tiny")
-    _, replica = build_replica(params, method_for(params))
+    _, replica = build_replica(params, get_method(params.method, **params.compressor_options()))
     log = EventLog(run_dir, "overhead-probe")
     check = wire.token_check(TOKEN)
     samples = []

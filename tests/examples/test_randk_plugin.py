@@ -55,7 +55,7 @@ def test_hilo_builds_it_as_a_replay_method_from_the_run_parameters():
     from trainers.hilo import methods
 
     params = spec.RunParams(method=NAME, budget="5%", model="micro")
-    method = methods.method_for(params)
+    method = methods.get_method(params.method, **params.compressor_options())
     assert method.replay and method.compressor == NAME
     c = method.make_compressor()
     assert type(c).__module__ == "wan_harness_randk" and c.config["budget"] == "5%"

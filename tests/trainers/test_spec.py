@@ -13,7 +13,7 @@ from harness import cli
 
 from harness.run import commands, config, launch
 from trainers import cards, spec
-from trainers.hilo.methods import method_for
+from trainers.hilo.methods import get_method
 
 
 def _defaults_cfg():
@@ -79,9 +79,9 @@ def test_compressor_options_come_from_the_spec_and_reach_the_compressor():
     cfg = config.build(method="spar,powersgd", spar_sketch="16", powersgd_rank="3", budget="0.78%", emulation=False)
     by_method = {c.variant.method: spec.RunParams(**cfg.service_values(c.variant, c.seed))
                  for c in launch.cells(cfg)}
-    spar = method_for(by_method["spar"]).make_compressor()
+    spar = get_method("spar", **by_method["spar"].compressor_options()).make_compressor()
     assert spar.config["sketch"] == 16 and spar.config["budget"] == "0.78%"
-    assert method_for(by_method["powersgd"]).make_compressor().config["rank"] == 3
+    assert get_method("powersgd", **by_method["powersgd"].compressor_options()).make_compressor().config["rank"] == 3
     assert by_method["full-bf16"].compressor_options() == {}
 
 

@@ -62,11 +62,6 @@ def available() -> list[str]:
     return spec.method_names()
 
 
-def method_for(params: spec.RunParams) -> Method:
-    """The method of a run's parameters, with its compressor options."""
-    return get_method(params.method, **params.compressor_options())
-
-
 # The methods of the full protocol: their cards (trainers/cards/methods.py) name these factories with the
 # settings each name implies (the shipped dtype; rank-R: the training rank) and delta's options.
 def full_sync(name: str, ship_dtype: str, lora_rank: int | None = None) -> Method:

@@ -37,7 +37,7 @@ def build(params: RunParams, teacher: bool = False) -> Stack:
     """The stack of `params`; an unknown method or task, or bad compressor options, fail first
     (ValueError), before any model is built. `teacher`: the learner's, for distill (cached, one
     for every seed); workers build none."""
-    method = methods.method_for(params)
+    method = methods.get_method(params.method, **params.compressor_options())
     task, base, scorer = models_for(params, teacher)  # the task, the pre-trained base (cached), the teacher
     model, replica = _attach(params, method, base)
     return Stack(params, task, build_tokenizer(params.model), method, model, replica, scorer)
@@ -45,7 +45,7 @@ def build(params: RunParams, teacher: bool = False) -> Stack:
 
 def build_replica(params: RunParams, method: methods.Method, task: tasks.Task | None = None):
     """The policy model and its Replica, identical on every process built from `params`."""
-    task = task if task is not None else tasks.build_task(params)
+    task = task if task is not None else tasks.build_task(params.task, params.task_options)
     return _attach(params, method, base_for(params, task))  # base: pre-trained, cached
 
 

@@ -85,15 +85,22 @@ def build_base(task, model: str = "tiny", steps: int = 300, seed: int = BASE_SEE
         return model_.eval()
     config = base_config(task, model, steps, seed, batch_size, lr, n_train)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir("bases")
-    path = folder / f"{task.name}-{model}-{config_key(config)}.safetensors"
     train = lambda m: train_on_gold(m, build_tokenizer(model), task, seed, steps, batch_size, lr, n_train,  # noqa: E731
                                     label=f"{role} {task.name} {model}, {steps} steps")
-    return load_or_train(model_, path, config, train)
+    return load_or_train(model_, folder, config, train)
 
 
-def load_or_train(model, path: Path, config: dict, train: Callable[[torch.nn.Module], object]):
-    """`model` with the weights cached at `path`, or trained by `train(model)` and cached there.
-    One process trains; concurrent callers wait on the lock and load the same file."""
+def cache_path(folder: Path, config: dict) -> Path:
+    """The file under `folder` that holds the model `config` describes (its "task" and "model", and the
+    hash of the whole config)."""
+    return folder / f"{config['task']}-{config['model']}-{config_key(config)}.safetensors"
+
+
+def load_or_train(model, folder: Path, config: dict, train: Callable[[torch.nn.Module], object]):
+    """`model` with the weights cached under `folder` for `config` (`cache_path`), or trained by
+    `train(model)` and cached there. One process trains; concurrent callers wait on the lock and load
+    the same file."""
+    path = cache_path(folder, config)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         with _exclusive(path.with_name(path.name + ".lock")):

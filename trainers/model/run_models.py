@@ -45,7 +45,7 @@ def models_for(params: RunParams, teacher: bool = True):
     """(task, base, teacher): what a run with `params` loads, each built (or found in the cache) once,
     in one call; an unknown task fails first. The teacher only for distill and when asked (None
     otherwise: workers score nothing)."""
-    task = tasks.build_task(params)
+    task = tasks.build_task(params.task, params.task_options)
     base = base_for(params, task)
     wanted = teacher and cards.objective(params.objective).needs_teacher
     return task, base, (teacher_for(params, task) if wanted else None)
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
             params = RunParams.from_json(json.loads(args.run_params))
             models_for(params)
             return 0
-        task = tasks.get_task(args.task, **tasks.parse_task_options(args.task, args.task_options))
+        task = tasks.build_task(args.task, args.task_options)
         build_base(task, args.model, steps=args.steps)
     except ValueError as e:  # SpecError and json.JSONDecodeError are ValueErrors too
         p.error(str(e))

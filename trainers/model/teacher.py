@@ -39,7 +39,7 @@ import torch
 
 from trainers.model.models import build_base_model, build_tokenizer
 # The supervised recipe, its version and the cache live in trainers/model/pretrained.py (shared with the base).
-from trainers.model.pretrained import RECIPE_VERSION, config_key, default_cache_dir, load_or_train, train_on_gold
+from trainers.model.pretrained import RECIPE_VERSION, default_cache_dir, load_or_train, train_on_gold
 
 
 def load_teacher(path: str, dtype: torch.dtype = torch.float32):
@@ -62,9 +62,8 @@ def build_teacher(task, model: str = "micro", seed: int = 0, steps: int = 300, b
     lock, so concurrent callers train it once; see `trainers.model.pretrained.load_or_train`)."""
     config = teacher_config(task, model, seed, steps, batch_size, lr, n_train)
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir("teachers")
-    path = folder / f"{task.name}-{model}-{config_key(config)}.safetensors"
     train = lambda m: train_on_gold(m, build_tokenizer(model), task, seed, steps, batch_size, lr,  # noqa: E731
                                     n_train, label=f"teacher {task.name} {model}")
-    return load_or_train(build_base_model(model, seed=seed), path, config, train)
+    return load_or_train(build_base_model(model, seed=seed), folder, config, train)
 
 

@@ -54,9 +54,9 @@ def check_task_options(task: str, text: str) -> None:
         raise ValueError(f"--task-options: {e}") from None
 
 
-def build_task(params) -> Task:
-    """The task of a run's parameters (`trainers.spec.RunParams`): built once per process."""
-    return get_task(params.task, **parse_task_options(params.task, params.task_options))
+def build_task(name: str, options: str = "") -> Task:
+    """The task `name` with its options as the --task-options flag gives them (`max_people=2,...`)."""
+    return get_task(name, **parse_task_options(name, options))
 
 
 __all__ = ["Score", "Task", "available", "build_task", "check_task_options", "get_task", "parse_task_options",

@@ -135,7 +135,7 @@ def test_bad_task_options_are_one_line_errors(task_name, text, message):
 
 def test_micro_runs_keep_the_random_base_from_the_run_seed():
     params = RunParams(method="full", model="micro", base_steps=300, seed=3)
-    assert state_hash(base_for(params, tasks.build_task(params))) == state_hash(build_base_model("micro", seed=3))
+    assert state_hash(base_for(params, tasks.build_task(params.task, params.task_options))) == state_hash(build_base_model("micro", seed=3))
 
 
 def test_run_params_mode_builds_the_runs_base_and_teacher_once(tmp_path):

@@ -54,7 +54,8 @@ def test_teacher_is_cached_with_safetensors_and_learned_the_task(task, cache, te
 
 
 def test_teacher_cache_key_changes_with_config(task, cache):
-    from trainers.model.teacher import config_key, teacher_config
+    from trainers.model.pretrained import config_key
+    from trainers.model.teacher import teacher_config
     a = config_key(teacher_config(task, "micro", 0, 300, 32, 3e-3, 2000))
     assert a == config_key(teacher_config(task, "micro", 0, 300, 32, 3e-3, 2000))
     assert a != config_key(teacher_config(task, "micro", 0, 301, 32, 3e-3, 2000))
