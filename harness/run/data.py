@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from harness.run import presets
 from trainers import spec
-from trainers.tasks import available, check_task_options, get_task, heldout, parse_task_options
+from trainers.tasks import available, build_task, check_task_options, heldout
 
 SPLITS = ("heldout", "train")
 MAX_COUNT = 1_000_000  # problems one call may print (a bound on what a typo can ask for)
@@ -66,7 +66,7 @@ def _task(values: dict[str, Any]):
     if values["task"] not in available():
         raise ValueError(f"--task: unknown task {values['task']!r}; valid tasks: {', '.join(available())}")
     check_task_options(values["task"], values["task_options"])
-    return get_task(values["task"], **parse_task_options(values["task"], values["task_options"]))
+    return build_task(values["task"], values["task_options"])
 
 
 def _train(task, values: dict[str, Any], count: int, run_seed: int) -> Iterator[dict[str, Any]]:
