@@ -2,8 +2,8 @@
 
 Every parameter is declared once in `trainers/spec.py` (name, type, unit, default, range, help);
 this module parses the values it is given against that table, resolves the profile with the
-link flags over it, and expands methods x budgets into variants. Any bad value raises
-:class:`ConfigError` whose one line names the flag and the value, before anything touches the
+link flags over it, and expands methods x budgets into variants (and variants x seeds into cells).
+Any bad value raises :class:`ConfigError` whose one line names the flag and the value, before anything touches the
 kernel or starts a process. Torch is never imported here (the spec is torch-free), so
 `harness run --dry-run` and `harness profiles` start in a fraction of a second; the one exception is
 --budget-bytes, checked by encoding one update of the adapter (`_check_budget_bytes`).
@@ -97,14 +97,16 @@ class RunConfig:
     @functools.cached_property
     def cells(self) -> tuple[Cell, ...]:
         """The run's cells in the order they run (`--schedule`), each with its service values, built
-        once per config. interleaved: seed by seed, every variant, in reverse order on every other
+        once per config (a config made by `dataclasses.replace`, e.g. the regime's pilot or a claimed run
+        id, builds its own from its values). interleaved: seed by seed, every variant, in reverse order on every other
         seed (A1 B1 B2 A2 A3 B3): the cells that a speedup pairs run next to each other, and a load
         that rises or falls through the run lands on each variant as often first as second.
         sequential: each variant's seeds back to back (A1 A2 A3 B1 B2 B3)."""
         if self.values["schedule"] == "sequential":
             order = [(v, s) for v in self.variants for s in self.seeds]
         else:
-            order = [(v, s) for i, s in enumerate(self.seeds) for v in (self.variants[::-1] if i % 2 else self.variants)]
+            order = [(v, s) for i, s in enumerate(self.seeds)
+                     for v in (self.variants[::-1] if i % 2 else self.variants)]
         shared = {p.name: self.values[p.name] for p in spec.params("service")}
         no_budget = spec.get("budget").service_default
         return tuple(Cell(v, s, {**shared, "method": v.method, "seed": s, "budget": v.budget or no_budget})

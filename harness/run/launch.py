@@ -5,7 +5,7 @@
       cells/<method>-s<seed>/   events-learner.jsonl  events-w<i>.jsonl  summary.json  links.csv  *.log
 
 Order of work: write config.json and meta.json (status "running"); build the topology and apply
-the shaping once (every cell runs under the same link); for each cell in `cells` order (seed by seed,
+the shaping once (every cell runs under the same link); for each cell in `cfg.cells` order (seed by seed,
 the variants' order reversed every other seed; `--schedule sequential`: variant by variant) start
 the learner and the workers as processes inside their
 namespaces, sample the link counters while they run, wait for them; then aggregate tables,
