@@ -70,12 +70,12 @@ class Live:
     def __exit__(self, *exc):
         self.stop()
 
-    def _new_rows(self, cell: launch.Cell, cell_dir: Path) -> list[dict]:
+    def _new_rows(self, cell: config.Cell, cell_dir: Path) -> list[dict]:
 
         rows, self.offsets[cell.name] = tail_events(cell_dir / "events-learner.jsonl", self.offsets.get(cell.name, 0))
         return [r for r in rows if r.get("kind") == "update"]
 
-    def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
+    def __call__(self, cell: config.Cell, cell_dir: Path) -> None:
         rows = self.rows.setdefault(cell.name, [])
         rows += self._new_rows(cell, cell_dir)
         if self.progress is None:
@@ -107,8 +107,8 @@ def dry_run_text(cfg: RunConfig) -> str:
         lines += [f"shaping plan (run id 0000, backend {chosen.name}"
                   f"{': kernel config unreadable, assumed' if chosen.assumed else ''}):",
                   plan.build_plan(cfg.load_profile(), topo, chosen.name).to_json()]
-    for cell in launch.cells(cfg):
-        lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(launch.run_flags(cfg, cell))}")
+    for cell in cfg.cells:
+        lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(cell.argv)}")
     return "\n".join(lines)
 
 
@@ -123,7 +123,7 @@ class CellLogger:
 
             self.tracker = tracking.Tracker(kind, run_dir)
 
-    def __call__(self, cell: launch.Cell, cell_dir: Path) -> None:
+    def __call__(self, cell: config.Cell, cell_dir: Path) -> None:
         if self.tracker is not None and cell.name != self.current:
             if self.current is not None:
                 self._log(lambda: self.tracker.log_cell(self.current))

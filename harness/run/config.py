@@ -2,8 +2,8 @@
 
 Every parameter is declared once in `trainers/spec.py` (name, type, unit, default, range, help);
 this module parses the values it is given against that table, resolves the profile with the
-link flags over it, and expands methods x budgets into variants. Any bad value raises
-:class:`ConfigError` whose one line names the flag and the value, before anything touches the
+link flags over it, and expands methods x budgets into variants (and variants x seeds into cells).
+Any bad value raises :class:`ConfigError` whose one line names the flag and the value, before anything touches the
 kernel or starts a process. Torch is never imported here (the spec is torch-free), so
 `harness run --dry-run` and `harness profiles` start in a fraction of a second; the one exception is
 --budget-bytes, checked by encoding one update of the adapter (`_check_budget_bytes`).
@@ -11,6 +11,7 @@ kernel or starts a process. Torch is never imported here (the spec is torch-free
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -39,6 +40,24 @@ class Variant:
     @property
     def slug(self) -> str:
         return spec.variant_slug(self.label)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One variant at one seed, as it runs: its service parameters (what the learner's argv and
+    WELCOME carry: every `where="service"` value of the run, the variant's method and budget, the seed)."""
+    variant: Variant
+    seed: int
+    values: dict[str, Any] = field(compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant.slug}-s{self.seed}"
+
+    @property
+    def argv(self) -> list[str]:
+        """The learner's flags for this cell: every service parameter, explicitly."""
+        return spec.to_argv(self.values)
 
 
 @dataclass(frozen=True)
@@ -75,11 +94,23 @@ class RunConfig:
     def seeds(self) -> tuple[int, ...]:
         return self.values["seed"]
 
-    def service_values(self, variant: Variant, seed: int) -> dict[str, Any]:
-        """The service parameters of one cell (what the learner's argv and WELCOME carry)."""
-        one = {p.name: self.values[p.name] for p in spec.params("service")}
-        one.update(method=variant.method, seed=seed, budget=variant.budget or spec.get("budget").service_default)
-        return one
+    @functools.cached_property
+    def cells(self) -> tuple[Cell, ...]:
+        """The run's cells in the order they run (`--schedule`), each with its service values, built
+        once per config (a config made by `dataclasses.replace`, e.g. the regime's pilot or a claimed run
+        id, builds its own from its values). interleaved: seed by seed, every variant, in reverse order on every other
+        seed (A1 B1 B2 A2 A3 B3): the cells that a speedup pairs run next to each other, and a load
+        that rises or falls through the run lands on each variant as often first as second.
+        sequential: each variant's seeds back to back (A1 A2 A3 B1 B2 B3)."""
+        if self.values["schedule"] == "sequential":
+            order = [(v, s) for v in self.variants for s in self.seeds]
+        else:
+            order = [(v, s) for i, s in enumerate(self.seeds)
+                     for v in (self.variants[::-1] if i % 2 else self.variants)]
+        shared = {p.name: self.values[p.name] for p in spec.params("service")}
+        no_budget = spec.get("budget").service_default
+        return tuple(Cell(v, s, {**shared, "method": v.method, "seed": s, "budget": v.budget or no_budget})
+                     for v, s in order)
 
     def to_json(self) -> dict[str, Any]:
         """config.json: every spec parameter under its flag's name, plus what was resolved."""
@@ -157,7 +188,9 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     """Validate every value (spec names; raw strings or typed values); return the frozen config
     or raise ConfigError (one line)."""
 
-    values = parse_values(presets.apply(given))
+    preset = presets.values(str(given["preset"])) if given.get("preset") else {}
+    # the spec's default < the preset < a flag given
+    values = parse_values({**given, **{k: v for k, v in preset.items() if given.get(k) is None}})
     shaping = [k for k in ("bw", "delay", "jitter", "loss", "trace") if given.get(k) not in (None, "", ())]
     if shaping and values["emulation"] is False:  # they used to be ignored in silence
         flags = ", ".join(f"--{k}" for k in shaping)

@@ -5,7 +5,7 @@
       cells/<method>-s<seed>/   events-learner.jsonl  events-w<i>.jsonl  summary.json  links.csv  *.log
 
 Order of work: write config.json and meta.json (status "running"); build the topology and apply
-the shaping once (every cell runs under the same link); for each cell in `cells` order (seed by seed,
+the shaping once (every cell runs under the same link); for each cell in `cfg.cells` order (seed by seed,
 the variants' order reversed every other seed; `--schedule sequential`: variant by variant) start
 the learner and the workers as processes inside their
 namespaces, sample the link counters while they run, wait for them; then aggregate tables,
@@ -32,11 +32,10 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from harness.run.config import RunConfig, Variant, models_cache
+from harness.run.config import Cell, RunConfig, models_cache
 from trainers.events import atomic_write_json  # torch-free; the one writer of polled JSON files
 from trainers import cards, spec
 from harness.owner import owner_record
@@ -66,26 +65,6 @@ RESERVE_BYTES = 1 << 20     # kept in the run folder so that the final meta.json
 
 class PreflightFailed(RuntimeError):
     """The emulated network cannot be built here: not root, or a kernel feature or binary is missing (harness doctor)."""
-
-@dataclass(frozen=True)
-class Cell:
-    variant: Variant
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.variant.slug}-s{self.seed}"
-
-
-def cells(cfg: RunConfig) -> list[Cell]:
-    """The run's cells in the order they run (`--schedule`). interleaved: seed by seed, every variant,
-    in reverse order on every other seed (A1 B1 B2 A2 A3 B3): the cells that a speedup pairs run next
-    to each other, and a load that rises or falls through the run lands on each variant as often
-    first as second. sequential: each variant's seeds back to back (A1 A2 A3 B1 B2 B3)."""
-    if cfg.schedule == "sequential":
-        return [Cell(v, s) for v in cfg.variants for s in cfg.seeds]
-    return [Cell(v, s) for i, s in enumerate(cfg.seeds) for v in (cfg.variants[::-1] if i % 2 else cfg.variants)]
-
 
 # ---- metadata --------------------------------------------------------------------------------
 
@@ -124,7 +103,7 @@ def meta(cfg: RunConfig, backend: str) -> dict:
             "kernel": uname.release, "host": os.environ.get("WAN_HOST") or uname.node, "machine": uname.machine,
             "cpus": os.cpu_count(),
             "emulation": cfg.emulation, "backend": backend, "profile": cfg.profile_name,
-            "cells": [c.name for c in cells(cfg)], "cells_complete": [],
+            "cells": [c.name for c in cfg.cells], "cells_complete": [],
             # who runs it (pid + /proc start time: a recycled pid is not the owner); `harness clean`
             # reads the same record from /run/wan-harness/<netns run id>.json (harness/net/topology.py)
             "owner": owner_record(),
@@ -164,11 +143,6 @@ def service_modules(method: str) -> tuple[str, str]:
     if spec.is_data_parallel(method):
         return "trainers.dataparallel.aggregator", "trainers.dataparallel.worker"
     return "trainers.hilo.learner", "trainers.hilo.worker"
-
-
-def run_flags(cfg: RunConfig, cell: Cell) -> list[str]:
-    """The learner's argv for one cell: every service parameter of the spec, explicitly."""
-    return spec.to_argv(cfg.service_values(cell.variant, cell.seed))
 
 
 class Processes:
@@ -272,7 +246,7 @@ def spawner(topo, server: ForkServer | None) -> Callable:
 def server_modules(cfg: RunConfig) -> list[str]:
     """What the run's fork server imports: every cell's services, the models step when it builds, and
     the adapter's sizing (trainers.model.shapes: the cost model's shapes, see AdapterShapes)."""
-    return sorted({m for cell in cells(cfg) for m in service_modules(cell.variant.method)}
+    return sorted({m for cell in cfg.cells for m in service_modules(cell.variant.method)}
                   | ({MODELS_MODULE} if models_to_build(cfg) else set()) | {SHAPES_MODULE})
 
 
@@ -394,7 +368,7 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         centre, worker = service_modules(cell.variant.method)
         procs.start("learner", "learner", [py, "-m", centre, *spec.service_argv(
             run_dir=str(cell_dir), listen=listen, join_timeout=JOIN_TIMEOUT_S, worker_timeout=cfg.worker_timeout,
-            liveness=cfg.liveness), *run_flags(cfg, cell)], cell_dir, env)
+            liveness=cfg.liveness), *cell.argv], cell_dir, env)
         address = wait_address(cell_dir / "learner.addr", procs.procs["learner"])
         times["listening_t"] = time.monotonic()
         procs.start_many([(f"w{w}", f"w{w}", [py, "-m", worker, *spec.service_argv(
@@ -481,8 +455,8 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
     (`PRETRAINED_MODELS` with `base_steps` > 0) and the teacher of an objective whose card needs one. Neither depends on the
     method, budget or seed (trainers/model/run_models.py), so a 3-seed, 3-variant run needs one entry."""
     out, seen = [], set()
-    for cell in cells(cfg):
-        values = cfg.service_values(cell.variant, cell.seed)
+    for cell in cfg.cells:
+        values = cell.values
         if spec.is_data_parallel(values["method"]) or values["model"] not in spec.PRETRAINED_MODELS:
             continue  # data-parallel replicas are built as given (seeded); micro's teacher is cheap enough for its cell
         if values["base_steps"] == 0 and not cards.objective(values["objective"]).needs_teacher:
@@ -623,7 +597,7 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
 def run_cells(cfg: RunConfig, run_dir: Path, topo, token: str, progress, doc: dict,
               server: ForkServer | None, clock: fixed_cost.Stopwatch) -> None:
     """Every cell in order, meta.json rewritten after each (its cells_complete, errors)."""
-    for cell in cells(cfg):
+    for cell in cfg.cells:
         try:
             with clock.part("cells"):   # fixed_cost splits it with the cells' launch.json
                 summary = _run_one(cfg, cell, run_dir, topo, token, progress, doc["errors"], server)

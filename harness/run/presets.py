@@ -58,14 +58,10 @@ def load(name: str, directory: Path = PRESET_DIR) -> dict[str, Any]:
     return doc
 
 
-def apply(given: dict[str, Any]) -> dict[str, Any]:
-    """`given` (raw values by spec name; None = not given) with the named preset's values filled in
-    where nothing was given."""
-    name = given.get("preset")
-    if not name:
-        return given
-    values = load(str(name))["values"]
-    return {**given, **{k: _raw(one_value(k, v)) for k, v in values.items() if given.get(k) is None}}
+def values(name: str) -> dict[str, Any]:
+    """The run values of preset `name` (a name in presets/ or a YAML path), by spec name, raw as a
+    flag would give them (harness/run/config.py merges them under the flags given)."""
+    return {k: _raw(one_value(k, v)) for k, v in load(name)["values"].items()}
 
 
 def _raw(value: Any) -> Any:

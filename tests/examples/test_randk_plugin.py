@@ -40,7 +40,7 @@ def test_a_run_config_takes_it_at_every_budget():
 
     cfg = config.build(method="randk,identity", budget="1.6%,6.25%", model="micro", emulation=False)
     assert [v.label for v in cfg.variants] == ["randk@1.6%", "randk@6.25%", "identity", "full-bf16"]
-    opts = spec.compressor_options("randk", cfg.service_values(cfg.variants[1], 1))
+    opts = spec.compressor_options("randk", next(c.values for c in cfg.cells if c.variant == cfg.variants[1]))
     assert set(opts) == {*spec.COMMON_OPTIONS, *spec.BUDGET_OPTIONS} and opts["budget"] == "6.25%"
 
 

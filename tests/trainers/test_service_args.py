@@ -22,18 +22,18 @@ def flags_of(module: str) -> tuple[str, ...]:
 
 
 def test_the_launchers_argv_is_what_the_services_parse(tmp_path, monkeypatch):
-    from harness.run import config, launch
+    from harness.run import config
 
     monkeypatch.setenv("RUN_TOKEN", "t")
     cfg = config.build(emulation=False, worker_timeout="42", liveness="7.5")
-    cell = launch.cells(cfg)[0]
+    cell = cfg.cells[0]
     centre = spec.service_argv(run_dir=str(tmp_path), listen="10.0.0.1:0", join_timeout=180.0,
                                worker_timeout=cfg.worker_timeout, liveness=cfg.liveness)
     for module in ("trainers.hilo.learner", "trainers.dataparallel.aggregator"):
-        _, got = service_args.parse(module, None, flags_of(module), [*centre, *launch.run_flags(cfg, cell)], run="given")
+        _, got = service_args.parse(module, None, flags_of(module), [*centre, *cell.argv], run="given")
         assert (got.run_dir, got.listen, got.join_timeout, got.worker_timeout, got.liveness) == (
             str(tmp_path), ("10.0.0.1", 0), 180.0, 42.0, 7.5)
-        assert got.params == spec.RunParams(**cfg.service_values(cell.variant, cell.seed)) and got.token == "t"
+        assert got.params == spec.RunParams(**cell.values) and got.token == "t"
     argv = spec.service_argv(learner="10.0.0.1:29500", worker_id=3, run_dir=str(tmp_path))
     _, got = service_args.parse("trainers.hilo.worker", None, flags_of("trainers.hilo.worker"), argv, run="expected")
     assert (got.learner, got.worker_id, got.reconnects) == (("10.0.0.1", 29500), 3, 3)

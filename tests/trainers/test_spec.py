@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from harness import cli
 
-from harness.run import commands, config, launch
+from harness.run import commands, config
 from trainers import cards, spec
 from trainers.hilo.methods import get_method
 
@@ -31,12 +31,12 @@ def test_every_parameter_reaches_every_surface_with_one_default(p):
     assert doc[key] == (list(p.default) if p.many else p.default)
     if p.where != "service":
         return
-    cell = launch.cells(cfg)[0]
-    argv = launch.run_flags(cfg, cell)
+    cell = cfg.cells[0]
+    argv = cell.argv
     parser = argparse.ArgumentParser()
     spec.add_run_args(parser, required=True)
     params = spec.run_params_from_args(parser.parse_args(argv))
-    expected = cfg.service_values(cell.variant, cell.seed)[p.name]
+    expected = cell.values[p.name]
     assert getattr(params, p.name) == expected
     assert spec.RunParams.from_json(json.loads(json.dumps(params.to_json()))) == params  # WELCOME round trip
     assert spec.RunParams().to_json()[p.name] == p.service_default
@@ -58,7 +58,7 @@ def test_a_new_parameter_is_one_line_in_the_spec(monkeypatch, tmp_path):
     cfg = config.build(emulation=False, knob_count="5")
     parser = argparse.ArgumentParser()
     spec.add_run_args(parser, required=True)
-    params = spec.run_params_from_args(parser.parse_args(launch.run_flags(cfg, launch.cells(cfg)[0])))
+    params = spec.run_params_from_args(parser.parse_args(cfg.cells[0].argv))
     assert params.knob_count == 5 and spec.RunParams().knob_count == 7
     grid = commands.load_grid(None, {"knob_count": "3,4", "emulation": False})
     assert [c.run_id for c in commands.sweep_configs(grid, tmp_path)] == ["knob_count3", "knob_count4"]
@@ -77,8 +77,7 @@ def test_sweep_axes_and_run_names_come_from_the_spec(tmp_path):
 
 def test_compressor_options_come_from_the_spec_and_reach_the_compressor():
     cfg = config.build(method="spar,powersgd", spar_sketch="16", powersgd_rank="3", budget="0.78%", emulation=False)
-    by_method = {c.variant.method: spec.RunParams(**cfg.service_values(c.variant, c.seed))
-                 for c in launch.cells(cfg)}
+    by_method = {c.variant.method: spec.RunParams(**c.values) for c in cfg.cells}
     spar = get_method("spar", **by_method["spar"].compressor_options()).make_compressor()
     assert spar.config["sketch"] == 16 and spar.config["budget"] == "0.78%"
     assert get_method("powersgd", **by_method["powersgd"].compressor_options()).make_compressor().config["rank"] == 3

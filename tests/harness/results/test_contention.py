@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from harness.results import compare
-from harness.run import config, launch
+from harness.run import config
 from trainers.events import PhaseTimer, machine_load, read_cpu_counters
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
 def _order(schedule: str) -> list[str]:
     cfg = config.build(method="spar,topk", seed="1,2,3", schedule=schedule)
-    return [c.name for c in launch.cells(cfg)]
+    return [c.name for c in cfg.cells]
 
 
 def test_interleaved_is_the_default_and_reverses_the_variants_every_other_seed():

@@ -2,13 +2,13 @@
 rich's 80 columns for a non-terminal (a log of `harness run 2> run.log` kept only the bar)."""
 import json
 
-from harness.run import commands, config, launch
+from harness.run import commands, config
 
 
 def test_progress_to_a_file_keeps_the_whole_line(tmp_path, capsys):
     cfg = config.build(model="micro", method="spar", baseline="none", seed="1", workers=1, updates=3,
                        emulation=False, out_dir=str(tmp_path))
-    cell = launch.cells(cfg)[0]
+    cell = cfg.cells[0]
     rows = [{"kind": "update", "version": v, "seconds_per_update": 0.05, "update_frame_bytes": {"w1": 4755}}
             for v in range(1, 4)]
     (tmp_path / "events-learner.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -16,8 +16,8 @@ def test_every_preset_loads_and_every_cell_validates(name):
     for key, value in doc["values"].items():
         expect = spec.parse_value(key, value)
         assert cfg.values[key] == expect, key
-    for cell in launch.cells(cfg):
-        spec.RunParams(**cfg.service_values(cell.variant, cell.seed))  # what every replica will receive
+    for cell in cfg.cells:
+        spec.RunParams(**cell.values)  # what every replica will receive
     # HiLo presets compare against the paper's full sync; a data-parallel one (lordo-stagnation) against one
     # of its own family, so that no HiLo cell runs and the report pairs the seeds against it
     dp = all(spec.is_data_parallel(m) for m in cfg.values["method"])
