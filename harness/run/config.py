@@ -97,10 +97,11 @@ class RunConfig:
     @functools.cached_property
     def cells(self) -> tuple[Cell, ...]:
         """The run's cells in the order they run (`--schedule`), each with its service values, built
-        once per config (a config made by `dataclasses.replace`, e.g. the regime's pilot or a claimed run
-        id, builds its own from its values). interleaved: seed by seed, every variant, in reverse order on every other
-        seed (A1 B1 B2 A2 A3 B3): the cells that a speedup pairs run next to each other, and a load
-        that rises or falls through the run lands on each variant as often first as second.
+        once per config (a config made by `dataclasses.replace`, e.g. the regime's pilot or a claimed
+        run id, builds its own from its values).
+        interleaved: seed by seed, every variant, in reverse order on every other seed (A1 B1 B2 A2 A3
+        B3): the cells that a speedup pairs run next to each other, and a load that rises or falls
+        through the run lands on each variant as often first as second.
         sequential: each variant's seeds back to back (A1 A2 A3 B1 B2 B3)."""
         if self.values["schedule"] == "sequential":
             order = [(v, s) for v in self.variants for s in self.seeds]
