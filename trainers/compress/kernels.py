@@ -146,7 +146,7 @@ def add_low_rank_(out: dict[str, torch.Tensor], terms: dict[str, tuple[torch.Ten
             km = max(1, max(ks))
             # every factor's terms as rows of one (g, km, a) and one (g, km, b) stack, u pre-scaled as
             # `add_outer_` scales it (alpha * scale_j rounded to fp32 once); zero rows past a factor's k
-            us, vs = torch.zeros(g * km, a), torch.zeros(g * km, b)
+            us, vs = _rows("u", g * km, a).zero_(), _rows("v", g * km, b).zero_()
             sent = [n for n in names if n in terms]
             if sent:
                 rows = torch.tensor([i * km + j for i, k in enumerate(ks) for j in range(k)])
@@ -209,6 +209,19 @@ def _scratch(shape: tuple[int, ...]) -> torch.Tensor:
     if buf is None:
         buf = _SCRATCH[shape] = torch.empty(shape, dtype=torch.float32)
     return buf
+
+
+_ROWS: dict[str, torch.Tensor] = {}
+
+
+def _rows(role: str, n: int, width: int) -> torch.Tensor:
+    """An (n, width) fp32 view of a flat buffer kept per role and grown to the largest size asked for
+    (a decode's stacked terms per shape group: a fresh zeroed tensor of up to a few MB per group and
+    decode costs its page faults each time). Single-threaded use only, as `_scratch`."""
+    buf = _ROWS.get(role)
+    if buf is None or buf.numel() < n * width:
+        buf = _ROWS[role] = torch.empty(n * width, dtype=torch.float32)
+    return buf[:n * width].view(n, width)
 
 
 def runs_over(ks: list[int], start: int, end: int, j: int):

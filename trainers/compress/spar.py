@@ -224,7 +224,7 @@ class SparCompressor(BudgetedCompressor):
         non-finite segments), so it is finite, each rounding included, while that sum's bound stays
         well below fp32's largest value (3.4e38)."""
         seg = unpacked.segments
-        peaks = [float(seg[key].abs().max()) if seg[key].numel() else 0.0 for key in ("sigma", "left", "right")]
+        peaks = [_peak(seg[key]) for key in ("sigma", "left", "right")]
         bound = math.prod(peaks) * max([int(seg["counts"].max())] if seg["counts"].numel() else [0])
         if bound < _FINITE_BOUND:
             return None
@@ -255,6 +255,14 @@ class SparCompressor(BudgetedCompressor):
         add_low_rank_(out, terms, alpha, overwrite, portable)
 
 
+def _peak(t: torch.Tensor) -> float:
+    """max |t| (0 for an empty tensor), from its extremes: no copy of t as abs() makes."""
+    if not t.numel():
+        return 0.0
+    lo, hi = t.aminmax()
+    return max(-float(lo), float(hi))
+
+
 class _SketchSpectrum:
     """Top-p triplets of Q Q^T M from the sketch B = Q^T M = Z diag(s) V^T (Z, s from B B^T)."""
 
@@ -272,6 +280,7 @@ class _SketchSpectrum:
 # Factor bytes per chunk of `_GramPass`: a chunk's M, its products and its residual update stay in the
 # core's L2 cache (2 MiB here) between the steps of one pass, so each pass reads the adapter from memory once.
 _CHUNK_BYTES = 1 << 20
+_SMALLEST_POSITIVE = float(torch.finfo(torch.float32).smallest_normal) * 2.0 ** -23   # fp32's least subnormal
 
 
 class _GramPass:
@@ -324,17 +333,24 @@ class _GramPass:
                 continue
             short = spectra.short(s, r0, idx, ks, max(ks))                           # (g, km, s); rows past k: 0
             short_w = short.to(wire)
+            short_sent = short_w.to(torch.float32) if subtract else None              # as sent, once per group
             left_is_short = view.shape[1] <= view.shape[2]
             for i0, i1 in _runs(ks, step):                                            # factors that send something
                 km, x = max(ks[i0:i1]), view[i0:i1]
                 long = torch.bmm(short[i0:i1, :km], x if left_is_short else x.transpose(1, 2))   # (c, km, long side)
                 norms = torch.linalg.vector_norm(long, dim=2)
-                long /= torch.where(norms > 0, norms, torch.ones_like(norms))[:, :, None]
+                # a zero norm's row is zero: any positive divisor leaves it 0 (one op instead of where's three)
+                long /= norms.clamp_min(_SMALLEST_POSITIVE)[:, :, None]
                 long_w = long.to(wire)
                 left, right = (short_w[i0:i1, :km], long_w) if left_is_short else (long_w, short_w[i0:i1, :km])
                 if subtract:
-                    scaled = left.to(torch.float32) * norms[:, :, None]             # (c, km, a)
-                    x.baddbmm_(scaled.transpose(1, 2), right.to(torch.float32), alpha=-1.0)
+                    long_sent = long_w.to(torch.float32)
+                    if left_is_short:                                                 # (c, a, km) @ (c, km, b)
+                        x.baddbmm_((short_sent[i0:i1, :km] * norms[:, :, None]).transpose(1, 2), long_sent,
+                                   alpha=-1.0)
+                    else:
+                        x.baddbmm_((long_sent * norms[:, :, None]).transpose(1, 2), short_sent[i0:i1, :km],
+                                   alpha=-1.0)
                 for c in range(i1 - i0):
                     k = ks[i0 + c]
                     picked[idx[i0 + c]] = (norms[c, :k], left[c, :k], right[c, :k])

@@ -285,20 +285,44 @@ def test_decode_has_the_bits_of_the_per_factor_rank_one_sums(layer_scales):
     if layer_scales:
         m = {n: t * layer_scales[int(n[5])] for n, t in m.items()}
     payload = get_compressor("spar", budget="30%").encode(m)
+    assert max(unpack("spar", payload, 1 << 28).segments["counts"].tolist()) > 1
+    got = get_compressor("spar", budget="30%").decode(payload)
+    for name, want in _rank_one_sums(payload).items():
+        assert torch.equal(got[name], want), name
+
+
+def test_a_decode_after_a_larger_one_has_the_same_bits():
+    """Decodes share their stacked-term buffers (kept per process, grown, zeroed before use): a payload
+    where some factors send nothing, decoded right after one with many terms per factor, still has the
+    rank-one sums' bits (no row left over from the larger decode reaches the output)."""
+    m = power_law_factors(rank=16, d=96, n=6)
+    m = {n: t * (1e-4 if int(n[5]) % 2 else 1.0) for n, t in m.items()}
+    large = get_compressor("spar", budget="30%").encode(m)
+    small = get_compressor("spar", budget="1%").encode(m)
+    assert 0 in unpack("spar", small, 1 << 28).segments["counts"].tolist()
+    dec = get_compressor("spar", budget="1%")
+    dec.decode(large, reuse=True)
+    got = dec.decode(small, reuse=True)
+    for name, want in _rank_one_sums(small).items():
+        assert torch.equal(got[name], want), name
+
+
+def _rank_one_sums(payload) -> dict[str, torch.Tensor]:
+    """The decode both sides replay, term by term: per factor (sigma_0 u_0) v_0^T, then each later term's
+    rounded outer product added in order; zeros for a factor that sent nothing."""
     p = unpack("spar", payload, 1 << 28)
     seg = p.segments
     sigma, left, right = (seg[k].float() for k in ("sigma", "left", "right"))
-    got = get_compressor("spar", budget="30%").decode(payload)
-    s = l = r = 0
-    assert max(seg["counts"].tolist()) > 1
+    out, s, l, r = {}, 0, 0, 0
     for (name, (a, b)), k in zip(p.tensors, seg["counts"].tolist()):
         want = torch.zeros(a, b)
         for j in range(k):
             term = torch.outer(left[l + j * a:l + (j + 1) * a] * torch.tensor(float(sigma[s + j])),
                                right[r + j * b:r + (j + 1) * b])
             want = term if j == 0 else want + term
-        assert torch.equal(got[name], want), name
+        out[name] = want
         s, l, r = s + k, l + k * a, r + k * b
+    return out
 
 
 def test_a_payload_whose_terms_overflow_fp32_is_refused():
