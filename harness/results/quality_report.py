@@ -20,6 +20,7 @@ import pandas as pd
 
 from harness.results import quality
 from harness.results.compare import CI_MIN_SEEDS
+from trainers.spec import NO_BASELINE
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
 from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
 from harness.results.wording import fmt, none as _none, pm as _pm
@@ -77,7 +78,8 @@ NOT_MEASURABLE = "not measurable (baseline's gain not resolved above 0)"
 def _unlearned(r) -> bool:
     """A method's row whose baseline's held-out gain is not resolved above 0 (quality.baseline_learned):
     a time to a fraction of that gain is no time to quality."""
-    return r.get("method") != r.get("baseline") and "gain_kept_lo" in r and not quality.baseline_learned(r)
+    return (r.get("method") != r.get("baseline") and str(r.get("baseline")) != NO_BASELINE and "gain_kept_lo" in r
+            and not quality.baseline_learned(r))
 
 
 def signal_text(comp: pd.DataFrame) -> str:
@@ -146,7 +148,10 @@ def quality_section(comp: pd.DataFrame) -> list[str]:
             "to quality = the baseline's / the method's (only where every seed of both reached it).")
     notes = quality_notes(comp)
     text += signal_text(comp)
-    if comp["heldout_target"].isna().all():
+    if comp["baseline"].astype(str).eq(NO_BASELINE).all():   # the text above has no baseline to name
+        text = text[:text.index(" Target = ")] + (" **No target**: no baseline ran (`--baseline none`), so there "
+                                                   "is no gain to reach a share of and no time to quality.")
+    elif comp["heldout_target"].isna().all():
         text += (" **No target**: the baseline's held-out figure did not improve in this run, so no time to "
                  "quality can be measured (more updates, or a task/model that learns: see the presets).")
     return ["## Held-out quality and time to quality", "", text, "", markdown_table(head, rows), "",

@@ -217,9 +217,10 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",
-           f"Speedup = median seconds per update of {base} / that of the method, under the same link, pooled over "
-           "seeds (the verdict's headline is the geometric mean of the per-seed speedups, on CPU time when the "
-           "machine was contended: the load section below). "
+           (f"Speedup = median seconds per update of {base} / that of the method, under the same link, pooled over "
+            "seeds (the verdict's headline is the geometric mean of the per-seed speedups, on CPU time when the "
+            "machine was contended: the load section below). " if names else
+            "No speedup: no baseline ran (`--baseline none`). ") +
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
            "the worker links carried (IP packets). Held-out quality: the final figure on problems never trained on "
            f"(mean ± 95 % CI over seeds, n shown below {CI_MIN_SEEDS}); train-batch metric: the training batch's own "

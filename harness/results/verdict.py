@@ -26,9 +26,12 @@ import pandas as pd
 from harness.results import compare, regime_report, tables
 from harness.results.quality import baseline_learned
 from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _ci, link, num as _num
+from trainers.spec import NO_BASELINE
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
              "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
+NO_FULL_SYNC = ("**Regime**: not measured: no full-sync cell ran (`--baseline none`), so there is no full sync's "
+                "link/compute ratio to state.")
 FRACTIONS = (50, 75, 90)     # the time-to-quality fractions quality.py measures (TTQ_FRACTIONS, in %)
 DEFAULT_TARGET = 90          # --quality-target's default (trainers/spec.py), for rows that do not carry theirs
 SHARE_RESOLVED = 0.25        # a kept share is "all of it" only when its whole interval lies within 100 % ± this
@@ -264,6 +267,19 @@ def method_block(r, base_name: str, where: str) -> list[str]:
             *([f"  - {t_line}"] if t_line else [])]
 
 
+def alone_block(r, where: str) -> list[str]:
+    """A method run without a baseline (`--baseline none`): nothing to compare, its own figures only. No
+    speedup, share of a gain or time to quality is stated, and no method is named as a baseline."""
+    spu, name = _num(r.get("s_per_update_median")), r.get("heldout_name") or "quality"
+    n = int(_num(r.get("heldout_seeds")) or 0)
+    own = [f"{spu:.3f} s per update (median)" if spu is not None else "",
+           f"held-out {name} {_fig(_num(r.get('heldout_mean')))} at its last evaluation"
+           + (f" ({n} seed{'s' if n != 1 else ''})" if n else "") if _num(r.get("heldout_mean")) is not None else ""]
+    return [f"- **`{r['variant']}`{where} ran without a baseline (`--baseline none`): no speedup, kept quality or "
+            "time to quality to state.**",
+            *([f"  - its own figures: {'; '.join(x for x in own if x)}"] if any(own) else [])]
+
+
 def incomplete(runs: list[tables.Run]) -> str:
     """The verdict's first line for runs that stopped before finishing (meta.json's status: interrupted,
     failed, running), "" when every run completed: the figures after it cover only what was recorded."""
@@ -310,12 +326,15 @@ def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | No
     keys = [k for k in compare.coords(comp) if k in comp]
     links = comp[keys].astype(str).drop_duplicates() if keys else comp.iloc[:1]
     blocks = []
+    alone = comp["baseline"].astype(str).eq(NO_BASELINE)
     for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
         where = f" ({link(r)})" if len(links) > 1 else ""
-        blocks += method_block(r, str(r["baseline"]), where)
+        blocks += alone_block(r, where) if str(r["baseline"]) == NO_BASELINE else \
+            method_block(r, str(r["baseline"]), where)
     if not blocks:
         return head if status else []
     regime = regime_report.headline(runs) or (
+        NO_FULL_SYNC if alone.all() else
         "**Regime**: not recorded: the run stopped before its prediction was written." if status else NO_REGIME)
     partial = quorum(cells)
     return [*head, regime, "", *([partial, ""] if partial else []), *blocks, ""]

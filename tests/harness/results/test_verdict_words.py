@@ -254,3 +254,24 @@ def test_the_held_out_tables_give_no_time_ratio_when_the_baseline_did_not_learn_
     ttq = md.split("## Time to quality, one target for every method")[1].split("\n## ")[0]
     spar = [line for line in ttq.splitlines() if line.startswith("| ") and "| spar@12.8% |" in line]
     assert len(spar) == 3 and all(line.count("not measurable") == 2 and "x (" not in line for line in spar)
+
+
+def test_a_run_without_a_baseline_names_none_as_a_method_nowhere(tmp_path):
+    """--baseline none: the verdict states the method's own figures and no comparison; no sentence treats
+    `none` as a method that did or did not learn, and the regime says why it has no ratio."""
+    run = tmp_path / "run-alone"
+    shutil.copytree(FIXTURES / "run-heldout", run)
+    cfg = json.loads((run / "config.json").read_text())
+    cfg.update(baseline="none", variants=[v for v in cfg["variants"] if v["method"] == "spar"])
+    (run / "config.json").write_text(json.dumps(cfg))
+    for seed in (1, 2, 3):
+        shutil.rmtree(run / "cells" / f"full-bf16-s{seed}")
+    md, _ = report.build(tables.read(run))
+    verdict_block = md.split("## Runs")[0]
+    assert "- **`spar@12.8%` ran without a baseline (`--baseline none`): no speedup, kept quality or time to " \
+           "quality to state.**" in verdict_block
+    assert "s per update (median); held-out " in verdict_block and "at its last evaluation (3 seeds)" in verdict_block
+    assert "**Regime**: not measured: no full-sync cell ran (`--baseline none`)" in verdict_block
+    assert "`none`" not in md.replace("(`--baseline none`", "")
+    assert "No speedup: no baseline ran (`--baseline none`)." in md
+    assert "**No target**: no baseline ran (`--baseline none`)" in md and "not measurable (baseline's" not in md
