@@ -6,7 +6,8 @@ or a card without them) is read against its constructor's keywords, each typed l
 caller then builds it, so that its own checks run.
 
 A comma item without '=' continues the previous value (`ops=copy,reverse,max_len=3`), since some
-options are themselves comma lists. Every error is one ValueError line: "<kind> options: <name> ...".
+options are themselves comma lists. Every error is one ValueError line naming the implementation
+("<name> <key>=<value> ..."); the callers put the flag (`--task-options: `) in front.
 """
 from __future__ import annotations
 
@@ -34,15 +35,15 @@ def parse(kind: str, name: str, text: str, options: Mapping[str, Option]) -> dic
             continue
         if "=" not in item:
             if last is None:
-                raise ValueError(f"{kind} options {text!r}: {item!r} is not key=value")
+                raise ValueError(f"{name}: {item!r} in {text!r} is not key=value")
             out[last] += "," + item
             continue
         key, _, value = (s.strip() for s in item.partition("="))
         if key not in options:
             valid = ", ".join(o.describe(k) for k, o in options.items()) or "none"
-            raise ValueError(f"{kind} options: {name} has no option {key!r}; valid: {valid}")
+            raise ValueError(f"{name} has no option {key!r}; valid: {valid}")
         if key in out:
-            raise ValueError(f"{kind} options: {key!r} given twice")
+            raise ValueError(f"{name}: {key!r} given twice")
         out[key], last = value, key
     typed = {k: _typed(kind, name, k, v, options[k]) for k, v in out.items()}
     for key, o in options.items():
@@ -50,7 +51,7 @@ def parse(kind: str, name: str, text: str, options: Mapping[str, Option]) -> dic
             low, high = typed.get(o.at_least, options[o.at_least].default), typed.get(key, o.default)
             if low is not None and high is not None and high < low:
                 said = "" if key in typed else " (its default)"
-                raise ValueError(f"{kind} options: {name} {key}={high}{said} is below {o.at_least}={low}")
+                raise ValueError(f"{name} {key}={high}{said} is below {o.at_least}={low}")
     return typed
 
 
@@ -62,12 +63,12 @@ def _typed(kind: str, name: str, key: str, value: str, option: Option) -> Any:
         if option.many:
             items = [x.strip() for x in value.split(",") if x.strip()]
             if not items:
-                raise ValueError(f"{kind} options: {name} {key}: no value given")
+                raise ValueError(f"{name} {key}: no value given")
             return tuple(param.parse(x) for x in items)
         return param.parse(value)
     except spec.SpecError as err:
         reason = str(err).removeprefix(f"{param.flag}: ")
-        raise ValueError(f"{kind} options: {name} {key}={reason}") from None
+        raise ValueError(f"{name} {key}={reason}") from None
 
 
 def check_carded(kind: str, name: str, text: str) -> None:

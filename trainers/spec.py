@@ -143,8 +143,17 @@ class Param:
             raise SpecError(f"{self.flag}: {quote(raw)} is not one of {', '.join(self.choices)}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if self.lo is not None and value < self.lo or self.hi is not None and value > self.hi:
-                raise SpecError(f"{self.flag}: {quote(raw)} is outside [{_num(self.lo)}, {_num(self.hi)}]{self._unit()}")
+                raise SpecError(f"{self.flag}: {quote(raw)} is {self._bounds()}{self._unit()}")
         return value
+
+    def _bounds(self) -> str:
+        """Where a number out of range lies, in words: outside [lo, hi], or below lo / above hi for a
+        range open at one end."""
+        if self.hi is None:
+            return f"below {_num(self.lo)}"
+        if self.lo is None:
+            return f"above {_num(self.hi)}"
+        return f"outside [{_num(self.lo)}, {_num(self.hi)}]"
 
     def parse_many(self, raw: Any) -> tuple:
         """A comma list (or a YAML list) -> distinct parsed values, order kept."""

@@ -416,10 +416,10 @@ def test_task_options_are_checked_from_the_card_without_importing_the_task():
         {**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.splitlines() == [
         "{'ops': ('copy', 'add'), 'max_len': 3}",
-        "--task-options: task options: digits max_len=4 (its default) is below min_len=5",
-        "--task-options: task options: digits max_len='33' is outside [1, 32]",
-        "--task-options: task options: digits ops='mul' is not one of copy, reverse, add",
-        "--task-options: task options: digits has no option 'depth'; valid: ops=copy,reverse (any of "
+        "--task-options: digits max_len=4 (its default) is below min_len=5",
+        "--task-options: digits max_len='33' is outside [1, 32]",
+        "--task-options: digits ops='mul' is not one of copy, reverse, add",
+        "--task-options: digits has no option 'depth'; valid: ops=copy,reverse (any of "
         "copy|reverse|add), min_len=1 (1..32), max_len=4 (1..32)",
         "['trainers.tasks.base'] False"]
 

@@ -67,7 +67,7 @@ def test_the_launcher_refuses_a_bad_service_value_before_a_process_starts():
     ("trainers.hilo.learner", ["--workers", "2", "--listen", "nohost"], "--listen: address 'nohost' is not HOST:PORT"),
     ("trainers.hilo.learner", ["--nope", "1"], "unrecognized arguments: --nope 1"),
     ("trainers.hilo.learner", ["--objective", "grpo", "--group-size", "2", "--objective-options", "kl_coef=-1"],
-     "--objective-options: objective options: grpo kl_coef='-1' is outside [0, "),
+     "--objective-options: grpo kl_coef='-1' is below 0"),
     ("trainers.dataparallel.aggregator", ["--method", "ddp", "--join-timeout", "inf"],
      "--join-timeout: 'inf' is not a finite number"),
     ("trainers.dataparallel.aggregator", ["--method", "ddp", "--max-frame-bytes", "4096"],

@@ -15,12 +15,12 @@ BAD_RUN = [
     (["--method", ""], "--method: no method given"),
     (["--method", "spar,spar"], "--method: 'spar,spar' repeats a value"),
     (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
-    (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: task options: knights_knaves max_people='9' is outside [2, 8]"),
-    (["--task-options", "width=3"], "--task-options: task options: digits has no option 'width'"),
-    (["--objective-options", "clip=3"], "--objective-options: objective options: distill has no option 'clip'; "
+    (["--task", "knights_knaves", "--task-options", "max_people=9"], "--task-options: knights_knaves max_people='9' is outside [2, 8]"),
+    (["--task-options", "width=3"], "--task-options: digits has no option 'width'"),
+    (["--objective-options", "clip=3"], "--objective-options: distill has no option 'clip'; "
                                          "valid: estimator=full (full|sampled)"),
     (["--objective", "grpo", "--objective-options", "aggregation=mean"],
-     "--objective-options: objective options: grpo aggregation='mean' is not one of token, sequence"),
+     "--objective-options: grpo aggregation='mean' is not one of token, sequence"),
     (["--budget", "0%"], "--budget: '0%' is outside [0.001%, 100%]"),
     (["--budget", "1e-30%"], "--budget: '1e-30%' is outside"),
     (["--budget", "0.016"], "--budget: '0.016' is not a percentage like 1.6%"),

@@ -49,7 +49,7 @@ def test_text_lines_are_one_problem_each():
 
 @pytest.mark.parametrize("args,message", [
     (["--task", "sudoku"], "--task: unknown task 'sudoku'"),
-    (["--task-options", "width=3"], "--task-options: task options: digits has no option 'width'"),
+    (["--task-options", "width=3"], "--task-options: digits has no option 'width'"),
     (["--split", "test"], "--split: 'test' is not one of heldout, train"),
     (["--count", "0"], "--count: 0 is out of range"),
     (["--seed", "2"], "--seed: the held-out set is the same for every seed"),
