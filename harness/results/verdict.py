@@ -60,7 +60,7 @@ def speed(r) -> tuple[str, str]:
     lo_, hi_ = _num(lo), _num(hi)
     resolved = lo_ is not None and hi_ is not None and not lo_ <= 1 <= hi_
     none_why = f"{n} seeds: too few for an interval" if few else "one seed: no interval"
-    line = (f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {n} paired seeds"
+    line = (f"{s:.2f}x{_ci(lo, hi)} per update on {clock}, over {n} paired seed{'s' if n != 1 else ''}"
             f"{' (too few for an interval)' if few else ''}{other}")
     if not resolved:
         clause = (f"is no faster per update at this resolution ({s:.2f}x, its interval includes 1)"

@@ -14,6 +14,7 @@ import itertools
 import json
 import secrets
 import shutil
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,8 @@ def dry_run_text(cfg: RunConfig) -> str:
                   f"{': kernel config unreadable, assumed' if chosen.assumed else ''}):",
                   plan.build_plan(cfg.load_profile(), topo, chosen.name).to_json()]
     for cell in cfg.cells:
-        lines.append(f"cell {cell.name}: learner + {cfg.workers} workers: {' '.join(cell.argv)}")
+        lines.append(f"cell {cell.name}: learner + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
+                     f"{shlex.join(cell.argv)}")   # quoted: an empty value (--task-options '') survives a paste
     return "\n".join(lines)
 
 
@@ -179,7 +181,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
     def started() -> None:  # launch's preflight passed (root, doctor): say what runs, show its progress
         if not quiet and not as_json:
             print(f"run {cfg.run_id}: {', '.join(v.label for v in cfg.variants)} x seeds {list(cfg.seeds)}, "
-                  f"{cfg.workers} workers, {cfg.updates} updates, "
+                  f"{cfg.workers} worker{'s' if cfg.workers != 1 else ''}, {cfg.updates} updates, "
                   f"{'profile ' + cfg.profile_name if cfg.emulation else 'localhost, unshaped'} -> {cfg.run_dir}",
                   file=sys.stderr)
         live.start()
@@ -432,12 +434,12 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
     except (FileNotFoundError, files.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
     combined = folder.resolve() not in {Path(p).resolve() for p in paths}   # not a run's or sweep's own, rebuilt
-    if combined:  # a folder of its own: say which runs it holds, and where it is (stdout is the report)
+    if combined:  # a folder of its own: say which runs it holds, and where it is
         atomic_write_json(folder / files.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
-    if not quiet:
-        print(target.read_text())
-        if combined:
-            print(f"combined report of {len(runs)} run(s): {target}", file=sys.stderr)
+    if not quiet:   # as `harness run` ends: the answer stays on screen, then where the whole report is
+        print(first_screen(target.read_text()))
+        what = f"combined report of {len(runs)} run(s)" if combined else "full report"
+        print(f"{what}: {target} and report.html (tables, figures: {folder})", file=sys.stderr)
     return EXIT_OK
 
 

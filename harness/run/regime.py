@@ -117,7 +117,8 @@ def place(cfg: RunConfig, say: Callable[[str], None] = lambda line: print(line, 
               "link_s": commratio.link_s(commratio.network_at(scaled, cfg.workers)(1.0), m), **source}
     say(f"regime: full sync computes {m.compute_s:.3f} s per update here (CPU time) and sends "
         f"{m.down_bytes / 1e3:,.1f} kB to each worker; worker links at {_rate(rate)} (profile {prof.name}'s rates "
-        f"x{factor:.4g}) give full sync a link/compute ratio of {target:.2f}"
+        f"x{factor:.4g}) aim full sync at a link/compute ratio of {target:.2f} (the verdict's Regime line gives the "
+        "one achieved)"
         + (f" ({commratio.PAPER_WORDS})" if regime["target"] == "paper" else ""))
     return dataclasses.replace(cfg, profile_doc=scaled.to_doc(), profile=scaled, rate_bit_s=rate, regime=regime)
 

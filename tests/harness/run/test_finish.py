@@ -43,3 +43,17 @@ def test_quiet_prints_the_folder_and_json_one_document(run_dir, capsys):
 def test_the_first_screen_of_a_report_without_a_further_section_is_all_of_it():
     assert commands.first_screen("# T\n\n## Verdict\n\n- a\n") == "# T\n\n## Verdict\n\n- a"
     assert commands.first_screen("# T\n\n## Verdict\n\n- a\n\n## Runs\n\n- r\n") == "# T\n\n## Verdict\n\n- a"
+
+
+def test_harness_report_ends_as_a_run_does(run_dir):
+    """`harness report` prints the first screen and names the whole report, as `harness run` ends."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    md = (run_dir / "report.md").read_text()
+    assert result.stdout.rstrip("\n") == commands.first_screen(md)
+    assert result.stderr.strip().splitlines()[-1] == (f"full report: {run_dir / 'report.md'} and report.html "
+                                                      f"(tables, figures: {run_dir})")

@@ -179,8 +179,9 @@ def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_pat
     assert meta["status"] == "running" and meta["owner"]["pid"] == proc.pid  # what SIGKILL leaves behind
     result = CliRunner().invoke(app, ["report", str(run_dir)])
     assert result.exit_code == 0, result.output
+    assert "**INCOMPLETE**" in result.stdout   # the first screen says it; the runs section says why
     assert f"status interrupted — **INCOMPLETE (interrupted)**: partial results (its harness process (pid {proc.pid})" \
-        in result.stdout
+        in (run_dir / "report.md").read_text()
     cells = tables.load_cells(run_dir)
     # "interrupted", or "interrupted: SIGTERM" where the learner got the parent-death signal in time to say so
     assert [str(x).split(":")[0] for x in cells["status"]] == ["interrupted"]
