@@ -101,6 +101,8 @@ def _run_header(run: Run) -> list[str]:
              f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
              f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
              f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
+    if setup := _setup(run.config):
+        lines.append(f"  - setup: {setup}")
     cost = meta.get("overhead")
     if isinstance(cost, dict) and all(_finite(cost.get(k)) for k in ("overhead_s", "run_s")) and cost["run_s"] > 0:
         until = " until this report (its own writing and figures come after)" if cost.get("until") == "report" else ""
@@ -113,6 +115,20 @@ def _run_header(run: Run) -> list[str]:
     for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
         lines.append(f"  - **error**: {' '.join(str(err).split())}")
     return lines
+
+
+def _setup(cfg: dict) -> str:
+    """What a run trained, from its config.json: model, task and objective (with the options given),
+    workers, updates and seeds, LoRA rank; "" for a config without them (a wrapped run, an old folder)."""
+    if not isinstance(cfg, dict) or not cfg.get("model"):
+        return ""
+    named = lambda key: f"{key} `{cfg[key]}`" + (f" ({cfg[key + '_options']})" if cfg.get(key + "_options") else "")  # noqa: E731
+    seeds = cfg.get("seeds") if isinstance(cfg.get("seeds"), list) else []
+    parts = [f"model `{cfg['model']}`", *(named(k) for k in ("task", "objective") if cfg.get(k)),
+             *([f"{cfg['workers']} worker{'s' if cfg['workers'] != 1 else ''}"] if isinstance(cfg.get("workers"), int) else []),
+             *([f"{cfg['updates']} updates x seeds {', '.join(map(str, seeds))}"] if cfg.get("updates") and seeds else []),
+             *([f"LoRA rank {cfg['lora_rank']}"] if cfg.get("lora_rank") else [])]
+    return ", ".join(parts)
 
 
 def _degraded(cells: pd.DataFrame) -> list[str]:

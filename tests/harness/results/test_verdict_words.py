@@ -275,3 +275,15 @@ def test_a_run_without_a_baseline_names_none_as_a_method_nowhere(tmp_path):
     assert "`none`" not in md.replace("(`--baseline none`", "")
     assert "No speedup: no baseline ran (`--baseline none`)." in md
     assert "**No target**: no baseline ran (`--baseline none`)" in md and "not measurable (baseline's" not in md
+
+
+def test_each_run_says_what_it_trained():
+    """The runs section names the model, task and objective (with the options given), workers, updates,
+    seeds and rank: a report read alone says what was trained, not only config.json."""
+    md, _ = report.build(tables.read(FIXTURES / "run-heldout"))
+    assert "  - setup: model `micro`, task `digits`, objective `distill`, 2 workers, 12 updates x seeds 1, 2, 3, " \
+           "LoRA rank 8" in md
+    assert report._setup({"model": "micro", "task": "knights_knaves", "task_options": "max_people=3",
+                          "objective": "grpo", "objective_options": "kl_coef=0.05", "workers": 1, "updates": 3,
+                          "seeds": [1]}) == \
+        "model `micro`, task `knights_knaves` (max_people=3), objective `grpo` (kl_coef=0.05), 1 worker, 3 updates x seeds 1"
