@@ -32,7 +32,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.net import limits
+from harness.net import cgroups, limits
 from harness.net.backend import Decision, _kernel_config, decide
 
 MIN_FREE_BYTES = 512 << 20      # a run writes a few MB; the tiny models' cache tens of MB
@@ -199,6 +199,9 @@ def check(backend: str | None = None, *, impaired: bool | None = None, workers: 
     report.problems += over
     if not over:
         report.ok.append(f"limits: open files, neighbour entries and tasks suffice for {workers} workers")
+    why = cgroups.problem()   # only CPU shares need it: said, never a problem of a run without them
+    report.ok.append("cgroups: a cpu controller for CPU shares (--worker-cpu, a profile's cpu keys)" if why is None
+                     else f"cgroups: no CPU shares here, a run without them is unaffected ({why.split(': ', 1)[-1]})")
     where, free = _free_bytes(out_dir)
     if free < MIN_FREE_BYTES:
         report.problems.append(f"low disk space: {free / 2**30:.2f} GiB free under {where} "

@@ -108,6 +108,10 @@ def dry_run_text(cfg: RunConfig) -> str:
         lines += [f"shaping plan (run id 0000, backend {chosen.name}"
                   f"{': kernel config unreadable, assumed' if chosen.assumed else ''}):",
                   plan.build_plan(cfg.load_profile(), topo, chosen.name).to_json()]
+    if cfg.cpu_shares:   # applied as cgroup cpu.max quotas when the workers start (harness/net/cgroups.py)
+        lines.append("CPU shares (cgroup cpu.max per worker): " + ", ".join(
+            f"{w} {share:g} CPUs" for w, share in cfg.cpu_shares.items())
+            + ("; the learner unlimited" if len(cfg.cpu_shares) == cfg.workers else "; the learner and the other workers unlimited"))
     for cell in cfg.cells:
         lines.append(f"cell {cell.name}: learner + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
                      f"{shlex.join(cell.argv)}")   # quoted: an empty value (--task-options '') survives a paste

@@ -213,3 +213,21 @@ def test_a_sigkilled_run_leaves_its_groups_to_the_sweep_and_nothing_after(tmp_pa
     finally:
         proc.kill()
         cgroups.sweep()
+
+
+def test_a_dry_run_and_doctor_say_the_cpu_shares():
+    """`--dry-run` lists each worker's share (the plan of links has no cgroups in it); `harness doctor`
+    says whether shares can be applied here, as information: a run without them needs no controller."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--dry-run", "--no-emulation", "--workers", "2", "--worker-cpu", "0.5,0.25"])
+    assert result.exit_code == 0, result.output
+    assert "CPU shares (cgroup cpu.max per worker): w1 0.5 CPUs, w2 0.25 CPUs; the learner unlimited" in result.stdout
+    plain = CliRunner().invoke(app, ["run", "--dry-run", "--no-emulation", "--workers", "2"])
+    assert "CPU shares" not in plain.stdout
+    from harness.net import doctor
+    said = [line for line in doctor.check(root=True).ok if line.startswith("cgroups: ")]
+    assert len(said) == 1 and said[0].startswith("cgroups: a cpu controller" if cgroups.problem() is None
+                                                 else "cgroups: no CPU shares here, a run without them is unaffected")
