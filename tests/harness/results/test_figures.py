@@ -27,6 +27,14 @@ def heldout(heldout_run):
     return t, compare.comparison(t.updates, t.cells, t.evals)
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's rendered figures closed after it (pyplot keeps every open figure alive)."""
+    yield
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
 def by_name(t) -> dict[str, plots.Plot]:
     return {p.name: p for p in plots.render(t)}
 
