@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.plugin_site import dist_info
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PACKAGE = {
@@ -48,21 +50,13 @@ BAD_ENTRY_POINTS = {
 }
 
 
-def dist_info(site: Path, name: str, version: str, entry_points: dict[str, str]) -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    lines = "".join(f"{k} = {v}\n" for k, v in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[wan_harness.compressors]\n{lines}")
-
-
 def build(site: Path) -> Path:
     package = site / "wan_bad_plugins"
     package.mkdir(parents=True)
     for file, text in PACKAGE.items():
         (package / file).write_text(text.lstrip())
-    dist_info(site, "wan-bad", "0.1", BAD_ENTRY_POINTS)
-    dist_info(site, "wan-twin", "0.2", {"twin": "wan_twin_plugin:Other"})
+    dist_info(site, "wan-bad", "0.1", [f"{k} = {v}" for k, v in BAD_ENTRY_POINTS.items()], "wan_harness.compressors")
+    dist_info(site, "wan-twin", "0.2", ["twin = wan_twin_plugin:Other"], "wan_harness.compressors")
     return site
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugin_site import dist_info
 from trainers import cards, spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,11 +57,8 @@ ENTRY_POINT = "halves = scratch_halves:CARD"
 def scratch(tmp_path_factory) -> dict:
     site = tmp_path_factory.mktemp("site")
     (site / "scratch_halves.py").write_text(SCRATCH_FILE)
-    info = site / "scratch_halves-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-halves\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[wan_harness.cards]\n{ENTRY_POINT}\n")
-    places = [site / "scratch_halves.py", (info / "entry_points.txt", ENTRY_POINT)]
+    entry_points = dist_info(site, "scratch-halves", "0.1", [ENTRY_POINT])
+    places = [site / "scratch_halves.py", (entry_points, ENTRY_POINT)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     return {"site": site, "env": env, "places": places}
 
@@ -139,10 +137,7 @@ def test_a_scratch_compressor_runs_by_name(scratch, tmp_path):
 
 
 def test_a_broken_card_plugin_is_one_warning_and_stays_unknown(tmp_path):
-    info = tmp_path / "broken-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[wan_harness.cards]\nghost = no_such_module_here:CARD\n")
+    dist_info(tmp_path, "broken", "0.1", ["ghost = no_such_module_here:CARD"])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-c", "from trainers import spec; spec.check_method('spar'); "
                            "spec.check_method('ghost')"], capture_output=True, text=True, env=env, timeout=300)
@@ -192,10 +187,7 @@ def scratch_dp_and_task(tmp_path_factory) -> dict:
     site = tmp_path_factory.mktemp("site")
     (site / "scratch_ddp2.py").write_text(SCRATCH_DP_FILE)
     (site / "scratch_digits2.py").write_text(SCRATCH_TASK_FILE)
-    info = site / "scratch_more-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-more\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[wan_harness.cards]\n{DP_ENTRY_POINT}\n{TASK_ENTRY_POINT}\n")
+    dist_info(site, "scratch-more", "0.1", [DP_ENTRY_POINT, TASK_ENTRY_POINT])
     places = {"ddp2": [site / "scratch_ddp2.py", DP_ENTRY_POINT],
               "digits2": [site / "scratch_digits2.py", TASK_ENTRY_POINT]}
     return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}, "places": places}
@@ -293,10 +285,7 @@ OBJECTIVE_ENTRY_POINT = "kl2 = scratch_kl2:CARD"
 def scratch_objective(tmp_path_factory) -> dict:
     site = tmp_path_factory.mktemp("site")
     (site / "scratch_kl2.py").write_text(SCRATCH_OBJECTIVE_FILE)
-    info = site / "scratch_kl2-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-kl2\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[wan_harness.cards]\n{OBJECTIVE_ENTRY_POINT}\n")
+    dist_info(site, "scratch-kl2", "0.1", [OBJECTIVE_ENTRY_POINT])
     return {"env": {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
             "places": [site / "scratch_kl2.py", OBJECTIVE_ENTRY_POINT]}
 

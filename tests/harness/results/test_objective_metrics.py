@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugin_site import dist_info
+
 ROOT = Path(__file__).resolve().parents[3]
 # A plugin objective judged on held-out P(gold), and one naming a figure the evaluation does not measure.
 CARDS = '''from trainers.cards import Card
@@ -40,11 +42,7 @@ def _check(env: dict) -> subprocess.CompletedProcess:
 def site(tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("site")
     (site / "scratch_gold.py").write_text(CARDS)
-    info = site / "scratch_gold-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scratch-gold\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[wan_harness.cards]\ngold-pg = scratch_gold:GOLD\n"
-                                           "acc-pg = scratch_gold:WRONG\n")
+    dist_info(site, "scratch-gold", "0.1", ["gold-pg = scratch_gold:GOLD", "acc-pg = scratch_gold:WRONG"])
     return site
 
 
