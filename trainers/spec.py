@@ -270,12 +270,12 @@ def _card_params(kind: str) -> list[Param]:
             for card in cards.of(kind) for opt, o in card.options.items()]
 
 
-
 def _shipped_presets() -> str:
     """The presets/ folder's names for --preset's help ("cellular, hilo-kk, ...; "), "" where the folder is
     absent (a service's container image)."""
     names = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "presets").glob("*.yaml"))
     return "; ".join([", ".join(names), ""]) if names else ""
+
 
 PARAMS: list[Param] = [
     # what is compared
@@ -285,8 +285,8 @@ PARAMS: list[Param] = [
           "(docs/PLUGINS.md)", many=True),
     Param("budget", str, (RUN_BUDGET,), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
           + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
-    Param("seed", int, (1, 2, 3), "the seeds to run, a comma list of values (1,2,3: three seeds; 2 alone: one seed, seed 2); every method runs every seed", lo=0, hi=2**31 - 1, many=True,
-          flag_name="seeds"),
+    Param("seed", int, (1, 2, 3), "the seeds to run, a comma list of values (1,2,3: three seeds; 2 alone: one "
+          "seed, seed 2); every method runs every seed", lo=0, hi=2**31 - 1, many=True, flag_name="seeds"),
     Param("preset", str, None, f"a named preset from presets/ ({_shipped_presets()}or a YAML path) whose values "
           "stand in for every flag not given (harness/run/presets.py)", where="harness", optional=True),
     Param("baseline", str, "full-bf16", "the method every other one is compared against, run under the same link; "
