@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
@@ -31,7 +32,6 @@ def heldout(heldout_run):
 def _close_figures():
     """Each test's rendered figures closed after it (pyplot keeps every open figure alive)."""
     yield
-    import matplotlib.pyplot as plt
     plt.close("all")
 
 
@@ -171,6 +171,7 @@ def test_every_caption_defines_its_error_bars(heldout):
     for run_tables in (t, tables.read(RUN), tables.read(SWEEP)):
         for p in plots.render(run_tables):
             assert "error bar" in p.caption or "shaded" in p.caption, p.name
+            plt.close(p.fig)
     qb = by_name(t)["quality_vs_bytes"]
     assert "95 % CI over seeds" in qb.caption
     assert qb.fig.axes[0].get_ylabel() == "held-out reverse kl"
