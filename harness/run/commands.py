@@ -25,7 +25,7 @@ from harness.projection import commratio
 from harness.run import config, fixed_cost, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
 from harness.signals import exit_code
-from trainers import spec
+from trainers import cards, spec
 from trainers.events import atomic_write_json, tail_events
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # interrupted: 128 + the signal (SIGTERM 143)
@@ -112,6 +112,13 @@ def dry_run_text(cfg: RunConfig) -> str:
         lines.append("CPU shares (cgroup cpu.max per worker): " + ", ".join(
             f"{w} {share:g} CPUs" for w, share in cfg.cpu_shares.items())
             + ("; the learner unlimited" if len(cfg.cpu_shares) == cfg.workers else "; the learner and the other workers unlimited"))
+    for values in launch.models_to_build(cfg):   # before the first cell: a first build can take an hour
+        teacher = cards.objective(values["objective"]).needs_teacher
+        lines.append(f"models: before the first cell, the {values['model']} base for {values['task']} "
+                     f"({values['base_steps']} supervised steps)"
+                     + (f" and its {values['objective']} teacher ({values['teacher_steps']} steps)" if teacher else "")
+                     + f" are built, or found cached under {launch.cache_dir(cfg)}; a first build runs minutes to "
+                     "over an hour on a small CPU box (docs/MEASURED.md, per preset)")
     for cell in cfg.cells:
         lines.append(f"cell {cell.name}: learner + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
                      f"{shlex.join(cell.argv)}")   # quoted: an empty value (--task-options '') survives a paste

@@ -58,3 +58,15 @@ def test_the_run_builds_each_pretrained_model_set_once_before_its_cells():
     assert launch.models_to_build(config.build(objective="grpo", base_steps="0", emulation=False)) == []
     assert len(launch.models_to_build(config.build(objective="distill", base_steps="0", emulation=False))) == 1
     assert launch.models_to_build(config.build(method="diloco", baseline="ddp", emulation=False)) == []
+
+
+def test_a_dry_run_says_which_models_the_run_builds_first(tmp_path):
+    """hilo-kk builds a base and a 1500-step teacher before its first cell (an hour on a small box the first
+    time): its dry run says so, and where they are cached; a micro run builds none there."""
+    result = CliRunner().invoke(app, ["run", "--preset", "hilo-kk", "--dry-run", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("models: ")]
+    assert line.startswith("models: before the first cell, the tiny base for knights_knaves (200 supervised steps) "
+                           "and its distill teacher (1500 steps) are built, or found cached under ")
+    micro = CliRunner().invoke(app, ["run", "--model", "micro", "--dry-run", "--no-emulation"])
+    assert micro.exit_code == 0 and "models: " not in micro.stdout
