@@ -26,8 +26,8 @@ def keyword_options(cls: type) -> dict[str, Option]:
     return {k: option(None if d is inspect.Parameter.empty else d) for k, d in cards.constructor_keywords(cls).items()}
 
 
-def parse(kind: str, name: str, text: str, options: Mapping[str, Option]) -> dict[str, Any]:
-    """'key=value,key=value' -> the keywords `name` (a `kind`: task, objective) is built with."""
+def parse(name: str, text: str, options: Mapping[str, Option]) -> dict[str, Any]:
+    """'key=value,key=value' -> the keywords the implementation `name` is built with."""
     out: dict[str, str] = {}
     last = None
     for item in (x.strip() for x in (text or "").split(",")):
@@ -45,7 +45,7 @@ def parse(kind: str, name: str, text: str, options: Mapping[str, Option]) -> dic
         if key in out:
             raise ValueError(f"{name}: {key!r} given twice")
         out[key], last = value, key
-    typed = {k: _typed(kind, name, k, v, options[k]) for k, v in out.items()}
+    typed = {k: _typed(name, k, v, options[k]) for k, v in out.items()}
     for key, o in options.items():
         if o.at_least:
             low, high = typed.get(o.at_least, options[o.at_least].default), typed.get(key, o.default)
@@ -55,7 +55,7 @@ def parse(kind: str, name: str, text: str, options: Mapping[str, Option]) -> dic
     return typed
 
 
-def _typed(kind: str, name: str, key: str, value: str, option: Option) -> Any:
+def _typed(name: str, key: str, value: str, option: Option) -> Any:
     """One value typed and range-checked as the run spec checks a flag's (trainers/spec.py Param.parse)."""
     param = spec.Param(key, option.type, option.default, option.help, lo=option.lo, hi=option.hi,
                        choices=option.choices, optional=option.optional)
@@ -79,6 +79,6 @@ def check_carded(kind: str, name: str, text: str) -> None:
     if card is None or not card.options:
         return
     try:
-        parse(kind, name, text, card.options)
+        parse(name, text, card.options)
     except ValueError as e:
         raise ValueError(f"--{kind}-options: {e}") from None

@@ -32,9 +32,9 @@ def parse_objective_options(name: str, text: str) -> dict[str, Any]:
     keywords (the teacher aside). Raises ValueError (one line)."""
     card = cards.find("objective", name)
     if card is not None and card.options:
-        return card_options.parse("objective", name, text, card.options)
+        return card_options.parse(name, text, card.options)
     keywords = card_options.keyword_options(_REGISTRY.get_class(name))
-    return card_options.parse("objective", name, text, {k: o for k, o in keywords.items() if k not in SUPPLIED})
+    return card_options.parse(name, text, {k: o for k, o in keywords.items() if k not in SUPPLIED})
 
 
 __all__ = ["Objective", "available", "get_objective", "in_tree",

@@ -36,9 +36,9 @@ def parse_task_options(name: str, text: str) -> dict[str, Any]:
     constructor's keywords, and then built, so that its own checks run. Raises ValueError (one line)."""
     card = cards.find("task", name)
     if card is not None and card.options:
-        return card_options.parse("task", name, text, card.options)
+        return card_options.parse(name, text, card.options)
     cls = _REGISTRY.get_class(name)   # an unknown task name fails first, listing the valid ones
-    options = card_options.parse("task", name, text, card_options.keyword_options(cls))
+    options = card_options.parse(name, text, card_options.keyword_options(cls))
     get_task(name, **options)  # the task's own range checks (one-line ValueError)
     return options
 
