@@ -252,11 +252,16 @@ def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
         print(json.dumps({"run_dir": str(run_dir), **summary}, default=str))
     elif quiet:
         print(run_dir)
-    else:  # the answer stays on screen: the verdict, not the whole report (its figure captions last)
-        report_md = run_dir / "report.md"
-        print(first_screen(report_md.read_text()) if report_md.exists() else "")
-        print(f"full report: {report_md} and report.html (tables, figures: {run_dir})", file=sys.stderr)
+    else:
+        say_report(run_dir / "report.md", run_dir)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def say_report(report_md: Path, folder: Path, what: str = "full report") -> None:
+    """How `harness run` and `harness report` end: the report's first screen (the verdict, not the
+    whole report, whose figure captions would be what the terminal keeps), then where all of it is."""
+    print(first_screen(report_md.read_text()) if report_md.exists() else "")
+    print(f"{what}: {report_md} and report.html (tables, figures: {folder})", file=sys.stderr)
 
 
 def first_screen(md: str) -> str:
@@ -447,10 +452,8 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
     combined = folder.resolve() not in {Path(p).resolve() for p in paths}   # not a run's or sweep's own, rebuilt
     if combined:  # a folder of its own: say which runs it holds, and where it is
         atomic_write_json(folder / files.COMBINED_MARKER, {"runs": [str(r.resolve()) for r in runs]})
-    if not quiet:   # as `harness run` ends: the answer stays on screen, then where the whole report is
-        print(first_screen(target.read_text()))
-        what = f"combined report of {len(runs)} run(s)" if combined else "full report"
-        print(f"{what}: {target} and report.html (tables, figures: {folder})", file=sys.stderr)
+    if not quiet:
+        say_report(target, folder, f"combined report of {len(runs)} run(s)" if combined else "full report")
     return EXIT_OK
 
 
