@@ -18,12 +18,13 @@ from trainers import cards, spec
 from trainers.cards import Option
 
 
-def keyword_options(cls: type) -> dict[str, Option]:
-    """A card-less class's options: its constructor's keywords, each typed like its default."""
+def keyword_options(cls: type, teacher: bool = False) -> dict[str, Option]:
+    """A card-less class's options: its constructor's keywords, each typed like its default (`teacher`:
+    the run's teacher, which the learner passes itself, is none of them)."""
     def option(default: Any) -> Option:
         kind = type(default) if isinstance(default, (bool, int, float)) else str
         return Option(default, "", type=kind, optional=default is None)
-    return {k: option(None if d is inspect.Parameter.empty else d) for k, d in cards.constructor_keywords(cls).items()}
+    return {k: option(None if d is inspect.Parameter.empty else d) for k, d in cards.constructor_keywords(cls, teacher).items()}
 
 
 def parse(name: str, text: str, options: Mapping[str, Option]) -> dict[str, Any]:

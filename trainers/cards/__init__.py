@@ -111,10 +111,6 @@ class Card:
     def style_of(self, name: str) -> tuple[str, str] | None:
         return self.styles.get(name) or (self.style if name == self.name else None)
 
-    def describe_options(self) -> str:
-        """Every option with its default and range, one comma list (what an error line lists)."""
-        return ", ".join(o.describe(k) for k, o in self.options.items())
-
     def load(self) -> type:
         """The implementing class (imports it: torch for compressors)."""
         module, _, attr = self.impl.partition(":")

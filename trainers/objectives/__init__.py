@@ -22,8 +22,6 @@ register = _REGISTRY.register
 available = _REGISTRY.available
 in_tree = _REGISTRY.in_tree
 get_objective = _REGISTRY.get
-# what the run hands an objective itself, never an option of the user's: the teacher of a card that needs one
-SUPPLIED = ("teacher",)
 
 
 def parse_objective_options(name: str, text: str) -> dict[str, Any]:
@@ -33,8 +31,7 @@ def parse_objective_options(name: str, text: str) -> dict[str, Any]:
     card = cards.find("objective", name)
     if card is not None and card.options:
         return card_options.parse(name, text, card.options)
-    keywords = card_options.keyword_options(_REGISTRY.get_class(name))
-    return card_options.parse(name, text, {k: o for k, o in keywords.items() if k not in SUPPLIED})
+    return card_options.parse(name, text, card_options.keyword_options(_REGISTRY.get_class(name), teacher=True))
 
 
 __all__ = ["Objective", "available", "get_objective", "in_tree",
