@@ -20,10 +20,10 @@ import pandas as pd
 
 from harness.results import quality
 from harness.results.compare import CI_MIN_SEEDS
-from trainers.spec import NO_BASELINE
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
 from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
 from harness.results.wording import fmt, none as _none, pm as _pm
+from trainers.spec import NO_BASELINE
 
 
 def _x(v) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.net import cgroups, clean, profiles
+from harness.net import cgroups, clean, doctor, profiles
 from trainers import spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -227,7 +227,6 @@ def test_a_dry_run_and_doctor_say_the_cpu_shares():
     assert "CPU shares (cgroup cpu.max per worker): w1 0.5 CPUs, w2 0.25 CPUs; the learner unlimited" in result.stdout
     plain = CliRunner().invoke(app, ["run", "--dry-run", "--no-emulation", "--workers", "2"])
     assert "CPU shares" not in plain.stdout
-    from harness.net import doctor
     said = [line for line in doctor.check(root=True).ok if line.startswith("cgroups: ")]
     assert len(said) == 1 and said[0].startswith("cgroups: a cpu controller" if cgroups.problem() is None
                                                  else "cgroups: no CPU shares here, a run without them is unaffected")
