@@ -220,47 +220,13 @@ def bench_compress(
         rank: int = typer.Option(None, "--rank", min=1, help="LoRA rank of the synthetic adapter \\[default: 64]"),
         json_out: str = typer.Option(None, "--json", help="also write the rows to this JSON file")):
     """Relative error, payload bytes and encode + decode time of every compressor at each budget."""
-    import json
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from trainers.compress import bench
+    from trainers.compress import bench_command   # torch: only this command and check pay for it
 
     try:
-        kinds = [k for k in gradients.split(",") if k]
-        bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
-        if bad:
-            raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
-        fracs = [spec.parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
-        if shape is not None and shape not in bench.SHAPES:
-            raise ValueError(f"--shape: {shape!r} is not one of {sorted(bench.SHAPES)}")
-        preset_model, preset_rank = bench.SHAPES[shape or "qwen0.5b"]
-        model, rank = model or preset_model, rank or preset_rank
-        spec.check_model(model)
+        req = bench_command.request(gradients, budgets, shape, model, rank)
     except ValueError as err:
         raise usage_error(err) from None
-    console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
-    table = Table(title="compressors: first-step error and bytes; steady-state CPU seconds at %d thread(s) (warm-up "
-                        "excluded, median of %d) and their ratio to a memcpy of the fp32 gradients measured beside "
-                        "them in this process (x memcpy)" % (threads, repeats))
-    for col in ("gradients", "compressor", "budget", "payload bytes", "% of bf16 full", "rel. error",
-                "encode CPU s", "decode CPU s", "total CPU s", "encode x", "decode x", "x memcpy"):
-        table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
-    rows = bench.run(kinds, fracs, repeats, threads, model=model, rank=rank,
-                     real_model="micro" if shape == "small" else "tiny",
-                     progress=lambda r: console.log(f"{r.gradients} {r.compressor} {r.budget}: "
-                                                    f"{r.payload_bytes} B, err {r.rel_error:.3f}, {r.total_s:.4f} s "
-                                                    f"CPU, {r.total_x:.1f}x memcpy"))
-    for r in rows:
-        table.add_row(r.gradients, r.compressor, r.budget, f"{r.payload_bytes:,}", f"{100 * r.fraction_of_full:.2f}",
-                      f"{r.rel_error:.4f}", f"{r.encode_s:.4f}", f"{r.decode_s:.4f}", f"{r.total_s:.4f}",
-                      f"{r.encode_x:.1f}", f"{r.decode_x:.1f}", f"{r.total_x:.1f}")
-    console.print(table)
-    if json_out:
-        with open(json_out, "w") as fh:
-            json.dump(bench.as_dicts(rows), fh, indent=1)
+    raise typer.Exit(bench_command.main(req, repeats, threads, json_out))
 
 
 # ---- cost model (harness/projection/costmodel.py): what a method would do at a scale this box cannot run
