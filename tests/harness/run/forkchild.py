@@ -3,6 +3,7 @@
     python -m tests.harness.run.forkchild REPORT.json [--exit CODE] [--sleep S]
 """
 import argparse
+import gc
 import json
 import os
 import random
@@ -23,7 +24,9 @@ def main(argv=None) -> int:
                    "netns": os.stat("/proc/self/ns/net").st_ino, "sid": os.getsid(0), "random": random.random(),
                    "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\0")[:-1],
                    "threads": len(os.listdir("/proc/self/task")), "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                   "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else None},
+                   "autogroup": open("/proc/self/autogroup").read() if os.path.exists("/proc/self/autogroup") else None,
+                   "gc_enabled": gc.isenabled(), "gc_frozen": gc.get_freeze_count(),
+                   "gc_full_collections": gc.get_stats()[2]["collections"]},
                   f)
     os.replace(args.report + ".tmp", args.report)
     time.sleep(args.sleep)

@@ -76,6 +76,19 @@ def test_the_server_runs_ahead_of_its_services_which_get_our_priority(server, tm
             assert Path(f"/proc/{server.proc.pid}/autogroup").read_text().split()[-1] == "-10"
 
 
+def test_a_service_collects_garbage_over_the_frozen_imports_of_its_server(server, tmp_path):
+    """The server imports with the collector off and freezes what it imported before its first fork
+    (trainers/forkserver.py `preload`): the service finds those objects frozen (never scanned, so their
+    pages stay shared), no full collection run over them (the counts are the server's, inherited), and
+    its collector on for what it makes itself."""
+    proc, report, _ = spawn(server, tmp_path)
+    seen = read_report(report, proc)
+    assert proc.wait(timeout=GUARD_S) == 0
+    assert seen["gc_enabled"] is True
+    assert seen["gc_frozen"] > 1000      # the interpreter's and the preloaded modules' objects
+    assert seen["gc_full_collections"] == 0
+
+
 def test_each_service_gets_fresh_random_seeds(server, tmp_path):
     draws = []
     for _ in range(2):
