@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trainers.model.tokenizer import ByteTokenizer
@@ -232,8 +233,6 @@ def lora_shapes(name_or_path: str, rank: int, target_modules: tuple[str, ...] = 
 
 def attach_lora(model, spec: LoraSpec):
     """Wrap `model` with a PEFT LoRA adapter; only the adapter is trainable."""
-    from peft import LoraConfig, get_peft_model
-
     config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                         target_modules=list(spec.target_modules), bias="none",
                         init_lora_weights=spec.init == "default", task_type="CAUSAL_LM")
