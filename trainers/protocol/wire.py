@@ -42,9 +42,11 @@ end of the body, so a tensor followed by a whole number of its own elements (an 
 table or payload, always) lands aligned. The CRC-32C runs in hardware (`crc32c-rs`: SIMD folding with
 (V)PCLMULQDQ, ~80 GB/s on a 1 MB body in cache here; the `crc32c` package's SSE4.2 instruction
 ~28 GB/s when it is missing; zlib's CRC-32 was ~2-3 GB/s and made the checksum the largest cost
-of a frame in format 2). Without a deadline the body is received in RECV_CHUNK pieces, each
-waited for whole (MSG_WAITALL: one return to Python per piece, not one per burst of segments)
-and checksummed while it is still in cache. A service that is done with each frame before its next receive asks for
+of a frame in format 2). Without a deadline the header is one receive call and the body is
+received in RECV_CHUNK pieces, each waited for whole (MSG_WAITALL: one return to Python per piece,
+not one per burst of segments) and checksummed while it is still in cache; a body of up to
+RECV_CHUNK is one call and one checksum pass (the loop takes over only after a short read: a signal,
+a socket timeout, a peer that closed). A service that is done with each frame before its next receive asks for
 `recv(reuse=True)`: the connection's kept buffers, never one that a live frame, view or tensor
 still reads (`Connection.recv`'s release contract).
 
@@ -161,8 +163,10 @@ def token_check(token: str | bytes) -> bytes:
     return hmac.new(key, TOKEN_CONTEXT, hashlib.sha256).digest()[:8]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
+    """A received frame; treat it as read-only. Not frozen: a frozen dataclass's __init__ (one
+    object.__setattr__ per field) costs ~0.5 us, a sixth of a small frame's receive."""
     type: MessageType
     sender: int
     version: int
@@ -859,13 +863,13 @@ class Connection:
         body = self._body_buffer(body_len, reuse)
         running = _crc32c(self._header_prefix)
         if plain and body_len <= RECV_CHUNK:  # one call for the body, checksummed in one pass
+            self._spent = _perf_counter() - t0
             got = self._recv_into(body, body_len, _WAITALL) if body_len else 0
-            t1 = _perf_counter()
             if got == body_len:
+                t1 = _perf_counter()
                 running = _crc32c(body, running)
-                self._spent = _perf_counter() - t1 + (t1 - t0)
+                self._spent += _perf_counter() - t1
             else:
-                self._spent = t1 - t0
                 running = self._read_plain(body, "body", self._took(body, 0, got, "body", running), got)  # none: PeerClosed
         else:
             self._spent = _perf_counter() - t0
