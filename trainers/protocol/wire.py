@@ -97,7 +97,7 @@ HEADER = struct.Struct("!4sBBH8sIQQII")  # see the module docstring for the layo
 HEADER_BYTES = HEADER.size  # 44
 HEADER_PREFIX = struct.Struct(HEADER.format[:-1])  # bytes 0..39: what the checksum covers before the body
 CHECKSUM = struct.Struct("!I")  # bytes 40..43
-_pack_prefix, _pack_checksum, _unpack_header = HEADER_PREFIX.pack, CHECKSUM.pack, HEADER.unpack
+_pack_prefix, _pack_checksum = HEADER_PREFIX.pack, CHECKSUM.pack
 _perf_counter, _monotonic = time.perf_counter, time.monotonic
 _WAITALL = socket.MSG_WAITALL
 DEFAULT_MAX_BODY_BYTES = 256 * 2**20  # 256 MiB: a rank-64 adapter of a 7B model fits; a forged length does not
@@ -869,8 +869,8 @@ class Connection:
                 t1 = _perf_counter()
                 running = _crc32c(body, running)
                 self._spent += _perf_counter() - t1
-            else:
-                running = self._read_plain(body, "body", self._took(body, 0, got, "body", running), got)  # none: PeerClosed
+            else:  # a short read: its bytes' checksum (none: PeerClosed), then the loop for the rest
+                running = self._read_plain(body, "body", self._took(body, 0, got, "body", running), got)
         else:
             self._spent = _perf_counter() - t0
             running = self._read_into(body, "body", deadline, running, idle_s)
