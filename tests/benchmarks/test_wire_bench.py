@@ -23,6 +23,7 @@ import importlib.util
 import os
 import socket
 import statistics
+import struct
 import sys
 import threading
 import time
@@ -150,39 +151,111 @@ def _wire_before():
 
 
 def _streams(module, payload: bytes, count: int) -> dict:
-    """Round functions: `count` frames of `payload` from a sender thread to this thread, through
-    Connections of `module` (plain recv, recv(reuse=True), send_prepared -> recv(reuse=True))."""
+    """{way: (send one round, receive one round)}: `count` frames of `payload` through Connections of
+    `module` (plain recv, recv(reuse=True), send_prepared -> recv(reuse=True))."""
     a, b = _tcp_pair()
     sender = module.Connection(a, token=TOKEN, sender=0, peer="w1")
     receiver = module.Connection(b, token=TOKEN, sender=1, peer="learner", max_body_bytes=1 << 30)
     prepared = module.prepare_body(payload)
 
-    def way(send, body, reuse):
+    def sends(send, body):
         def go():
-            thread = threading.Thread(target=lambda: [send(MessageType.UPDATE, body, 1) for _ in range(count)])
-            thread.start()
             for _ in range(count):
-                receiver.recv(reuse=reuse)
-            thread.join()
+                send(MessageType.UPDATE, body, 1)
         return go
 
-    return {"plain": way(sender.send, payload, False), "reuse": way(sender.send, payload, True),
-            "prepared+reuse": way(sender.send_prepared, prepared, True)}
+    def receives(reuse):
+        def go():
+            for _ in range(count):
+                receiver.recv(reuse=reuse)
+        return go
+
+    return {"plain": (sends(sender.send, payload), receives(False)),
+            "reuse": (sends(sender.send, payload), receives(True)),
+            "prepared+reuse": (sends(sender.send_prepared, prepared), receives(True))}
 
 
 def _bare(payload: bytes, count: int):
+    """(send one round, receive one round) of `count` bare sendall -> recv_into of `payload`."""
     x, y = _tcp_pair()
     inbox = memoryview(bytearray(len(payload)))
 
-    def go():
-        thread = threading.Thread(target=lambda: [x.sendall(payload) for _ in range(count)])
-        thread.start()
+    def sends():
+        for _ in range(count):
+            x.sendall(payload)
+
+    def receives():
         for _ in range(count):
             got = 0
             while got < len(inbox):
                 got += y.recv_into(inbox[got:])
+    return sends, receives
+
+
+def _in_a_thread(sends, receives):
+    """A round with the sender a thread of this process: CPU seconds of both ends (one process)."""
+    def go() -> float:
+        c0 = time.process_time()
+        thread = threading.Thread(target=sends)
+        thread.start()
+        receives()
         thread.join()
+        return time.process_time() - c0
     return go
+
+
+class _ForkedSender:
+    """The senders of several ways in one forked child process (as a worker and its learner are): a
+    round writes the way's index on a control socket, receives here, and reads back the child's CPU
+    seconds. No GIL is shared between the two ends, unlike `_in_a_thread`."""
+
+    def __init__(self, sends: list):
+        self.ctrl, child = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: run what it is told until told to stop, then leave without cleanup
+            code = 0
+            try:
+                self.ctrl.close()
+                while (k := child.recv(1)) and k[0] < len(sends):
+                    c0 = time.process_time()
+                    sends[k[0]]()
+                    child.sendall(struct.pack("d", time.process_time() - c0))
+            except BaseException:
+                code = 1
+            os._exit(code)
+        child.close()
+
+    def way(self, k: int, receives):
+        def go() -> float:
+            c0 = time.process_time()
+            self.ctrl.sendall(bytes([k]))
+            receives()
+            (child_s,) = struct.unpack("d", self.ctrl.recv(8, socket.MSG_WAITALL))
+            return time.process_time() - c0 + child_s
+        return go
+
+    def close(self):
+        self.ctrl.sendall(bytes([255]))
+        os.waitpid(self.pid, 0)
+        self.ctrl.close()
+
+
+def _rounds(ways: dict, size: int, count: int, where: str) -> str:
+    """Interleaved rounds of each way (a function returning its CPU seconds); the line of ratios to bare."""
+    for go in ways.values():
+        go()                                                           # warm-up: kept buffers, socket buffers
+    cpu, wall = {k: [] for k in ways}, {k: [] for k in ways}
+    for _ in range(ROUNDS):
+        for key, go in ways.items():
+            w0 = time.perf_counter()
+            cpu[key].append(go())
+            wall[key].append(time.perf_counter() - w0)
+    c, w = (statistics.median(cpu["bare"]), statistics.median(wall["bare"]))
+    cells = [f"{k} {statistics.median(cpu[k]) / c:.2f}x | {statistics.median(wall[k]) / w:.2f}x"
+             for k in ways if k != "bare"]
+    line = f"{size:>10,d} B x {count:<4d} {where:7s} bare {1e6 * c / count:9.1f} us CPU/frame  " + "  ".join(cells)
+    print(line, flush=True)
+    return line
 
 
 @pytest.mark.benchmark
@@ -190,27 +263,22 @@ def _bare(payload: bytes, count: int):
 def test_connection_against_a_bare_socket():
     before = _wire_before()
     lines = [f"load average {os.getloadavg()} at start; Connection / bare socket, CPU (both ends) | wall, "
-             f"median of {ROUNDS} interleaved rounds" + (f"; before = {os.environ['WIRE_BENCH_BEFORE']}" if before else "")]
+             f"median of {ROUNDS} interleaved rounds; sender a thread of this process (one GIL for both "
+             f"ends), then a forked process" + (f"; before = {os.environ['WIRE_BENCH_BEFORE']}" if before else "")]
     print("\n" + lines[0], flush=True)
     for size, count in SIZES:
         payload = os.urandom(size)
-        ways = {"bare": _bare(payload, count)}
-        ways.update({f"after {k}": v for k, v in _streams(wire, payload, count).items()})
+        pairs = {"bare": _bare(payload, count)}
+        pairs.update({f"after {k}": v for k, v in _streams(wire, payload, count).items()})
         if before is not None:
-            ways.update({f"before {k}": v for k, v in _streams(before, payload, count).items()})
-        for go in ways.values():
-            go()                                                   # warm-up: kept buffers, socket buffers
-        cpu, wall = {k: [] for k in ways}, {k: [] for k in ways}
-        for _ in range(ROUNDS):
-            for key, go in ways.items():
-                c0, w0 = time.process_time(), time.perf_counter()
-                go()
-                cpu[key].append(time.process_time() - c0)
-                wall[key].append(time.perf_counter() - w0)
-        c, w = (statistics.median(cpu["bare"]), statistics.median(wall["bare"]))
-        cells = [f"{k} {statistics.median(cpu[k]) / c:.2f}x | {statistics.median(wall[k]) / w:.2f}x"
-                 for k in ways if k != "bare"]
-        lines.append(f"{size:>10,d} B x {count:<4d} bare {1e6 * c / count:9.1f} us CPU/frame  " + "  ".join(cells))
-        print(lines[-1], flush=True)
+            pairs.update({f"before {k}": v for k, v in _streams(before, payload, count).items()})
+        threaded = {k: _in_a_thread(*v) for k, v in pairs.items()}
+        lines.append(_rounds(threaded, size, count, "thread"))
+        forked = _ForkedSender([sends for sends, _ in pairs.values()])  # after the thread rounds: it takes
+        try:                                                             # the senders' sequence numbers along
+            lines.append(_rounds({k: forked.way(i, v[1]) for i, (k, v) in enumerate(pairs.items())}, size, count,
+                                 "process"))
+        finally:
+            forked.close()
     lines.append(f"load average {os.getloadavg()} at end")
     print(lines[-1], flush=True)

@@ -17,6 +17,14 @@ def test_combined_checksum_equals_the_checksum_of_the_joined_bytes(n):
     assert wire.checksum_combine(wire.checksum(head), wire.checksum(body), n) == wire.checksum(head + body)
 
 
+def test_the_combine_tables_hold_for_every_byte_of_the_register():
+    # checksum_combine looks up each byte of crc(head) in its own table: heads whose CRCs cover many values
+    body = os.urandom(1000)
+    for _ in range(300):
+        head = os.urandom(40)
+        assert wire.checksum_combine(wire.checksum(head), wire.checksum(body), 1000) == wire.checksum(head + body)
+
+
 def test_a_prepared_header_is_byte_for_byte_the_ordinary_one():
     parts = [os.urandom(1000), b"", os.urandom(77)]
     check = wire.token_check(TOKEN)
