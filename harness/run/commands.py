@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import units
-from harness.net import backend, plan, topology
+from harness.net import backend, plan
 from harness.projection import commratio
 from harness.run import config, fixed_cost, launch, presets, regime
 from harness.run.config import ConfigError, RunConfig
@@ -103,6 +103,8 @@ def dry_run_text(cfg: RunConfig) -> str:
                      + (f"earlier ({cached})" if cached.is_file() else "by a pilot before the cells")
                      + "; the plan below is at the profile's own rates")
     if cfg.emulation:
+        from harness.net import topology   # pyroute2: a run imports it once its fork server is on its way
+
         topo = topology.Topology.plan("0000", cfg.workers)
         chosen = backend.decide(cfg.backend, create=False)  # a dry run creates nothing to probe
         lines += [f"shaping plan (run id 0000, backend {chosen.name}"

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import IO, Iterator, NamedTuple
 
-from harness.net.topology import NETNS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 600.0   # importing torch, transformers and peft: ~5 s idle, minutes on a busy 2-core box
@@ -277,6 +276,7 @@ class ForkServer:
                 log = service.log if hasattr(service.log, "fileno") else stack.enter_context(open(service.log, "ab"))
                 fds = [log.fileno()]
                 if service.netns is not None:
+                    from harness.net.topology import NETNS_DIR   # pyroute2: off the path to the server's start
                     fds.append(os.open(os.path.join(NETNS_DIR, service.netns), os.O_RDONLY | os.O_CLOEXEC))
                     stack.callback(os.close, fds[-1])
             except OSError as e:

@@ -41,13 +41,11 @@ from trainers import cards, spec
 from harness.owner import owner_record
 from trainers.events import EventLog
 from trainers.events import tail_events
-from harness.net import shaper
 from harness.run.forkserver import ForkServer, ForkServerError, Service
 from harness.net import doctor
 from harness.net import cgroups
 from harness.net import limits
 from harness.signals import signals_raise
-from harness.net.linkstats import LinkSampler
 from harness.run import fixed_cost
 
 if TYPE_CHECKING:
@@ -431,6 +429,8 @@ def network(cfg: RunConfig) -> Iterator[tuple[object, str]]:
         yield None, "none"
         return
 
+    from harness.net import shaper   # pyroute2 (~75 ms of imports): here, once the fork server's imports are under way
+
     with shaper.emulate(cfg.load_profile(), cfg.workers, backend=cfg.backend) as (topo, shp):
         yield topo, shp.plan.backend
 
@@ -656,6 +656,9 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
     cell_dir.mkdir(parents=True, exist_ok=True)
     if topo is None:
         return run_cell(cfg, cell, cell_dir, spawner(None, server), "127.0.0.1:0", token, progress)
+
+    from harness.net import shaper                 # imported by `network` already: pyroute2 kept off the start
+    from harness.net.linkstats import LinkSampler
 
     listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
     # every cell meets the schedule and traces from their start (each step logged: due vs applied)

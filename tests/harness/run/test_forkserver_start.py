@@ -3,6 +3,8 @@ stops it; and the server sizes the adapter for the cost model while the cells ru
 so finalize predicts in process on a first run into a models cache."""
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -68,3 +70,13 @@ def test_the_fork_server_sizes_the_adapter_the_cost_model_then_reads_in_process(
     assert prediction.cached_shapes(cache, "micro", 4) == expected
     assert sorted(p.name for p in (cache / prediction.SHAPES_DIR).iterdir()) == \
         [prediction._shapes_file(cache, "micro", 4).name]   # no pending or temporary file left
+
+
+def test_what_runs_before_the_fork_server_starts_leaves_its_heavy_imports_for_later():
+    """A run's first seconds are the fork server's imports: the CLI gets there without pyroute2,
+    pandas, matplotlib or torch (each imported once the server is on its way: the network, finalize)."""
+    probe = ("import sys; import harness.cli, harness.run.commands, harness.run.launch, harness.run.regime; "
+             "print(','.join(m for m in ('pyroute2', 'pandas', 'matplotlib', 'torch') if m in sys.modules) or '-')")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=launch.ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "-"
