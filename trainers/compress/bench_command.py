@@ -33,9 +33,12 @@ def request(gradients: str, budgets: str, shape: str | None, model: str | None, 
     bad = [k for k in kinds if k not in ("synthetic", "real")] or ([] if kinds else ["(none)"])
     if bad:
         raise ValueError(f"--gradients: {bad[0]!r} is not one of synthetic, real")
-    fracs = [spec.parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
+    try:
+        fracs = [spec.parse_budget(b.strip()) for b in budgets.split(",") if b.strip()]
+    except ValueError as err:   # the spec names its own flag, --budget: this command's is --budgets
+        raise ValueError("--budgets" + str(err).removeprefix("--budget")) from None
     if shape is not None and shape not in bench.SHAPES:
-        raise ValueError(f"--shape: {shape!r} is not one of {sorted(bench.SHAPES)}")
+        raise ValueError(f"--shape: {shape!r} is not one of {', '.join(sorted(bench.SHAPES))}")
     preset_model, preset_rank = bench.SHAPES[shape or "qwen0.5b"]
     model, rank = model or preset_model, rank or preset_rank
     spec.check_model(model)
@@ -47,10 +50,12 @@ def main(req: Request, repeats: int, threads: int, json_out: str | None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 150)   # pipes get the whole table
-    table = Table(title="compressors: first-step error and bytes; steady-state CPU seconds at %d thread(s) (warm-up "
-                        "excluded, median of %d) and their ratio to a memcpy of the fp32 gradients measured beside "
-                        "them in this process (x memcpy)" % (threads, repeats))
+    console = Console(width=None if sys.stdout.isatty() else 150, log_path=False)   # pipes get the whole table
+    table = Table(title=f"compressors on synthetic gradients of a rank-{req.rank} adapter shaped like {req.model}'s "
+                        f"and on real LoRA gradients of a {req.real_model} model: first-step error and bytes; steady-state CPU "
+                        f"seconds at {threads} thread(s) (warm-up excluded, median of {repeats}) and their ratio to "
+                        f"a memcpy of the fp32 gradients measured beside them in this process (x memcpy); int8 at "
+                        f"budget - is its dense layout")
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("gradients", "compressor") else "right")
     rows = bench.run(req.kinds, req.budgets, repeats, threads, model=req.model, rank=req.rank,

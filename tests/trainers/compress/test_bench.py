@@ -47,7 +47,7 @@ def test_small_benchmark_covers_every_compressor_and_keeps_its_promises(tmp_path
 
 
 @pytest.mark.parametrize("args,needle", [(["--gradients", "fake"], "--gradients: 'fake'"),
-                                         (["--budgets", "0%"], "--budget: '0%' is outside [0.001%, 100%]"),
+                                         (["--budgets", "0%"], "--budgets: '0%' is outside [0.001%, 100%]"),
                                          (["--budgets", "lots"], "not a percentage"),
                                          (["--shape", "huge"], "--shape: 'huge'")])
 def test_bad_flags_fail_with_one_line_and_exit_2(args, needle):
