@@ -124,6 +124,10 @@ def dry_run_text(cfg: RunConfig) -> str:
     for cell in cfg.cells:
         lines.append(f"cell {cell.name}: learner + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
                      f"{shlex.join(cell.argv)}")   # quoted: an empty value (--task-options '') survives a paste
+    rates = ("" if not cfg.emulation or cfg.comm_ratio_target is not None
+             else "; the links at the plan's rates as given (a literal rate, or --comm-ratio off: no regime scaling)")
+    lines.append(f"dry run: {len(cfg.cells)} cell{'s' if len(cfg.cells) != 1 else ''} planned{rates}; "
+                 "nothing was built, started or written")
     return "\n".join(lines)
 
 

@@ -116,6 +116,7 @@ def test_dry_run_prints_plan_and_builds_nothing(tmp_path):
     result = CliRunner().invoke(app, ["run", "--dry-run", "--bw", "20mbit", "--workers", "2", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert '"rate_bit_s": 20000000.0' in result.stdout and "cell full-bf16-s1" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("dry run: 6 cells planned")   # spar, full-bf16 x 3 seeds
     assert not any(tmp_path.iterdir())
 
 
