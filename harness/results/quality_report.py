@@ -22,7 +22,7 @@ from harness.results import quality
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
 from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
-from harness.results.wording import fmt, none as _none, pm as _pm
+from harness.results.wording import figure, fmt, none as _none, pm as _pm
 from trainers.spec import NO_BASELINE
 
 
@@ -64,7 +64,7 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
                      *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
                      f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}",
-                     "-" if _none(r.get("heldout_target")) else f"{r['heldout_name']} {r['heldout_target']:.3f}",
+                     "-" if _none(r.get("heldout_target")) else f"{r['heldout_name']} {figure(r['heldout_target'])}",
                      f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
                      _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
                      _pm(r.get("ttq_updates_mean"), None, ".1f"),
@@ -95,7 +95,7 @@ def signal_text(comp: pd.DataFrame) -> str:
         lower = bool(r.get("heldout_lower_is_better", False))
         worse |= sd >= SIGNAL_SD and (r["baseline_improvement"] > 0 if lower else r["baseline_improvement"] < 0)
         where = f" ({_link(r)})" if len(base) > 1 else ""
-        parts.append(f"{r['baseline_improvement']:+.3f} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
+        parts.append(f"{figure(r['baseline_improvement'], '+')} ({'all seeds equal' if math.isinf(sd) else f'{sd:.1f} sd'})"
                      f"{where}")
     if not parts:
         return ""
@@ -177,20 +177,20 @@ def paired_section(comp: pd.DataFrame) -> list[str]:
     for _, r in comp[(comp["method"] != comp["baseline"]) & (comp["heldout_diff_n"].fillna(0) > 0)].iterrows():
         n, res = int(r["heldout_diff_n"]), r.get("heldout_resolution")
         if _none(r.get("heldout_diff_ci95")):
-            lines.append(f"- `{r['variant']}`: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} over {n} paired seed: "
-                         "too few for an interval or a resolution.")
+            lines.append(f"- `{r['variant']}`: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} over {n} "
+                         "paired seed: too few for an interval or a resolution.")
             continue
         if r["heldout_diff_sd"] < 1e-12:  # the same difference on every seed (bit-identical methods, no learning)
-            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} on every one "
-                         f"of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
+            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} on "
+                         f"every one of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
                          "resolution from.")
             continue
         need = quality.seeds_for(float(r["heldout_diff_sd"]), PAPER_GAP)
         ttq = (f"; seconds to target {r['ttq_diff_mean']:+.1f} ± {r['ttq_diff_ci95']:.1f} ({int(r['ttq_diff_n'])} seeds: "
                f"{r['ttq_verdict']})" if not _none(r.get("ttq_diff_ci95")) else "")
-        lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {r['heldout_diff_mean']:+.3f} ± "
-                     f"{r['heldout_diff_ci95']:.3f} ({n} paired seeds, sd {r['heldout_diff_sd']:.3f}); this run resolves "
-                     f"differences of {res:.3f} or more: **{r['heldout_verdict']}**{ttq}. The paper's gap "
+        lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} ± "
+                     f"{figure(r['heldout_diff_ci95'])} ({n} paired seeds, sd {figure(r['heldout_diff_sd'])}); this run "
+                     f"resolves differences of {figure(res)} or more: **{r['heldout_verdict']}**{ttq}. The paper's gap "
                      f"({PAPER_GAP}) needs {need or 'over 1000'} seeds at this sd.")
     if not lines:
         return []
@@ -219,7 +219,7 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
                 " [unbounded]" if int(r[f"diff_{m}_n"]) >= 2 else "")
             rows.append([_link(r), r["variant"], name + (" (decides)" if m == r.get("heldout_metric") else ""),
                          _pm(r.get(f"diff_{m}_mean"), r.get(f"diff_{m}_ci95"), "+.3f") + f" ({int(r[f'diff_{m}_n'])})",
-                         "-" if _none(r.get(f"diff_{m}_resolution")) else f"{r[f'diff_{m}_resolution']:.3f}",
+                         "-" if _none(r.get(f"diff_{m}_resolution")) else figure(r[f'diff_{m}_resolution']),
                          r.get(f"diff_{m}_verdict") or "-", kept, r.get(f"gain_kept_{m}_verdict") or "-"])
         if r.get("metrics_disagree") is True:
             notes.append(f"- `{r['variant']}`: the figures disagree: {r['metrics_disagree_note']}. The decision is "
@@ -257,7 +257,7 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
             ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if _unlearned(r) else (
                 _x(r[p + "ratio"]) + _interval(r.get(p + "ratio_lo"), r.get(p + "ratio_hi"))
                 + f" ({int(r[p + 'ratio_n'])})")
-            rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {r[p + 'target']:.3f}",
+            rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {figure(r[p + 'target'])}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
                          "-" if base or _unlearned(r) else _x(r.get(p + "ratio_wall")),

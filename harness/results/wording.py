@@ -56,12 +56,16 @@ def count(v) -> str:
 
 def pm(mean, half, digits: str = ".3f", n=None) -> str:
     """`mean ± half` (a 95 % CI); with n < CI_MIN_SEEDS samples `mean (n=2)` instead: an interval
-    over 2 seeds (t = 12.7) says nothing a reader can use."""
+    over 2 seeds (t = 12.7) says nothing a reader can use. Three decimals go through `figure`, so a tiny
+    figure keeps its significant digits."""
+    def written(v, digits: str) -> str:
+        return figure(v, digits[:-4]) if digits.endswith(".3f") else f"{v:{digits}}"
+
     if none(mean):
         return "-"
     if n is not None and not none(n) and int(n) < CI_MIN_SEEDS:
-        return f"{mean:{digits}} (n={int(n)})"
-    return f"{mean:{digits}}" + ("" if none(half) else f" ± {half:{digits.lstrip('+')}}")
+        return f"{written(mean, digits)} (n={int(n)})"
+    return written(mean, digits) + ("" if none(half) else f" ± {written(half, digits.lstrip('+'))}")
 
 
 def interval(lo, hi, digits: str = ".2f") -> str:
