@@ -107,7 +107,7 @@ def _run_header(run: Run) -> list[str]:
     if isinstance(cost, dict) and all(_finite(cost.get(k)) for k in ("overhead_s", "run_s")) and cost["run_s"] > 0:
         until = " until this report (its own writing and figures come after)" if cost.get("until") == "report" else ""
         parts = cost.get("parts")
-        split = (f"; by part: {seconds_by_part(parts)}" if isinstance(parts, dict) and parts else
+        split = (f"; by part, one after another, adding up to it: {seconds_by_part(parts)}" if isinstance(parts, dict) and parts else
                  ": model cache, namespaces and shaping, process starts and joins, tables, prediction, report")
         lines.append(f"  - harness overhead: {cost['overhead_s']:.1f} s of the run's {cost['run_s']:.1f} s were outside "
                      f"the training loops ({cost['overhead_s'] / cost['run_s']:.0%}){until}{split}")

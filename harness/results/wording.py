@@ -116,8 +116,9 @@ def cell_note(m: dict, workers: int | None, failure: str | None, learner_exit: s
 
 
 def seconds_by_part(parts: dict) -> str:
-    """{'figures': 1.23, 'tables': 0.4} -> 'figures 1.2 s, tables 0.4 s': a run's fixed cost by part,
-    largest first, the parts that round to 0.0 s left out (meta.json's overhead.parts)."""
+    """{'figures': 1.23, 'tables': 0.4} -> 'figures 1.2 s; tables 0.4 s': a run's fixed cost by part,
+    largest first, the parts that round to 0.0 s left out (meta.json's overhead.parts). Semicolons: a
+    part's own name may hold a comma."""
     ranked = sorted(((str(k), float(v)) for k, v in parts.items() if isinstance(v, (int, float)) and v >= 0.05),
                     key=lambda kv: -kv[1])
-    return ", ".join(f"{k} {v:.1f} s" for k, v in ranked)
+    return "; ".join(f"{k} {v:.1f} s" for k, v in ranked)

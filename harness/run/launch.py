@@ -762,7 +762,7 @@ def overhead_line(o: dict) -> str:
     evals = f"; held-out evaluations {o['eval_outside_loop_s']:.1f} s" if o.get("eval_outside_loop_s") else ""
     from harness.results.wording import seconds_by_part
 
-    parts = f": {seconds_by_part(o['parts'])}" if o.get("parts") else ""
+    parts = f"; by part, one after another, adding up to it: {seconds_by_part(o['parts'])}" if o.get("parts") else ""
     return (f"harness overhead: {o['overhead_s']:.1f} s outside the training loop ({share:.0%} of the run; "
             f"loop {o['loop_s']:.1f} s{evals}){parts}")
 

@@ -118,7 +118,7 @@ def test_the_report_lists_the_parts_meta_json_holds(tmp_path):
     (run / "meta.json").write_text(json.dumps({**meta, "overhead": cost}))
     report.write(run)
     line = next(x for x in (run / "report.md").read_text().splitlines() if "harness overhead" in x)
-    assert "by part: fork server (the wait for its imports) 4.0 s, figures 2.5 s, other 1.5 s" in line
+    assert "adding up to it: fork server (the wait for its imports) 4.0 s; figures 2.5 s; other 1.5 s" in line
     assert "tables" not in line
 
 
