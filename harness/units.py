@@ -72,7 +72,9 @@ def parse_rate(value: object) -> float:
     if rate <= 0:
         raise UnitError(f"{quote(value)}: rate must be > 0")
     if not RATE_MIN_BIT_S <= rate <= RATE_MAX_BIT_S:
-        raise UnitError(f"{quote(value)}: rate must be within {format_rate(RATE_MIN_BIT_S)} and {format_rate(RATE_MAX_BIT_S)}")
+        bare = f" (a number without a unit is bit/s: {number:g}mbit?)" if not unit and rate < RATE_MIN_BIT_S else ""
+        raise UnitError(f"{quote(value)}: rate must be within {format_rate(RATE_MIN_BIT_S)} and "
+                        f"{format_rate(RATE_MAX_BIT_S)}{bare}")
     return rate
 
 

@@ -73,6 +73,12 @@ class Report:
 
 # ---- the kernel ------------------------------------------------------------------------------
 
+# What each backend is, for a reader of `harness doctor` (harness/net/backend.py decides which one runs).
+BACKEND_WORDS = {"netem": "the kernel's sch_netem shapes delay, jitter and loss, HTB the rate",
+                 "fallback": "for a kernel without sch_netem: HTB shapes the rate, a delay line on NFQUEUE the "
+                             "delay, jitter and loss: the same links, not a degraded mode"}
+
+
 def kernel_config() -> dict[str, str] | None:
     """CONFIG_X -> 'y' | 'm' from the running kernel's build config (the one
     :mod:`harness.net.backend` reads); None when unreadable."""
@@ -187,7 +193,8 @@ def check(backend: str | None = None, *, impaired: bool | None = None, workers: 
         kernel(RULES)
     known = "kernel config unreadable, features not checked" if config is None else \
         f"kernel {os.uname().release} has {', '.join(found) or 'none of them'}"
-    report.ok.append(f"backend {decision.name} ({decision.source}); {known}")
+    words = BACKEND_WORDS.get(decision.name)
+    report.ok.append(f"backend {decision.name} ({decision.source}{'; ' + words if words else ''}); {known}")
     if rules:
         missing = [b for b in IPTABLES_BINARIES if shutil.which(b) is None]
         report.problems += [f"missing {b}: apt-get install iptables" for b in missing]
