@@ -323,6 +323,8 @@ def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:
     if "heldout_target" not in comp:
         return None
     rows = compare._same(comp, keys, key if isinstance(key, tuple) else (key,))
+    if any(quality.baseline_unlearned(r) for _, r in rows.iterrows()):   # the tables say "no target" there too
+        return None
     vals = rows["heldout_target"].dropna()
     return float(vals.iloc[0]) if len(vals) else None
 

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Callable
 
 from harness.results.wording import figure, num
 from trainers import events
+from trainers.spec import NO_BASELINE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -309,6 +310,13 @@ def baseline_learned(r) -> bool:
     Fieller's interval for the share kept (gain_share) is bounded only when the baseline's gain's own
     95 % interval excludes 0; with one seed there is no interval, and a gain of 0 is none."""
     return all(num(r.get(c)) is not None for c in ("gain_kept", "gain_kept_lo", "gain_kept_hi"))
+
+
+def baseline_unlearned(r) -> bool:
+    """A method's comparison row whose baseline's held-out gain is not resolved above 0 (`baseline_learned`):
+    a time to a fraction of that gain is no time to quality, so its link has no target to reach."""
+    return (r.get("method") != r.get("baseline") and str(r.get("baseline")) != NO_BASELINE and "gain_kept_lo" in r
+            and not baseline_learned(r))
 
 
 def ttq_ratio(mine: dict, base: dict) -> dict:

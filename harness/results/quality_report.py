@@ -55,31 +55,26 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             "target", "seeds reaching it", "training s to target", "updates to target", "speedup to quality",
             "speedup per update"]
     rows = []
+    no_target = {_link(r) for _, r in comp.iterrows() if quality.baseline_unlearned(r)}   # its baseline did not learn
     for _, r in comp.iterrows():
         if _none(r.get("heldout_mean", float("nan"))):
             continue
         obj = {"reverse_kl": "reverse KL", "mean_reward": "reward"}.get(r.get("objective_name"), "objective")
         n = r.get("heldout_seeds")
+        ttq = (["no target: the baseline's gain is not resolved above 0", "-", "-", "-"] if _link(r) in no_target else
+               ["-" if _none(r.get("heldout_target")) else f"{r['heldout_name']} {figure(r['heldout_target'])}",
+                f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
+                _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
+                _pm(r.get("ttq_updates_mean"), None, ".1f")])
         rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
                      _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
                      *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
-                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}",
-                     "-" if _none(r.get("heldout_target")) else f"{r['heldout_name']} {figure(r['heldout_target'])}",
-                     f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
-                     _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
-                     _pm(r.get("ttq_updates_mean"), None, ".1f"),
-                     NOT_MEASURABLE if _unlearned(r) else _x(r.get("ttq_speedup")), _x(r.get("speedup"))])
+                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}", *ttq,
+                     NOT_MEASURABLE if quality.baseline_unlearned(r) else _x(r.get("ttq_speedup")), _x(r.get("speedup"))])
     return head, rows
 
 
 NOT_MEASURABLE = "not measurable (baseline's gain not resolved above 0)"
-
-
-def _unlearned(r) -> bool:
-    """A method's row whose baseline's held-out gain is not resolved above 0 (quality.baseline_learned):
-    a time to a fraction of that gain is no time to quality."""
-    return (r.get("method") != r.get("baseline") and str(r.get("baseline")) != NO_BASELINE and "gain_kept_lo" in r
-            and not quality.baseline_learned(r))
 
 
 def signal_text(comp: pd.DataFrame) -> str:
@@ -117,7 +112,7 @@ def quality_notes(comp: pd.DataFrame) -> list[str]:
         per_update, ttq = r.get("speedup"), r.get("ttq_speedup")
         if r.get("method") == r.get("baseline") or _none(per_update) or _none(r.get("heldout_target", float("nan"))):
             continue
-        if _unlearned(r):
+        if quality.baseline_unlearned(r):
             continue   # the baseline's gain is not resolved above 0: no target to time
         b = base.get(r.get("baseline"))
         base_reached = b.get("ttq_reached", 0) if b is not None else r.get("heldout_seeds", 0)
@@ -254,15 +249,15 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
             if _none(r.get(p + "target")):
                 continue
             base = r["method"] == r["baseline"]
-            ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if _unlearned(r) else (
+            ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if quality.baseline_unlearned(r) else (
                 _x(r[p + "ratio"]) + _interval(r.get(p + "ratio_lo"), r.get(p + "ratio_hi"))
                 + f" ({int(r[p + 'ratio_n'])})")
             rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {figure(r[p + 'target'])}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
-                         "-" if base or _unlearned(r) else _x(r.get(p + "ratio_wall")),
+                         "-" if base or quality.baseline_unlearned(r) else _x(r.get(p + "ratio_wall")),
                          _clock(r.get(p + "seconds_basis")),
-                         "baseline" if base else "not measurable" if _unlearned(r) else _ttq_words(r, p)])
+                         "baseline" if base else "not measurable" if quality.baseline_unlearned(r) else _ttq_words(r, p)])
     if not rows:
         return []
     r = comp[comp["ttq50_target"].notna()].iloc[0]

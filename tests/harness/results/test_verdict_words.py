@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.results import compare, report, tables, verdict, workers_report
+from harness.results import compare, plots, report, tables, verdict, workers_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
@@ -254,6 +254,22 @@ def test_the_held_out_tables_give_no_time_ratio_when_the_baseline_did_not_learn_
     ttq = md.split("## Time to quality, one target for every method")[1].split("\n## ")[0]
     spar = [line for line in ttq.splitlines() if line.startswith("| ") and "| spar@12.8% |" in line]
     assert len(spar) == 3 and all(line.count("not measurable") == 2 and "x (" not in line for line in spar)
+    rows = [line for line in held.splitlines() if line.startswith("| ") and ("| spar@12.8% |" in line
+                                                                          or "| full-bf16 |" in line)]
+    assert len(rows) == 2 and all("| no target: the baseline's gain is not resolved above 0 | - | - | - |" in line
+                                  for line in rows)   # no target, seeds reaching it or seconds to it, either row
+
+
+def test_the_time_to_quality_figure_draws_no_target_when_the_baseline_did_not_learn_measurably():
+    t, ev = _flat_baseline_evals()
+    comp = compare.comparison(t.updates, t.cells, ev)
+    fig = plots.draw_quality_vs_time(ev, comp).fig
+    assert not any(line.get_label() == "target" for ax in fig.axes for line in ax.get_lines())
+    t, ev = _learning_evals({**BASE_GAINS, ("spar@12.8%", 1): 0.10, ("spar@12.8%", 2): 0.11,
+                             ("spar@12.8%", 3): 0.09})   # a baseline that learned: its target is drawn
+    comp = compare.comparison(t.updates, t.cells, ev)
+    fig = plots.draw_quality_vs_time(ev, comp).fig
+    assert any(line.get_label() == "target" for ax in fig.axes for line in ax.get_lines())
 
 
 def test_a_run_without_a_baseline_names_none_as_a_method_nowhere(tmp_path):
