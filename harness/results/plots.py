@@ -289,6 +289,7 @@ def draw_quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame) -> Plot:
     groups = [] if c.empty else list(c.groupby(keys, dropna=False, sort=False)) if keys else [((), c)]
     fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(3.6 * max(1, len(groups)), 2.9), squeeze=False,
                              sharey=True)
+    drawn = False   # a target line on some panel (none where the baseline did not learn measurably)
     for ax, (key, g) in zip(axes[0], groups):
         for variant, h in g.groupby("variant", sort=False):
             h = h.sort_values("version")
@@ -301,6 +302,7 @@ def draw_quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame) -> Plot:
         target = _target(comp, keys, key)
         if target is not None:
             ax.axhline(target, color="grey", linestyle="--", linewidth=0.8, label="target")
+            drawn = True
         if len(groups) > 1:
             ax.set_title(", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,))
                                    if g[k].nunique(dropna=False) <= 1 and c[k].nunique(dropna=False) > 1),
@@ -316,7 +318,9 @@ def draw_quality_vs_time(evals: pd.DataFrame, comp: pd.DataFrame) -> Plot:
                 f"Held-out {name} (problems never trained on) against training seconds (the sum of seconds per "
                 "update up to each evaluated version, mean over seeds; evaluation time excluded). Line: mean over "
                 f"seeds (n in the legend); shaded: 95 % CI over seeds (Student's t), drawn only with >= "
-                f"{CI_MIN_SEEDS} seeds; dashed grey: the time-to-quality target.")
+                f"{CI_MIN_SEEDS} seeds; "
+                + ("dashed grey: the time-to-quality target." if drawn else
+                   "no time-to-quality target (no baseline, or one whose held-out gain is not resolved above 0)."))
 
 
 def _target(comp: pd.DataFrame, keys: list[str], key) -> float | None:

@@ -263,8 +263,9 @@ def test_the_held_out_tables_give_no_time_ratio_when_the_baseline_did_not_learn_
 def test_the_time_to_quality_figure_draws_no_target_when_the_baseline_did_not_learn_measurably():
     t, ev = _flat_baseline_evals()
     comp = compare.comparison(t.updates, t.cells, ev)
-    fig = plots.draw_quality_vs_time(ev, comp).fig
-    assert not any(line.get_label() == "target" for ax in fig.axes for line in ax.get_lines())
+    plot = plots.draw_quality_vs_time(ev, comp)
+    assert not any(line.get_label() == "target" for ax in plot.fig.axes for line in ax.get_lines())
+    assert "no time-to-quality target" in plot.caption and "dashed grey" not in plot.caption
     t, ev = _learning_evals({**BASE_GAINS, ("spar@12.8%", 1): 0.10, ("spar@12.8%", 2): 0.11,
                              ("spar@12.8%", 3): 0.09})   # a baseline that learned: its target is drawn
     comp = compare.comparison(t.updates, t.cells, ev)
