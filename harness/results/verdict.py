@@ -316,6 +316,20 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
+LINK_SAYS = {"profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "run_id"}   # what link() words
+
+
+def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The coordinates that tell this row's block apart and that its link's words leave out (the
+    workers of two runs at one link, a swept run parameter), each where it varies."""
+    out = []
+    for k in keys:
+        if k in LINK_SAYS or comp[k].astype(str).nunique() < 2:
+            continue
+        out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
+    return out
+
+
 def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | None = None) -> list[str]:
     """The verdict block: whether the run finished, the regime, the quorum (when updates went on
     without some workers), then one block per method (and link) against its baseline."""
@@ -328,7 +342,7 @@ def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | No
     blocks = []
     alone = comp["baseline"].astype(str).eq(NO_BASELINE)
     for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
-        where = f" ({link(r)})" if len(links) > 1 else ""
+        where = f" ({', '.join([link(r), *_beyond_link(r, comp, keys)])})" if len(links) > 1 else ""
         blocks += alone_block(r, where) if str(r["baseline"]) == NO_BASELINE else \
             method_block(r, str(r["baseline"]), where)
     if not blocks:

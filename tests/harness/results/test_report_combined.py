@@ -151,6 +151,21 @@ def test_runs_that_repeat_a_variant_and_seed_are_each_compared_within_themselves
     assert "| run a: " in md and "| run b: " in md
 
 
+def test_the_verdict_tells_apart_two_runs_that_differ_beyond_their_link(tmp_path, heldout_copy):
+    """Two runs at one link with other worker counts: each verdict block names its workers (the link's
+    own words are the same for both)."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["workers"] = 4
+    (b / "config.json").write_text(json.dumps(cfg))
+    t = tables.read([a, b])
+    comp = compare.comparison(t.updates, t.cells, t.evals)
+    assert "workers" in compare.coords(comp) and "run_id" not in compare.coords(comp)
+    heads = [line for line in verdict.verdict(comp, t.runs, t.cells) if line.startswith("- **`")]
+    assert [h.split(" is ")[0] for h in heads] == ["- **`spar@12.8%` (paper-62.5mbit: 62.5mbit [fallback], 2 workers)",
+                                                  "- **`spar@12.8%` (paper-62.5mbit: 62.5mbit [fallback], 4 workers)"]
+
+
 def test_runs_with_other_seeds_pool_as_more_seeds(tmp_path, heldout_copy):
     """The same experiment run twice with disjoint seeds is one experiment with more seeds: no run column."""
     a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
