@@ -244,20 +244,20 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
         return []
     rows = []
     for _, r in comp[comp["heldout_mean"].notna()].iterrows():
+        base, unlearned = r["method"] == r["baseline"], quality.baseline_unlearned(r)
         for f in TTQ_FRACTIONS:
             p = f"ttq{int(round(100 * f))}_"
             if _none(r.get(p + "target")):
                 continue
-            base = r["method"] == r["baseline"]
-            ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if quality.baseline_unlearned(r) else (
+            ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if unlearned else (
                 _x(r[p + "ratio"]) + _interval(r.get(p + "ratio_lo"), r.get(p + "ratio_hi"))
                 + f" ({int(r[p + 'ratio_n'])})")
             rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {figure(r[p + 'target'])}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
-                         "-" if base or quality.baseline_unlearned(r) else _x(r.get(p + "ratio_wall")),
+                         "-" if base or unlearned else _x(r.get(p + "ratio_wall")),
                          _clock(r.get(p + "seconds_basis")),
-                         "baseline" if base else "not measurable" if quality.baseline_unlearned(r) else _ttq_words(r, p)])
+                         "baseline" if base else "not measurable" if unlearned else _ttq_words(r, p)])
     if not rows:
         return []
     r = comp[comp["ttq50_target"].notna()].iloc[0]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from harness.results import compare, regime_report, tables
 from harness.results.quality import baseline_learned
-from harness.results.wording import CI_MIN_SEEDS, figure as _fig, interval as _ci, link, num as _num
+from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, num as _num
 from trainers.spec import NO_BASELINE
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -316,15 +316,12 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
-LINK_SAYS = {"profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "run_id"}   # what link() words
-
-
 def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
     workers of two runs at one link, a swept run parameter), each where it varies."""
     out = []
     for k in keys:
-        if k in LINK_SAYS or comp[k].astype(str).nunique() < 2:
+        if k in LINK_WORDS or comp[k].astype(str).nunique() < 2:
             continue
         out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
     return out

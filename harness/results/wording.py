@@ -73,6 +73,9 @@ def interval(lo, hi, digits: str = ".2f") -> str:
     return "" if none(lo) or none(hi) else f" [{lo:{digits}}, {hi:{digits}}]"
 
 
+LINK_WORDS = {"profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "run_id"}   # what `link` says
+
+
 def link(r) -> str:
     """A comparison row's link in words; a combined report that compares each run within itself
     (its runs repeat a variant and seed: compare.coords) names the run first."""
