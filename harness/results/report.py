@@ -225,6 +225,9 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
     comp = compare.comparison(tables.updates, cells, tables.evals) if comp is None else comp
     head, rows = table_rows(comp)
     title = tables.runs[0].dir.name if len(tables.runs) == 1 else f"{len(tables.runs)} runs"
+    alone = sum(str(r.config.get("baseline")) == spec.NO_BASELINE for r in tables.runs)
+    if len(tables.runs) > 1 and 0 < alone < len(tables.runs):   # the title counts only what was compared
+        title += f" ({alone} of them ran no baseline: `--baseline none`)"
     # a config.json whose baseline is not a name (null, a number) names none: no row is its baseline
     names = sorted({b for b in comp["baseline"] if isinstance(b, str)} - {spec.NO_BASELINE}) \
         if "baseline" in comp else [BASELINE]

@@ -223,3 +223,19 @@ def test_a_folder_of_runs_gets_a_report_folder_of_its_own_without_the_hidden_pil
     assert "2 runs" in (made / "report.md").read_text()
     assert f"combined report of 2 run(s): {made / 'report.md'}" in res.stderr
 
+
+
+def test_a_combined_title_says_which_runs_ran_no_baseline(tmp_path, heldout_copy):
+    """A run compared against full-bf16 beside one run with `--baseline none`: the title read
+    "Comparison against `full-bf16`: 2 runs", as if both were compared."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    cfg = json.loads((b / "config.json").read_text())
+    cfg.update(baseline="none", variants=[v for v in cfg["variants"] if v["method"] == "spar"])
+    (b / "config.json").write_text(json.dumps(cfg))
+    for seed in (1, 2, 3):
+        shutil.rmtree(b / "cells" / f"full-bf16-s{seed}")
+    md, _ = report.build(tables.read([a, b]))
+    assert md.splitlines()[0] == ("# Comparison against `full-bf16`: 2 runs (1 of them ran no baseline: "
+                                  "`--baseline none`)")
+    both, _ = report.build(tables.read([a, heldout_copy(tmp_path / "c")]))
+    assert both.splitlines()[0] == "# Comparison against `full-bf16`: 2 runs"
