@@ -36,6 +36,11 @@ claimed_bytes_down (the method's formula, per worker); the subspace overlap is i
 """
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":   # exec'd (python -m): the imports go without the collector (trainers.process.imports_done)
+    gc.disable()
+
 import errno
 import selectors
 import signal
@@ -52,7 +57,7 @@ from trainers.dataparallel import get_method
 from trainers.dataparallel.inprocess import replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config
 from trainers.events import EventLog, PhaseTimer, Tally, atomic_write_text, write_summary
-from trainers.process import die_with_parent, log, set_threads
+from trainers.process import die_with_parent, imports_done, log, set_threads
 from trainers import service_args
 from trainers.spec import RunParams
 from trainers.protocol.stream import Stream
@@ -507,4 +512,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    imports_done()
     sys.exit(main())

@@ -14,6 +14,11 @@ After the last step: the parameter hash and (worker 1) the held-out perplexity i
 """
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":   # exec'd (python -m): the imports go without the collector (trainers.process.imports_done)
+    gc.disable()
+
 import math
 import signal
 import sys
@@ -28,7 +33,7 @@ from trainers.dataparallel.inprocess import gradients, replica
 from trainers.dataparallel.config import BUILD_LOCK, dp_config, params_hash
 from trainers.events import EventLog, PhaseTimer
 from trainers.protocol.join import hello
-from trainers.process import die_with_parent, log, set_threads
+from trainers.process import die_with_parent, imports_done, log, set_threads
 from trainers import service_args, spec
 from trainers.spec import RunParams
 from trainers.protocol.wire import Connection, MessageType
@@ -134,4 +139,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    imports_done()
     sys.exit(main())

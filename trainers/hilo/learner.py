@@ -30,6 +30,11 @@ holds up no update (its rollouts are waited for as any member's, unless --quorum
 """
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":   # exec'd (python -m): the imports go without the collector (trainers.process.imports_done)
+    gc.disable()
+
 import json
 import os
 import re
@@ -56,7 +61,7 @@ from trainers.hilo.evaluate import evaluate
 from trainers.model.models import lora_parameters
 from trainers.model.replica import OptimConfig, read_snapshot, snapshot_step
 from trainers.objectives import get_objective, parse_objective_options
-from trainers.process import die_with_parent, log, set_threads
+from trainers.process import die_with_parent, imports_done, log, set_threads
 from trainers import cards, service_args
 from trainers.tasks.heldout import EVAL_SAMPLING_SEED, heldout_problems
 from trainers.spec import RunParams
@@ -625,6 +630,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    imports_done()
     code = main()
     sys.stdout.flush(), sys.stderr.flush()
     # Skip interpreter teardown: daemon reader threads blocked in recv() must not race it (files are closed).

@@ -17,6 +17,11 @@ A worker that starts late or restarts is first brought to the learner's version:
 """
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":   # exec'd (python -m): the imports go without the collector (trainers.process.imports_done)
+    gc.disable()
+
 import os
 import queue
 import signal
@@ -34,7 +39,7 @@ from trainers.model.rollout import generate_rollouts
 from trainers.compress import delta
 from trainers.hilo import stack
 from trainers.hilo.stack import rollout_seed
-from trainers.process import die_with_parent, log, set_threads
+from trainers.process import die_with_parent, imports_done, log, set_threads
 from trainers import service_args
 from trainers.protocol.join import hello
 from trainers.spec import RunParams
@@ -292,6 +297,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    imports_done()
     code = main()
     sys.stdout.flush(), sys.stderr.flush()
     # Skip interpreter teardown: daemon reader threads blocked in recv() must not race it (files are closed).
