@@ -99,6 +99,8 @@ def draw_equal_bytes(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFr
     ax_c.set_xlabel("cumulative bytes sent, learner → workers")
     ax_u.set_title("per update (final quality)", fontsize=8, loc="left")
     ax_c.set_title("cumulative (every evaluated version)", fontsize=8, loc="left")
+    _say_empty(ax_u, "no point: no final held-out figure with bytes sent")
+    _say_empty(ax_c, "no point: no version evaluated after the first update")
     _log_bytes_axes(fig, (ax_u, ax_c))
     return ("equal_bytes", fig,
             f"Held-out {name} (problems never trained on) against the framed bytes the learner sent (all workers). "
@@ -113,8 +115,19 @@ def _log_bytes_axes(fig: Figure, axes) -> None:
     for ax in axes:
         ax.set_xscale("log")
         ax.tick_params(axis="x", which="both", labelsize=6)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     fig.tight_layout()
+
+
+def _say_empty(ax, words: str) -> bool:
+    """Write `words` across an axis that got no point (its empty frame would read as a figure of nothing);
+    True when it was empty."""
+    if ax.get_legend_handles_labels()[0]:
+        return False
+    ax.text(0.5, 0.5, words, ha="center", va="center", transform=ax.transAxes, fontsize=7, wrap=True)
+    ax.set_yticks([])
+    return True
 
 
 # ---- data-parallel family -----------------------------------------------------------------------
@@ -166,6 +179,10 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
     ax_c.set(xlabel="cumulative bytes per worker (wire, up + down)", ylabel="training-batch loss (nats/token)")
     ax_u.set_title("per step (held-out, after the last step)", fontsize=8, loc="left")
     ax_c.set_title("cumulative (every step)", fontsize=8, loc="left")
+    if not ax_u.get_lines() and not ax_c.get_lines():
+        plt.close(fig)
+        return None                 # no sync yet and no whole window: nothing at any byte count
+    empty = _say_empty(ax_u, "no point: no seed ran a whole sync window\n(bytes per step are counted over whole windows)")
     _log_bytes_axes(fig, (ax_u, ax_c))
     return ("dp_equal_bytes", fig,
             "Data-parallel methods at equal bytes. Left (per step): held-out perplexity after the last step (mean over seeds) "
@@ -173,7 +190,8 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
             "Right (cumulative): the loss of each step's training batch (fresh text for that worker and step, measured before "
             "the step; mean over workers, then over seeds) against the wire bytes per worker sent up to that step "
             "(mean over seeds); local steps send nothing, so a K-step method's curve falls at constant x between "
-            f"syncs; steps before the first sync are left out of the log axis. {BARS}.")
+            f"syncs; steps before the first sync are left out of the log axis. {BARS}."
+            + (" Left is empty: no seed ran a whole sync window." if empty else ""))
 
 
 def figures(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFrame) -> list[tuple[str, Figure, str]]:

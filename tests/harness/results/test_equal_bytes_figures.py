@@ -130,3 +130,20 @@ def test_the_report_embeds_the_figure_with_its_caption(heldout_copy, tmp_path):
     [line] = [ln for ln in md.splitlines() if ln.startswith("*equal_bytes.png*")]
     assert "cumulative" in line and "95 % CI over seeds" in line
     assert (tmp_path / "report" / "figures" / "equal_bytes.png").stat().st_size > 1000
+
+
+def test_a_dp_run_shorter_than_its_sync_window_says_why_its_left_panel_is_empty(recwarn):
+    """A run that ends before its first whole sync window (here 33 steps read with K = 64; the run's last
+    step syncs what it has): the left panel was an empty frame (a perplexity axis from 0 to 1, no point)
+    and matplotlib warned that its legend had nothing to show. With no sync at all, no figure."""
+    t = tables.read(DP)
+    short = t.updates[t.updates["update_index"] <= 33].assign(lordo_k=64)
+    name, fig, caption = equal_bytes.draw_dp_equal_bytes(short)
+    ax_u, ax_c = fig.axes
+    assert not error_bars(ax_u) and ax_u.get_legend() is None
+    assert [x.get_text() for x in ax_u.texts] == ["no point: no seed ran a whole sync window\n"
+                                                  "(bytes per step are counted over whole windows)"]
+    assert curves(ax_c) and ax_c.get_legend() is not None and not ax_c.texts
+    assert caption.endswith("Left is empty: no seed ran a whole sync window.")
+    assert not [w for w in recwarn if "legend" in str(w.message)]
+    assert equal_bytes.draw_dp_equal_bytes(t.updates[t.updates["update_index"] <= 31]) is None
