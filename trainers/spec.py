@@ -50,6 +50,7 @@ MODEL_NAMES = ("micro", "tiny", "small") + tuple(sorted(  # trainers/model/model
     f.name[:-5] for f in (Path(__file__).parent / "model" / "model_configs").glob("*.json")))  # one JSON file each
 BACKENDS = ("netem", "fallback")
 NO_BASELINE = "none"
+DP_BASELINE = "ddp"   # the data-parallel family's full sync: the default baseline of a run of data-parallel methods
 QUALITY_METRICS = ("auto", "pass_at_k", "pass_at_1", "gold_prob", "objective")  # auto: harness/results/quality.py
 
 # Options of each compressor (name -> default). The compressor classes take their defaults
@@ -290,8 +291,8 @@ PARAMS: list[Param] = [
     Param("preset", str, None, f"a named preset from presets/ ({_shipped_presets()}or a YAML path) whose values "
           "stand in for every flag not given (harness/run/presets.py)", where="harness", optional=True),
     Param("baseline", str, "full-bf16", "the method every other one is compared against, run under the same link; "
-          "default full-bf16: the whole adapter in bf16, as the HiLo paper and RL frameworks ship it "
-          f"(`{NO_BASELINE}`: do not run one)", where="harness"),
+          "default full-bf16: the whole adapter in bf16, as the HiLo paper and RL frameworks ship it; "
+          f"{DP_BASELINE} where every method is data-parallel (`{NO_BASELINE}`: do not run one)", where="harness"),
     Param("on_drop", str, "continue", "a worker lost mid-cell: continue (the cell is marked degraded), fail (stop "
           "the run, exit 1), restart (start it again; it rejoins and catches up)", choices=("fail", "continue", "restart"),
           where="harness"),
@@ -558,10 +559,29 @@ def check_run(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:
             check_method(baseline)
         except SpecError as err:
             raise SpecError(str(err).replace("--method", "--baseline")) from None
+    if baseline != NO_BASELINE:
+        _check_one_family(methods, baseline)
     pairs = list(dict.fromkeys((m, b if takes_budget(m, values) else None) for m in methods for b in values["budget"]))
     if baseline != NO_BASELINE and baseline not in methods:
         pairs.append((baseline, None))
     return pairs
+
+
+def _check_one_family(methods: list[str], baseline: str) -> None:
+    """A speedup or kept quality compares two runs of one loop on one task: the data-parallel methods
+    pre-train the generated corpus (trainers/dataparallel/), the HiLo methods train --task with
+    --objective, so one family's method is never compared against the other's baseline."""
+    apart = [m for m in methods if is_data_parallel(m) != is_data_parallel(baseline)]
+    if not apart:
+        return
+    if is_data_parallel(apart[0]):
+        raise SpecError(f"--method {apart[0]}: a data-parallel method pre-trains the generated corpus, not the "
+                        f"task that {baseline} (HiLo's) trains, so no speedup or quality compares them; compare "
+                        f"it against --baseline {DP_BASELINE} (the default when every method is data-parallel), "
+                        "and run HiLo methods in a run of their own")
+    raise SpecError(f"--method {apart[0]}: a HiLo method trains --task, not the generated corpus that {baseline} "
+                    "(data-parallel) pre-trains, so no speedup or quality compares them; compare it against "
+                    "--baseline full-bf16 in a run of its own")
 
 
 PLUGIN_GROUP_SIZE = 2   # an objective without a card samples a group, as grpo does (docs/PLUGINS.md)

@@ -122,7 +122,8 @@ def dry_run_text(cfg: RunConfig) -> str:
                      + f" are built, or found cached under {launch.cache_dir(cfg)}; a first build runs minutes to "
                      "over an hour on a small CPU box (docs/MEASURED.md, per preset)")
     for cell in cfg.cells:
-        lines.append(f"cell {cell.name}: learner + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
+        centre = "aggregator" if spec.is_data_parallel(cell.variant.method) else "learner"
+        lines.append(f"cell {cell.name}: {centre} + {cfg.workers} worker{'s' if cfg.workers != 1 else ''}: "
                      f"{shlex.join(cell.argv)}")   # quoted: an empty value (--task-options '') survives a paste
     rates = ("" if not cfg.emulation or cfg.comm_ratio_target is not None
              else "; the links at the plan's rates as given (a literal rate, or --comm-ratio off: no regime scaling)")

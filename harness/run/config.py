@@ -192,6 +192,8 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
     preset = presets.values(str(given["preset"])) if given.get("preset") else {}
     # the spec's default < the preset < a flag given
     values = parse_values({**given, **{k: v for k, v in preset.items() if given.get(k) is None}})
+    if given.get("baseline") is None and "baseline" not in preset and all(map(spec.is_data_parallel, values["method"])):
+        values["baseline"] = spec.DP_BASELINE   # the family's own full sync: the task its methods train
     shaping = [k for k in ("bw", "delay", "jitter", "loss", "trace") if given.get(k) not in (None, "", ())]
     if shaping and values["emulation"] is False:  # they used to be ignored in silence
         flags = ", ".join(f"--{k}" for k in shaping)

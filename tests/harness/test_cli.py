@@ -52,6 +52,18 @@ def test_a_switch_and_its_negation(tmp_path):
     assert both.exit_code == 2 and "--emulation and --no-emulation: give one of them" in both.stderr
 
 
+def test_the_dry_run_names_what_each_cell_starts(tmp_path):
+    """A data-parallel cell starts an aggregator, not a learner; its baseline is the family's own (ddp)."""
+    res = CliRunner().invoke(cli.app, ["run", "--method", "lordo-global", "--seeds", "1", "--dry-run", "--out",
+                                       str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    cells = [line.split(": --")[0] for line in res.stdout.splitlines() if line.startswith("cell ")]
+    assert cells == ["cell lordo-global-s1: aggregator + 2 workers", "cell ddp-s1: aggregator + 2 workers"]
+    spar = CliRunner().invoke(cli.app, ["run", "--seeds", "1", "--dry-run", "--out", str(tmp_path)])
+    assert [line.split(": --")[0] for line in spar.stdout.splitlines() if line.startswith("cell ")] == \
+        ["cell spar-12.8pct-s1: learner + 2 workers", "cell full-bf16-s1: learner + 2 workers"]
+
+
 def test_version():
     res = CliRunner().invoke(cli.app, ["--version"])
     assert res.exit_code == 0

@@ -40,6 +40,12 @@ BAD_RUN = [
     (["--spar-sketch", "0"], "--spar-sketch: '0' is outside [1, 4096]"),
     (["--powersgd-dtype", "int4"], "--powersgd-dtype: 'int4' is not one of fp32, bf16, fp16"),
     (["--baseline", "nope"], "--baseline: unknown method 'nope'"),
+    # one family per comparison: the data-parallel methods pre-train the generated corpus, HiLo's train --task
+    (["--method", "spar,lordo-global"], "--method lordo-global: a data-parallel method pre-trains the generated "
+                                        "corpus, not the task that full-bf16 (HiLo's) trains"),
+    (["--method", "lordo-global", "--baseline", "full-bf16"], "compare it against --baseline ddp"),
+    (["--method", "spar", "--baseline", "ddp"], "--method spar: a HiLo method trains --task, not the generated "
+                                                "corpus that ddp (data-parallel) pre-trains"),
     (["--bw", "10foo"], "--bw:"),
     (["--bw", "-5mbit"], "--bw:"),
     (["--bw", "1e30tbit"], "--bw: '1e30tbit': rate must be within 1kbit and 100gbit"),
@@ -110,6 +116,16 @@ def test_flags_override_the_profile_and_are_parsed_once():
     assert [v.label for v in config.build(method="spar", baseline="full-bf16", budget="1.6%").variants] == ["spar@1.6%", "full-bf16"]
     with pytest.raises(Exception):
         cfg.workers = 5  # frozen
+
+
+def test_a_run_of_data_parallel_methods_is_compared_against_ddp_by_default():
+    """`harness run --method lordo-global` compared lordo's corpus pre-training against full-bf16's distillation
+    of another task (a speedup and bytes share of two different trainings); a baseline given still stands."""
+    assert [v.label for v in config.build(method="lordo-global").variants] == ["lordo-global", "ddp"]
+    assert [v.label for v in config.build(method="lordo-global,diloco", baseline="lordo-global-none").variants] == \
+        ["lordo-global", "diloco", "lordo-global-none"]
+    assert [v.label for v in config.build(method="spar,lordo-global", baseline="none").variants] == \
+        ["spar@12.8%", "lordo-global"]       # no comparison, so no family rule
 
 
 def test_dry_run_prints_plan_and_builds_nothing(tmp_path):
