@@ -49,13 +49,18 @@ def dp_tensors(model: str, train: str | None, lora_rank: int) -> cm.Tensors:
     under lora; read from the meta device. A run older than --dp-train (None) trained the full model."""
     import warnings
 
-    from trainers.model.models import lora_shapes, meta_model
+    from trainers.model.models import lora_shapes, parameter_shapes
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if (train or "full") == "lora":
-            return tuple((n, tuple(s)) for n, s in lora_shapes(model, lora_rank))
-        return tuple((n, tuple(p.shape)) for n, p in meta_model(model).named_parameters())
+        shapes = lora_shapes(model, lora_rank) if dp_rank(train, lora_rank) is not None else parameter_shapes(model)
+    return tuple((n, tuple(s)) for n, s in shapes)
+
+
+def dp_rank(train: str | None, lora_rank: int) -> int | None:
+    """The LoRA rank of what a data-parallel replica synchronises, None for the whole model (--dp-train full,
+    and a run older than --dp-train): the key of its shapes in the models cache."""
+    return lora_rank if (train or "full") == "lora" else None
 
 
 def plugin_bytes() -> dict[str, cm.StatedBytes]:

@@ -29,37 +29,36 @@ from pathlib import Path
 from harness.net import profiles
 from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
-from harness.projection.inputs import adapter_for, delta_options, dp_tensors, host_cc, plugin_bytes
+from harness.projection.inputs import adapter_for, delta_options, dp_rank, dp_tensors, host_cc, plugin_bytes
 from harness.results import compare, dataparallel_report
 from harness.results.tables import RunTables, read
 from trainers import spec
 
 FILE = "prediction.json"
-SHAPES_DIR = "adapters"   # under the models cache: <key>.json, the LoRA factor shapes of (model, rank)
+SHAPES_DIR = "adapters"   # under the models cache: <key>.json, the shapes of (model, rank); rank None: every parameter
 
 
-def _shapes_file(cache: Path, model: str, rank: int) -> Path:
-    """Where (model, rank)'s adapter shapes are kept: keyed by the model's name or, for a config folder,
-    by its config.json's bytes as well (an edited config sizes a different adapter)."""
-    ident = f"{model}\0{rank}"
+def _shapes_file(cache: Path, model: str, rank: int | None) -> Path:
+    """Where (model, rank)'s shapes are kept (rank None: the whole model's parameters): keyed by the model's
+    name or, for a config folder, by its config.json's bytes as well (an edited config sizes another adapter)."""
+    ident = f"{model}\0{'full' if rank is None else rank}"
     config = Path(model) / "config.json"
     if config.is_file():
         ident += "\0" + config.read_text()
     return cache / SHAPES_DIR / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
 
 
-def cached_shapes(cache: Path | None, model: str, rank: int) -> list[tuple[str, tuple[int, ...]]] | None:
+def cached_shapes(cache: Path | None, model: str, rank: int | None) -> list[tuple[str, tuple[int, ...]]] | None:
     """(name, shape) of the adapter's factors as a torch process stored them, or None (no cache, no entry,
     or an entry that does not parse: then the process recomputes it)."""
-    return None if cache is None else _read_shapes(_shapes_file(cache, model, rank))
+    return None if cache is None else _read_shapes(_shapes_file(cache, model, rank), model, rank)
 
 
-def _read_shapes(path: Path, model: str | None = None, rank: int | None = None
-                 ) -> list[tuple[str, tuple[int, ...]]] | None:
-    """The shapes in a file of store_shapes' format (and, given `model` and `rank`, of that adapter), or None."""
+def _read_shapes(path: Path, model: str, rank: int | None) -> list[tuple[str, tuple[int, ...]]] | None:
+    """The shapes of (model, rank) in a file of store_shapes' format, or None."""
     try:
         doc = json.loads(path.read_text())
-        if (model is not None and doc["model"] != model) or (rank is not None and int(doc["rank"]) != rank):
+        if doc["model"] != model or doc["rank"] != rank:
             return None
         shapes = [(str(n), tuple(int(d) for d in shape)) for n, shape in doc["shapes"]]
         return shapes or None
@@ -67,7 +66,7 @@ def _read_shapes(path: Path, model: str | None = None, rank: int | None = None
         return None
 
 
-def pending_shapes(cache: Path, model: str, rank: int) -> Path | None:
+def pending_shapes(cache: Path, model: str, rank: int | None) -> Path | None:
     """Where a `trainers.model.shapes` child (forked while the cells run: harness/run/launch.py) is to
     write (model, rank)'s shapes for `adopt_shapes`; None when they are cached already."""
     if cached_shapes(cache, model, rank) is not None:
@@ -77,7 +76,7 @@ def pending_shapes(cache: Path, model: str, rank: int) -> Path | None:
     return final.with_name(f"{final.stem}.pending-{os.getpid()}.json")
 
 
-def adopt_shapes(cache: Path, model: str, rank: int, pending: Path) -> bool:
+def adopt_shapes(cache: Path, model: str, rank: int | None, pending: Path) -> bool:
     """Keep the shapes a `trainers.model.shapes` child wrote at `pending` (the same format, read back and
     checked as `cached_shapes` reads them) in the cache; the pending file goes either way."""
     shapes = _read_shapes(pending, model, rank)
@@ -89,7 +88,7 @@ def adopt_shapes(cache: Path, model: str, rank: int, pending: Path) -> bool:
     return True
 
 
-def store_shapes(cache: Path, model: str, rank: int, shapes) -> None:
+def store_shapes(cache: Path, model: str, rank: int | None, shapes) -> None:
     """Keep the adapter's shapes for the next run's in-process prediction (written whole, then renamed)."""
     path = _shapes_file(cache, model, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,13 +109,21 @@ def _adapter(cfg: dict, cache: Path | None) -> cm.Adapter:
     return adapter
 
 
+def needed_ranks(cfg: dict) -> list[int | None]:
+    """The shape tables `write` reads for a run (config.json's document), by rank: the adapter's
+    (--lora-rank) for its HiLo variants, what a data-parallel replica synchronises for its data-parallel
+    ones (None: every parameter of the model)."""
+    methods = [str(v["method"]) for v in cfg.get("variants") or []]
+    ranks = [int(cfg["lora_rank"])] if not all(map(spec.is_data_parallel, methods)) else []
+    if any(map(spec.is_data_parallel, methods)):
+        ranks.append(dp_rank(cfg.get("dp_train"), int(cfg["lora_rank"])))
+    return list(dict.fromkeys(ranks))
+
+
 def in_process(run_dir: str | Path, cache: Path) -> bool:
-    """True when `write(run_dir, cache)` needs no torch: the adapter's shapes are cached and the run
-    has no data-parallel cells (whose tensor tables come from the meta device)."""
+    """True when `write(run_dir, cache)` needs no torch: every shape table the run reads is cached."""
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
-    if any(spec.is_data_parallel(v["method"]) for v in cfg.get("variants") or []):
-        return False
-    return cached_shapes(cache, cfg["model"], int(cfg["lora_rank"])) is not None
+    return all(cached_shapes(cache, cfg["model"], rank) is not None for rank in needed_ranks(cfg))
 
 
 def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
@@ -200,7 +207,7 @@ def build(run_dir: str | Path, cache: Path | None = None, tables: RunTables | No
            "link": link_words, "workers": workers, "cores": cores, "cc": net.cc, "variants": {}}
     dp = u["method"].map(spec.is_data_parallel)
     if dp.any():
-        out["dataparallel"] = dataparallel(u[dp], cfg)
+        out["dataparallel"] = dataparallel(u[dp], cfg, _dp_tensors(cfg, cache))
         out["dataparallel_note"] = DP_NOTE
     u = u[~dp]
     if u.empty:
@@ -264,12 +271,24 @@ DP_NOTE = ("bytes per optimizer step only (harness/projection/dpbytes.py): the c
            "HiLo's round (the update fanned out, rollouts fanned in), not of K local steps and an all-reduce")
 
 
-def dataparallel(u, cfg: dict) -> dict:
+def _dp_tensors(cfg: dict, cache: Path | None) -> cm.Tensors:
+    """What the run's data-parallel replicas synchronise: from the cached shapes, else read on the meta
+    device (torch) and then cached."""
+    model, rank = cfg["model"], dp_rank(cfg.get("dp_train"), int(cfg["lora_rank"]))
+    shapes = cached_shapes(cache, model, rank)
+    if shapes is not None:
+        return tuple(shapes)
+    tensors = dp_tensors(model, cfg.get("dp_train"), int(cfg["lora_rank"]))
+    if cache is not None:
+        store_shapes(cache, model, rank, tensors)
+    return tensors
+
+
+def dataparallel(u, cfg: dict, tensors: cm.Tensors) -> dict:
     """Per data-parallel variant, over the steps the run recorded (a K-step method's last partial window
     left out, as the report counts it): the byte rules' mean bytes per optimizer step per worker (tensor
     data) beside the run's own, the method's claimed bytes and the measured SYNC payload (the tensor
     table, its header included)."""
-    tensors = dp_tensors(cfg["model"], cfg.get("dp_train"), int(cfg["lora_rank"]))
     sync = dpbytes.Sync.from_config(cfg)
     df = u[u["claimed_bytes_up"].notna()] if "claimed_bytes_up" in u else u.iloc[:0]
     df = df[~dataparallel_report.tail_steps(df, [k for k in dataparallel_report.KEYS if k in df] + ["method", "seed"])]

@@ -676,51 +676,51 @@ SHAPES_TIMEOUT_S = 120.0    # the adapter's sizing on the meta device: ~0.1 s fo
 
 
 class AdapterShapes:
-    """The adapter's shapes for finalize's cost model, sized while the cells run by a child the fork
-    server forks (`trainers.model.shapes`: its torch is imported already), so that write_prediction
-    runs in this process instead of starting a Python that imports torch (a first run into a models
-    cache). Nothing when the shapes are cached, for a data-parallel run (its tensor tables come
-    from the meta device: write_prediction's own process) or without a fork server; a child that
-    fails leaves write_prediction to its process, as before."""
+    """The shape tables finalize's cost model reads (the adapter's; a data-parallel replica's), sized while
+    the cells run by children the fork server forks (`trainers.model.shapes`: its torch is imported
+    already), so that write_prediction runs in this process instead of starting a Python that imports
+    torch (a first run into a models cache). Nothing when they are cached or without a fork server; a
+    child that fails leaves write_prediction to its process, as before."""
 
-    def __init__(self, proc=None, pending: Path | None = None, key: tuple = ()):
-        self.proc, self.pending, self.key = proc, pending, key   # key: (cache, model, rank)
+    def __init__(self, children: list[tuple] = ()):
+        self.children = list(children)   # (process, pending file, (cache, model, rank)); rank None: the whole model
 
     @classmethod
     def start(cls, cfg: RunConfig, run_dir: Path, server: ForkServer) -> "AdapterShapes":
-        if any(spec.is_data_parallel(v.method) for v in cfg.variants):
-            return cls()
         from harness.projection import prediction
 
-        key = (cache_dir(cfg), str(cfg.values["model"]), int(cfg.values["lora_rank"]))
-        try:
-            pending = prediction.pending_shapes(*key)
-            if pending is None:
-                return cls()
-            argv = [sys.executable, "-m", SHAPES_MODULE, "--model", key[1], "--rank", str(key[2]),
-                    "--out", str(pending)]
-            with open(run_dir / "forkserver.log", "ab") as log:
-                return cls(server.spawn(argv, cwd=ROOT, env=python_env(key[0], threads=1), stdout=log), pending, key)
-        except (OSError, ForkServerError):   # write_prediction sizes it in its own process
-            return cls()
+        children = []
+        for rank in prediction.needed_ranks(cfg.to_json()):
+            key = (cache_dir(cfg), str(cfg.values["model"]), rank)
+            try:
+                pending = prediction.pending_shapes(*key)
+                if pending is None:
+                    continue
+                table = ["--full"] if rank is None else ["--rank", str(rank)]
+                argv = [sys.executable, "-m", SHAPES_MODULE, "--model", key[1], *table, "--out", str(pending)]
+                with open(run_dir / "forkserver.log", "ab") as log:
+                    children.append((server.spawn(argv, cwd=ROOT, env=python_env(key[0], threads=1), stdout=log),
+                                     pending, key))
+            except (OSError, ForkServerError):   # write_prediction sizes it in its own process
+                continue
+        return cls(children)
 
     def finish(self, wait_s: float) -> None:
-        """Wait up to `wait_s` for the child (then kill it) and keep the shapes it wrote in the cache."""
-        if self.proc is None:
-            return
-        try:
-            code = self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        """Wait up to `wait_s` for the children (then kill them) and keep the shapes they wrote in the cache."""
         from harness.projection import prediction
 
-        self.proc = None
-        with contextlib.suppress(OSError):   # a cache we cannot write: write_prediction's process tries again
-            if code == 0:
-                prediction.adopt_shapes(*self.key, self.pending)
-            else:
-                self.pending.unlink()
+        children, self.children = self.children, []
+        for proc, pending, key in children:
+            try:
+                code = proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            with contextlib.suppress(OSError):   # a cache we cannot write: write_prediction's process tries again
+                if code == 0:
+                    prediction.adopt_shapes(*key, pending)
+                else:
+                    pending.unlink()
 
 
 def write_prediction(run_dir: Path, tables: RunTables | None = None) -> None:

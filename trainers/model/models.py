@@ -214,6 +214,12 @@ def count_parameters(name_or_path: str) -> ParameterCount:
                           lm_head=head.numel(), tied=emb is head)
 
 
+def parameter_shapes(name_or_path: str) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every parameter of the model (a tied head once), read from the meta device: what a
+    data-parallel replica synchronises under --dp-train full."""
+    return [(n, tuple(p.shape)) for n, p in meta_model(name_or_path).named_parameters()]
+
+
 def lora_shapes(name_or_path: str, rank: int, target_modules: tuple[str, ...] = ALL_PROJECTIONS
                 ) -> list[tuple[str, tuple[int, int]]]:
     """(parameter name, shape) of every LoRA factor, in registration order, as PEFT names them:

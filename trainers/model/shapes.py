@@ -2,8 +2,10 @@
 size a run's adapter without importing torch itself.
 
     python -m trainers.model.shapes --model micro --rank 8 --out /path/shapes.json
-writes {"model": ..., "rank": ..., "shapes": [[parameter name, [rows, cols]], ...]} (lora_shapes:
-read from the model built on the meta device), whole and then renamed. `harness run` forks it from its
+    python -m trainers.model.shapes --model micro --full --out /path/shapes.json
+writes {"model": ..., "rank": ..., "shapes": [[parameter name, [rows, cols]], ...]} (lora_shapes: read
+from the model built on the meta device; with --full, every parameter of the model, rank null: what a
+data-parallel replica synchronises under --dp-train full), whole and then renamed. `harness run` forks it from its
 fork server, whose torch is imported already, while the cells run (harness/run/launch.py); the harness
 checks the file and keeps the shapes in its models cache (harness/projection/prediction.py), so the
 prediction after the cells runs in the harness's own process.
@@ -20,15 +22,18 @@ from pathlib import Path
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainers.model.shapes")
     p.add_argument("--model", required=True, help="a tiny config's name, a named shape or a config folder")
-    p.add_argument("--rank", type=int, required=True, help="the LoRA rank")
+    table = p.add_mutually_exclusive_group(required=True)
+    table.add_argument("--rank", type=int, help="the LoRA rank: the adapter's factors")
+    table.add_argument("--full", action="store_true", help="every parameter of the model instead")
     p.add_argument("--out", required=True, help="the JSON file to write")
     args = p.parse_args(argv)
-    from trainers.model.models import lora_shapes   # torch: imported already where the fork server forks us
+    # torch: imported already where the fork server forks us
+    from trainers.model.models import lora_shapes, parameter_shapes
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            shapes = lora_shapes(args.model, args.rank)
+            shapes = parameter_shapes(args.model) if args.full else lora_shapes(args.model, args.rank)
     except ValueError as e:   # a rank below 1, a model without the targeted projections
         p.error(str(e))
     out = Path(args.out)

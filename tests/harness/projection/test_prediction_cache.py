@@ -4,6 +4,7 @@ import json
 import sys
 
 from harness.projection import prediction
+from tests.harness.projection.test_dpbytes import FIXTURE as DP_RUN
 from tests.harness.projection.test_prediction import HELDOUT
 
 
@@ -41,3 +42,23 @@ def test_the_in_process_prediction_imports_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_a_data_parallel_run_is_predicted_from_cached_parameter_shapes_too(tmp_path):
+    """A data-parallel run's byte rules read every parameter of the model (--dp-train full; a run older than
+    the flag trained the full model): cached under rank None, its prediction then needs no torch either."""
+    import subprocess
+
+    cfg = json.loads((DP_RUN / "config.json").read_text())
+    assert prediction.needed_ranks(cfg) == [None] and not prediction.in_process(DP_RUN, tmp_path)
+    sized = prediction.build(DP_RUN, tmp_path)
+    shapes = prediction.cached_shapes(tmp_path, cfg["model"], None)
+    assert shapes and prediction.in_process(DP_RUN, tmp_path)
+    assert prediction.cached_shapes(tmp_path, cfg["model"], int(cfg["lora_rank"])) is None   # another key
+    code = ("import sys; from harness.projection import prediction; from pathlib import Path; "
+            f"doc = prediction.build(Path({str(DP_RUN)!r}), Path({str(tmp_path)!r})); "
+            "import json; print(json.dumps(doc['dataparallel'])); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc, torch_imported = done.stdout.strip().splitlines()[-2:]
+    assert json.loads(doc) == sized["dataparallel"] and torch_imported == "False"

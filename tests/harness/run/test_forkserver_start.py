@@ -62,14 +62,35 @@ def test_the_fork_server_sizes_the_adapter_the_cost_model_then_reads_in_process(
     with ForkServer.started(launch.server_modules(cfg), launch.python_env(cache, threads=1),
                             run_dir / "forkserver.log") as server:
         shapes = launch.AdapterShapes.start(cfg, run_dir, server)
-        assert shapes.proc is not None
+        assert len(shapes.children) == 1
         shapes.finish(wait_s=launch.SHAPES_TIMEOUT_S)
         assert prediction.in_process(run_dir, cache)
-        assert launch.AdapterShapes.start(cfg, run_dir, server).proc is None   # cached: nothing to size
+        assert launch.AdapterShapes.start(cfg, run_dir, server).children == []   # cached: nothing to size
     expected = [(n, tuple(s)) for n, s in inputs.adapter_for("micro", 4).tensors]
     assert prediction.cached_shapes(cache, "micro", 4) == expected
     assert sorted(p.name for p in (cache / prediction.SHAPES_DIR).iterdir()) == \
         [prediction._shapes_file(cache, "micro", 4).name]   # no pending or temporary file left
+
+
+def test_the_fork_server_sizes_a_data_parallel_replica_for_the_cost_model_too(tmp_path, monkeypatch):
+    """A data-parallel run under --dp-train full reads every parameter of the model: one child sizes it
+    (`--full`), and the prediction then needs no process of its own."""
+    from harness.projection import prediction
+    from trainers.model.models import parameter_shapes
+
+    monkeypatch.delenv("WAN_CACHE_DIR")
+    cfg = config.build(model="micro", method="lordo-global", emulation=False, out_dir=str(tmp_path), run_id="r")
+    cache, run_dir = launch.cache_dir(cfg), tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_json()))
+    assert not prediction.in_process(run_dir, cache)
+    with ForkServer.started(launch.server_modules(cfg), launch.python_env(cache, threads=1),
+                            run_dir / "forkserver.log") as server:
+        shapes = launch.AdapterShapes.start(cfg, run_dir, server)
+        assert [key[2] for _, _, key in shapes.children] == [None]
+        shapes.finish(wait_s=launch.SHAPES_TIMEOUT_S)
+    assert prediction.in_process(run_dir, cache)
+    assert prediction.cached_shapes(cache, "micro", None) == parameter_shapes("micro")
 
 
 def test_what_runs_before_the_fork_server_starts_leaves_its_heavy_imports_for_later():
