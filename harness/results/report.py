@@ -124,10 +124,18 @@ def _setup(cfg: dict) -> str:
         return ""
     named = lambda key: f"{key} `{cfg[key]}`" + (f" ({cfg[key + '_options']})" if cfg.get(key + "_options") else "")  # noqa: E731
     seeds = cfg.get("seeds") if isinstance(cfg.get("seeds"), list) else []
-    parts = [f"model `{cfg['model']}`", *(named(k) for k in ("task", "objective") if cfg.get(k)),
+    methods = [str(v.get("method")) for v in cfg.get("variants") or [] if isinstance(v, dict)]
+    dp = [spec.is_data_parallel(m) for m in methods]
+    trained = [named(k) for k in ("task", "objective") if cfg.get(k)] if not (dp and all(dp)) else []
+    if any(dp):   # the data-parallel methods pre-train the generated corpus, not --task
+        trained.append(f"{'the data-parallel methods: ' if not all(dp) else ''}the generated corpus pre-trained "
+                       f"(--dp-train {cfg.get('dp_train') or 'full'})")
+    parts = [f"model `{cfg['model']}`", *trained,
              *([f"{cfg['workers']} worker{'s' if cfg['workers'] != 1 else ''}"] if isinstance(cfg.get("workers"), int) else []),
-             *([f"{cfg['updates']} updates x seeds {', '.join(map(str, seeds))}"] if cfg.get("updates") and seeds else []),
-             *([f"LoRA rank {cfg['lora_rank']}"] if cfg.get("lora_rank") else [])]
+             *([f"{cfg['updates']} {'optimizer steps' if dp and all(dp) else 'updates'} x seeds "
+                f"{', '.join(map(str, seeds))}"] if cfg.get("updates") and seeds else []),
+             *([f"LoRA rank {cfg['lora_rank']}"] if cfg.get("lora_rank") and not (dp and all(dp) and
+                                                                               cfg.get("dp_train") != "lora") else [])]
     return ", ".join(parts)
 
 
@@ -232,7 +240,8 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
     names = sorted({b for b in comp["baseline"] if isinstance(b, str)} - {spec.NO_BASELINE}) \
         if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
-    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs, cells), "## Runs", ""]
+    pairs = dataparallel_report.baseline_pairs(tables.updates)   # the data-parallel rows' paired perplexity
+    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs, cells, pairs), "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",

@@ -26,12 +26,14 @@ import pandas as pd
 from harness.results import compare, regime_report, tables
 from harness.results.quality import baseline_learned
 from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, num as _num
-from trainers.spec import NO_BASELINE
+from trainers.spec import NO_BASELINE, is_data_parallel
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
              "rows: `python -m harness.projection.prediction RUN` rebuilds it from the run folder).")
 NO_FULL_SYNC = ("**Regime**: not measured: no full-sync cell ran (`--baseline none`), so there is no full sync's "
                 "link/compute ratio to state.")
+DP_REGIME = ("**Regime**: not stated for data-parallel methods (the regime is HiLo full sync's link/compute ratio per "
+             "update); ")
 FRACTIONS = (50, 75, 90)     # the time-to-quality fractions quality.py measures (TTQ_FRACTIONS, in %)
 DEFAULT_TARGET = 90          # --quality-target's default (trainers/spec.py), for rows that do not carry theirs
 SHARE_RESOLVED = 0.25        # a kept share is "all of it" only when its whole interval lies within 100 % ± this
@@ -141,6 +143,30 @@ def quality_(r, base_name: str) -> tuple[str, str]:
     if not learned:
         clause = (clause + " (" if clause else "") + f"`{base_name}` did not learn measurably" + (")" if clause else "")
     return line, clause
+
+
+def dp_quality(r, pairs: pd.DataFrame | None, base_name: str) -> tuple[str, str] | None:
+    """(words for the quality line, the summary's clause) of a data-parallel row from its held-out perplexity
+    paired seed by seed against the run's data-parallel baseline (dataparallel_report.baseline_pairs); None
+    without a pair (no seed in common, or no whole sync window to count)."""
+    if pairs is None or pairs.empty:
+        return None
+    match = pairs[pairs["method"].astype(str) == str(r["method"])]
+    for k in [k for k in pairs if k in r and k not in ("method", "baseline")]:   # the link and the workers
+        match = match[match[k].isna()] if pd.isna(r[k]) else match[match[k].astype(str) == str(r[k])]
+    if len(match) != 1:
+        return None
+    p = match.iloc[0]
+    n, diff, half = int(p["pairs"]), _num(p["diff"]), _num(p["diff_ci95"])
+    if diff is None:
+        return None
+    verdict = (None if n < CI_MIN_SEEDS or half is None else
+               "worse" if diff - half > 0 else "better" if diff + half < 0 else "indistinguishable")
+    spread = f" ± {_fig(half)} ({n} paired seeds)" if verdict else f" (n={n} seeds: too few for an interval)"
+    line = (f"held-out perplexity (lower is better): {_fig(_num(p['ppl']))} against `{base_name}`'s "
+            f"{_fig(_num(p['ppl_base']))}; paired difference {_fig(diff, '+')}{spread}"
+            + (f": **{verdict}**" if verdict else ""))
+    return line, (f"is {verdict} in held-out perplexity" if verdict else "")
 
 
 def _ttq_cell(r, pct: int) -> tuple[str, str | None]:
@@ -254,9 +280,10 @@ def _disagree(r, base_name: str) -> str:
             if behind else "")
 
 
-def method_block(r, base_name: str, where: str) -> list[str]:
+def method_block(r, base_name: str, where: str, dp_pairs: pd.DataFrame | None = None) -> list[str]:
     s_line, s_clause = speed(r)
-    q_line, q_clause = quality_(r, base_name)
+    q_line, q_clause = (_num(r.get("heldout_mean")) is None and dp_quality(r, dp_pairs, base_name)) \
+        or quality_(r, base_name)
     t_line, t_clause = ttq(r, base_name)
     clauses = [c for c in (s_clause, q_clause, t_clause) if c]
     summary = f"`{r['variant']}`{where} " + (", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1
@@ -327,9 +354,17 @@ def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     return out
 
 
-def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | None = None) -> list[str]:
+def _dp_regime(runs: list[tables.Run]) -> str:
+    off = all(r.meta.get("emulation") is False for r in runs)
+    return DP_REGIME + ("emulation off: localhost, unshaped, so a speedup per step measures compute only." if off else
+                        "the links ran at the rates given (the data-parallel section has the bytes per optimizer step).")
+
+
+def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | None = None,
+            dp_pairs: pd.DataFrame | None = None) -> list[str]:
     """The verdict block: whether the run finished, the regime, the quorum (when updates went on
-    without some workers), then one block per method (and link) against its baseline."""
+    without some workers), then one block per method (and link) against its baseline. `dp_pairs`: the
+    data-parallel rows' held-out perplexity paired against their baseline (dataparallel_report.baseline_pairs)."""
     status = incomplete(runs)
     head = ["## Verdict", "", status, ""] if status else ["## Verdict", ""]
     if comp.empty or "baseline" not in comp:
@@ -341,11 +376,11 @@ def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | No
     for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
         where = f" ({', '.join([link(r), *_beyond_link(r, comp, keys)])})" if len(links) > 1 else ""
         blocks += alone_block(r, where) if str(r["baseline"]) == NO_BASELINE else \
-            method_block(r, str(r["baseline"]), where)
+            method_block(r, str(r["baseline"]), where, dp_pairs)
     if not blocks:
         return head if status else []
     regime = regime_report.headline(runs) or (
-        NO_FULL_SYNC if alone.all() else
+        NO_FULL_SYNC if alone.all() else _dp_regime(runs) if comp["method"].map(is_data_parallel).all() else
         "**Regime**: not recorded: the run stopped before its prediction was written." if status else NO_REGIME)
     partial = quorum(cells)
     return [*head, regime, "", *([partial, ""] if partial else []), *blocks, ""]

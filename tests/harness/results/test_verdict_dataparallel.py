@@ -1,0 +1,42 @@
+"""The verdict of a data-parallel run (tests/fixtures/runs/dp-vs-ddp: lordo-global against ddp, micro model,
+2 workers, 3 seeds x 8 steps, emulation off). It said "quality: not evaluated on held-out problems" beside
+a held-out perplexity the report's data-parallel section paired seed by seed, a regime line meant for runs
+whose prediction predates the comm ratio, and a setup line naming a task the methods never trained."""
+import json
+import statistics
+from pathlib import Path
+
+from harness.results import report, tables
+from harness.results.quality import ci95
+
+RUN = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "dp-vs-ddp"
+
+
+def final_ppl(cell: str) -> float:
+    lines = (RUN / "cells" / cell / "events-learner.jsonl").read_text().splitlines()
+    updates = [r for r in map(json.loads, lines) if r.get("kind") == "update"]
+    return max(updates, key=lambda r: r["version"])["heldout_ppl"]
+
+
+def test_the_verdict_states_held_out_perplexity_paired_against_ddp():
+    md, _ = report.build(tables.read(RUN))
+    block = md.split("## Runs")[0]
+    diffs = [final_ppl(f"lordo-global-s{s}") - final_ppl(f"ddp-s{s}") for s in (1, 2, 3)]
+    mean, half = ci95(diffs)
+    assert mean - half > 0                                   # resolved: lordo-global's perplexity is higher
+    ours = statistics.mean(final_ppl(f"lordo-global-s{s}") for s in (1, 2, 3))
+    theirs = statistics.mean(final_ppl(f"ddp-s{s}") for s in (1, 2, 3))
+    assert (f"  - quality: held-out perplexity (lower is better): {ours:.3f} against `ddp`'s {theirs:.3f}; paired "
+            f"difference +{mean:.3f} ± {half:.3f} (3 paired seeds): **worse**") in block
+    assert "- **`lordo-global` is 1.49x slower per update and is worse in held-out perplexity.**" in block
+    assert "not evaluated on held-out problems" not in block
+
+
+def test_the_regime_and_setup_lines_say_what_a_data_parallel_run_is():
+    md, _ = report.build(tables.read(RUN))
+    assert ("**Regime**: not stated for data-parallel methods (the regime is HiLo full sync's link/compute ratio per "
+            "update); emulation off: localhost, unshaped, so a speedup per step measures compute only.") in md
+    assert "predates the comm ratio" not in md
+    assert ("  - setup: model `micro`, the generated corpus pre-trained (--dp-train full), 2 workers, 8 optimizer "
+            "steps x seeds 1, 2, 3\n") in md
+    assert "task `digits`" not in md
