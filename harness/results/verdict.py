@@ -285,6 +285,9 @@ def method_block(r, base_name: str, where: str, dp_pairs: pd.DataFrame | None = 
     q_line, q_clause = (_num(r.get("heldout_mean")) is None and dp_quality(r, dp_pairs, base_name)) \
         or quality_(r, base_name)
     t_line, t_clause = ttq(r, base_name)
+    if not t_line and is_data_parallel(str(r["method"])):
+        t_line = ("time to quality: not measured: a data-parallel cell evaluates held-out perplexity once, after its "
+                  "last step (the training batch's loss per step is in the data-parallel figures)")
     clauses = [c for c in (s_clause, q_clause, t_clause) if c]
     summary = f"`{r['variant']}`{where} " + (", ".join(clauses[:-1]) + " and " + clauses[-1] if len(clauses) > 1
                                              else clauses[0]) + "."

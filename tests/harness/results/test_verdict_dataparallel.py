@@ -30,6 +30,7 @@ def test_the_verdict_states_held_out_perplexity_paired_against_ddp():
             f"difference +{mean:.3f} ± {half:.3f} (3 paired seeds): **worse**") in block
     assert "- **`lordo-global` is 1.49x slower per update and is worse in held-out perplexity.**" in block
     assert "not evaluated on held-out problems" not in block
+    assert "  - time to quality: not measured: a data-parallel cell evaluates held-out perplexity once" in block
 
 
 def test_the_regime_and_setup_lines_say_what_a_data_parallel_run_is():
