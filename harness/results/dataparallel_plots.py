@@ -7,10 +7,10 @@ trainers/dataparallel/falsifier.py):
     python -m harness.results.dataparallel_plots results/falsifier     # -> results/falsifier/figures/falsifier.pdf + .png
                                                                         #    and paired.md (dataparallel_report.paired_lines)
 
-From a `harness run` folder's tables (called by `plots.write`, same style and colours):
-`dp_ppl_vs_bytes` held-out perplexity vs wire bytes per optimizer step per worker (log x; mean and
-95 % CI over seeds) and `dp_overlap` the overlap per sync of every variant that has one (mean over
-seeds, shaded 95 % CI). Nothing is drawn for runs without data-parallel cells.
+From a `harness run` folder's tables (called by `plots.render`, same style and colours): `dp_overlap`,
+the overlap per sync of every variant that has one (mean over seeds, shaded 95 % CI); held-out
+perplexity against bytes per optimizer step is equal_bytes.py's `dp_equal_bytes` (its left panel).
+Nothing is drawn for runs without data-parallel cells.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from harness.results import dataparallel_report  # noqa: E402
 from harness.results.style import save, style  # noqa: E402
@@ -89,24 +90,6 @@ def ppl_points(updates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def dp_ppl_vs_bytes(updates: pd.DataFrame, out: Path) -> list[Path]:
-    pts = ppl_points(updates)
-    if pts.empty:
-        return []
-    keys, vary = [k for k in dataparallel_report.KEYS if k in pts] + ["method"], _varying(pts)
-    fig, ax = plt.subplots(figsize=(4.2, 3))
-    for _, r in pts.dropna(subset=["ppl_mean"]).iterrows():
-        colour, marker = style(r["method"])
-        err = None if r["ppl_ci95"] is None or pd.isna(r["ppl_ci95"]) else r["ppl_ci95"]
-        ax.errorbar(r["bytes"], r["ppl_mean"], yerr=err, color=colour, marker=marker, capsize=2,
-                    label=f"{_label(tuple(r[k] for k in keys), keys, vary)}, {r['seeds']} seeds")
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes per optimizer step per worker (wire, up + down)")
-    ax.set_ylabel("held-out perplexity (mean, 95% CI)")
-    ax.legend(fontsize=6)
-    return save(fig, out, "dp_ppl_vs_bytes")
-
-
 def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
     """Per (coordinates, method, optimizer step of a sync): overlap mean and 95 % CI over seeds."""
     if "overlap" not in updates or "method" not in updates:
@@ -121,10 +104,11 @@ def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def dp_overlap(updates: pd.DataFrame, out: Path) -> list[Path]:
+def draw_dp_overlap(updates: pd.DataFrame) -> tuple[str, Figure, str] | None:
+    """(name, figure, caption) of the overlap per sync; None where no variant has one."""
     b = overlap_bands(updates)
     if b.empty:
-        return []
+        return None
     keys, vary = [k for k in dataparallel_report.KEYS if k in b] + ["method"], _varying(b)
     fig, ax = plt.subplots(figsize=(4.2, 3))
     for key, g in b.groupby(keys, dropna=False, sort=False):
@@ -138,12 +122,17 @@ def dp_overlap(updates: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_ylabel("overlap  mean $\\sigma^2(Q_{t+1}^T Q_t)$")
     ax.set_title("subspace overlap per sync (mean, 95% CI over seeds)", fontsize=8)
     ax.legend(fontsize=6)
-    return save(fig, out, "dp_overlap")
+    return ("dp_overlap", fig,
+            "Subspace overlap mean(σ²(Q_{t+1}ᵀ Q_t)) at each sync that refreshed the projection (mean over workers), "
+            "against the optimizer step of the sync: 1 = the new subspace is the old one (the stagnation without "
+            "full-rank QHM), lower = Q moves. Line: mean over seeds (n in the legend); shaded: 95 % CI over seeds "
+            "(Student's t; none with one seed).")
 
 
-def figures(updates: pd.DataFrame, out: Path) -> list[Path]:
-    """The data-parallel figures of a run folder's updates table ([] without data-parallel cells)."""
-    return dp_ppl_vs_bytes(updates, out) + dp_overlap(updates, out)
+def figures(updates: pd.DataFrame) -> list[tuple[str, Figure, str]]:
+    """The data-parallel figures of a run folder's updates table beside the equal-bytes one (its left panel is
+    held-out perplexity against bytes per step): the overlap per sync; [] without one."""
+    return [p for p in (draw_dp_overlap(updates),) if p is not None]
 
 
 if __name__ == "__main__":

@@ -344,13 +344,17 @@ def render(t: RunTables, comp: pd.DataFrame | None = None) -> list[Plot]:
     comp = compare.comparison(t.updates, t.cells, t.evals) if comp is None else comp
     with plt.rc_context(STYLE):
         plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
-        plots += [draw_quality_vs_bytes(comp), draw_phase_breakdown(t.updates), draw_timeline(t.phases),
-                  draw_link_throughput(t.links, trace_plots.followed(t.runs))]
+        if len(comp) and not comp["method"].astype(str).map(spec.is_data_parallel).all():
+            plots.append(draw_quality_vs_bytes(comp))   # the data-parallel methods': equal_bytes' dp_equal_bytes
+        plots += [draw_phase_breakdown(t.updates), draw_timeline(t.phases)]
+        if not t.links.empty or any(r.meta.get("emulation") is not False for r in t.runs):   # unshaped: no link
+            plots.append(draw_link_throughput(t.links, trace_plots.followed(t.runs)))
         if varies_bandwidth(comp):
             plots.append(draw_seconds_vs_bandwidth(comp))
         plots += [Plot(*p) for p in equal_bytes.figures(t.updates, t.evals, comp)]   # quality at equal bytes
         plots += [Plot(*p) for p in trace_plots.figures(t)]   # links that followed a trace or schedule
         plots += [Plot(*p) for p in regime_plots.figures(t)]  # speedup against the comm ratio (a sweep over it)
+        plots += [Plot(*p) for p in dataparallel_plots.figures(t.updates)]   # LoRDO's subspace overlap per sync
     return plots
 
 
@@ -373,4 +377,4 @@ def write_plots(path: str | Path, extra: Iterable[str | Path] = (), tables: RunT
     out = Path(out) if out is not None else Path(path) / "figures"
     plots = render(t, comp)
     with plt.rc_context(STYLE):
-        return plots, save_plots(plots, out) + dataparallel_plots.figures(t.updates, out)
+        return plots, save_plots(plots, out)

@@ -301,14 +301,10 @@ def _write_figures(path, tables: RunTables, folder: Path, comp: pd.DataFrame | N
     from harness.results import plots  # matplotlib: only where figures are drawn
 
     try:
-        drawn, files = plots.write_plots(path, tables=tables, out=folder, comp=comp)
+        drawn, _ = plots.write_plots(path, tables=tables, out=folder, comp=comp)
     except ValueError:  # no completed update to plot yet
         return []
-    captions = [(f"{p.name}.png", p.caption) for p in drawn]
-    named = {c[0] for c in captions}
-    captions += [(f.name, "data-parallel figure (harness/results/dataparallel_plots.py: mean and shaded 95 % CI "
-                  "over seeds)") for f in files if f.suffix == ".png" and f.name not in named]
-    return captions
+    return [(f"{p.name}.png", p.caption) for p in drawn]
 
 
 HTML_STYLE = ("body{font:14px/1.45 sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.results import style as style_mod
-from harness.results import compare, dataparallel_plots, dataparallel_report, plots
+from harness.results import compare, dataparallel_plots, dataparallel_report, plots, report
 from harness.results.tables import read
 from harness.results.quality import ci95
 
@@ -118,11 +118,13 @@ def test_plot_writes_the_dp_figures_with_the_others(tmp_path):
     shutil.copytree(FIXTURE, run)
     paths = plots.write(run)
     names = {p.name for p in paths}
-    assert {"dp_ppl_vs_bytes.pdf", "dp_ppl_vs_bytes.png", "dp_overlap.pdf", "dp_overlap.png"} <= names
+    assert {"dp_equal_bytes.pdf", "dp_equal_bytes.png", "dp_overlap.pdf", "dp_overlap.png"} <= names
     assert "seconds_vs_bandwidth.pdf" not in names          # one bandwidth: one x value, no figure
+    # perplexity against bytes per step is dp_equal_bytes' left panel; quality_vs_bytes draws HiLo methods only
+    assert not {"dp_ppl_vs_bytes.png", "quality_vs_bytes.png"} & names
     pdf = (run / "figures" / "dp_overlap.pdf").read_bytes()
     assert pdf[:4] == b"%PDF" and b"/FontFile2" in pdf                # TrueType (Type 42) embedded
-    assert (run / "figures" / "dp_ppl_vs_bytes.png").stat().st_size > 1000
+    assert (run / "figures" / "dp_overlap.png").stat().st_size > 1000
 
 
 def test_seconds_vs_bandwidth_over_a_bandwidth_sweep(tmp_path):
@@ -149,3 +151,16 @@ def test_every_data_parallel_method_has_its_own_style():
     assert not {m for _, m in pairs} & set(style_mod.MARKERS)             # never an unlisted method's pick
     main = ("ddp", "lowrank-ddp", "diloco", "lordo-global", "lordo-global-none", "lordo-local")
     assert len({style_mod.style(m) for m in main}) == len({style_mod.style(m)[1] for m in main}) == len(main)
+
+
+def test_a_data_parallel_run_without_emulation_draws_no_figure_of_nothing():
+    """lordo-global against ddp on localhost (tests/fixtures/runs/dp-vs-ddp): quality_vs_bytes was an empty
+    frame (it draws HiLo methods only), link_throughput said "nothing is drawn" (no link to sample), and
+    dp_ppl_vs_bytes repeated dp_equal_bytes' left panel, with overlapping tick labels and a caption that
+    named a file instead of saying what it drew."""
+    t = read(FIXTURE.parent / "dp-vs-ddp")
+    drawn = {p.name: p for p in plots.render(t)}
+    assert set(drawn) == {"phase_breakdown", "timeline", "dp_equal_bytes", "dp_overlap"}
+    assert drawn["dp_overlap"].caption.startswith("Subspace overlap mean(σ²(Q_{t+1}ᵀ Q_t)) at each sync")
+    md, _ = report.build(t, [(f"{p.name}.png", p.caption) for p in drawn.values()])
+    assert "data-parallel figure (" not in md
