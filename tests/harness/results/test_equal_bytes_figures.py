@@ -147,3 +147,15 @@ def test_a_dp_run_shorter_than_its_sync_window_says_why_its_left_panel_is_empty(
     assert caption.endswith("Left is empty: no seed ran a whole sync window.")
     assert not [w for w in recwarn if "legend" in str(w.message)]
     assert equal_bytes.draw_dp_equal_bytes(t.updates[t.updates["update_index"] <= 31]) is None
+
+
+def test_a_byte_axis_within_a_factor_of_two_is_linear_with_byte_ticks():
+    """ddp and lordo-global ship about the same per step (1.01 and 1.06 MB): on a log axis matplotlib labelled
+    its minor ticks there, "1.01 x 10^6" to "1.045 x 10^6", run into one another."""
+    t = tables.read(FIXTURES / "dp-vs-ddp")
+    _, fig, _ = equal_bytes.draw_dp_equal_bytes(t.updates)
+    ax_u, ax_c = fig.axes
+    fig.canvas.draw()
+    assert ax_u.get_xscale() == "linear" and ax_c.get_xscale() == "log"     # the cumulative bytes span decades
+    labels = [x.get_text() for x in ax_u.get_xticklabels() if x.get_text()]
+    assert labels and all(label.endswith(" MB") for label in labels) and len(labels) <= 5
