@@ -165,6 +165,9 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
     from harness.net import clean as cleaner
     if run_id is not None and all_runs:
         raise usage_error(ValueError("--all and --run-id: give one of them"))
+    if run_id is not None and not cleaner.topology.RUN_ID.fullmatch(run_id):   # no run has it: not "nothing to clean"
+        raise usage_error(ValueError(f"--run-id: {run_id!r} is no namespace run id (4-8 hex digits: meta.json's "
+                                     f"netns_run_id, or what follows '{cleaner.topology.PREFIX}' in `ip netns list`)"))
     if list_only:
         runs = cleaner.runs(run_id)
         typer.echo("\n".join(f"{name}\t{cleaner.owner_status(rid)[0]}" for rid, names in runs.items()

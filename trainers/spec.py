@@ -472,6 +472,9 @@ def check_combinations(values: Mapping[str, Any]) -> None:
         raise SpecError(f"--eval-samples: {values['eval_samples']} must be at least 2 x --pass-k ({values['pass_k']})")
     if "worker_cpu" in values:          # a harness value: present in a run's values, not in one cell's
         parse_worker_cpu(values["worker_cpu"], values["workers"])
+    bare = [x.strip() for x in str(values.get("straggler") or "").split(",") if re.search(r":[0-9.]+$", x.strip())]
+    if bare:   # as --delay 20: a bare number reads as seconds to one user and as tc's microseconds to another
+        raise SpecError(f"--straggler: {quote(bare[0])} needs a unit: {bare[0]}s, {bare[0]}ms")
     late = [w for w in parse_straggler(values.get("straggler")) if w > values["workers"]]
     if late:
         raise SpecError(f"--straggler: names w{late[0]}, but the run has {values['workers']} workers")
@@ -561,6 +564,9 @@ def check_run(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:
             raise SpecError(str(err).replace("--method", "--baseline")) from None
     if baseline != NO_BASELINE:
         _check_one_family(methods, baseline)
+        if set(methods) == {baseline}:   # the report would have no row to compare: no verdict at all
+            raise SpecError(f"--method {baseline}: the only method is the baseline itself, so nothing is compared; "
+                            f"give another method beside it, or --baseline {NO_BASELINE} to measure {baseline} alone")
     pairs = list(dict.fromkeys((m, b if takes_budget(m, values) else None) for m in methods for b in values["budget"]))
     if baseline != NO_BASELINE and baseline not in methods:
         pairs.append((baseline, None))

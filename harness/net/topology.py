@@ -56,7 +56,8 @@ from harness.owner import owner_record, process_start_time
 PREFIX = "wh"
 NETNS_DIR = "/run/netns"
 STATE_DIR = "/run/wan-harness"   # <run id>.json per topology: its owner (harness clean reads it)
-NS_PATTERN = re.compile(rf"^{PREFIX}([0-9a-f]{{4,8}})-(rt|probe|learner|w[0-9]+)$")
+RUN_ID = re.compile(r"[0-9a-f]{4,8}")   # new_run_id's hex (older runs: 4 digits)
+NS_PATTERN = re.compile(rf"^{PREFIX}({RUN_ID.pattern})-(rt|probe|learner|w[0-9]+)$")
 SUBNET = "10.88"            # the harness's /16: every node's link is a /30 in it (`link_addresses`)
 LINK_PREFIX_LEN = 30        # gateway, node, network and broadcast addresses per link
 MAX_WORKERS = 1024          # the /16 holds 16383 worker links; a run meets process and memory limits first

@@ -21,6 +21,7 @@ import pandas as pd
 from harness.results import quality
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
+from harness.results.verdict import SHARE_RESOLVED, share_unresolved
 from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
 from harness.results.wording import figure, fmt, none as _none, pm as _pm
 from trainers.spec import NO_BASELINE
@@ -212,10 +213,13 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             kept = "-" if _none(share) else f"{100 * share:.0f} %" + (
                 f" [{100 * lo:.0f}, {100 * hi:.0f}]" if not (_none(lo) or _none(hi)) else
                 " [unbounded]" if int(r[f"diff_{m}_n"]) >= 2 else "")
+            share_verdict = r.get(f"gain_kept_{m}_verdict") or "-"
+            if share_verdict == "keeps all of it" and (_none(lo) or _none(hi) or share_unresolved(lo, hi, share_verdict)):
+                share_verdict = "not resolved"   # as the verdict words it: an interval past SHARE_RESOLVED, or none
             rows.append([_link(r), r["variant"], name + (" (decides)" if m == r.get("heldout_metric") else ""),
                          _pm(r.get(f"diff_{m}_mean"), r.get(f"diff_{m}_ci95"), "+.3f") + f" ({int(r[f'diff_{m}_n'])})",
                          "-" if _none(r.get(f"diff_{m}_resolution")) else figure(r[f'diff_{m}_resolution']),
-                         r.get(f"diff_{m}_verdict") or "-", kept, r.get(f"gain_kept_{m}_verdict") or "-"])
+                         r.get(f"diff_{m}_verdict") or "-", kept, share_verdict])
         if r.get("metrics_disagree") is True:
             notes.append(f"- `{r['variant']}`: the figures disagree: {r['metrics_disagree_note']}. The decision is "
                          f"{r['heldout_name']}'s.")
@@ -229,7 +233,9 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             "run resolves, the verdict, and the share of the baseline's gain (final − start) the method kept: "
             "mean gain / the baseline's mean gain over the paired seeds, with Fieller's 95 % interval (unbounded "
             "where the baseline's own gain is within its seed noise). The share keeps all of it when that interval "
-            "holds 100 %, which is the paired difference's \"indistinguishable\". A coarse figure can hide what a "
+            f"holds 100 % and lies within 100 % ± {100 * SHARE_RESOLVED:.0f} points (not resolved where it reaches "
+            "past them or is unbounded: it cannot tell all of the gain from half or twice it). A coarse figure can "
+            "hide what a "
             "fine one resolves (pass@4 saturates where P(gold) still moves): the decision is the finest figure "
             "that means quality.", "", markdown_table(head, rows), "", *notes, *([""] if notes else [])]
 

@@ -185,6 +185,13 @@ def _trace_path(value: str | None) -> str | None:
     return str(Path(value).resolve())
 
 
+def check_run_id(run_id: str | None) -> None:
+    """A run id names a folder under --out: ConfigError unless it is one plain file name."""
+    if run_id is not None and not _RUN_ID.match(run_id):
+        raise ConfigError(f"--run-id: {spec.quote(run_id)} must start with a "
+                          "letter or digit, then up to 80 more letters, digits, '.', '_' or '-'")
+
+
 def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
     """Validate every value (spec names; raw strings or typed values); return the frozen config
     or raise ConfigError (one line)."""
@@ -206,8 +213,7 @@ def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) 
         card_options.check_carded("objective", values["objective"], values["objective_options"])
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if run_id is not None and not _RUN_ID.match(run_id):
-        raise ConfigError(f"--run-id: {spec.quote(run_id)} must be letters, digits, '.', '_' or '-'")
+    check_run_id(run_id)
     variants = [Variant(m, b) for m, b in spec.check_run(values)]  # the rules between values, methods, baseline
     _check_budget_bytes(values, variants)
     link = {"rate": values["bw"], "delay": values["delay"], "jitter": values["jitter"], "loss": values["loss"],

@@ -108,7 +108,8 @@ def place(cfg: RunConfig, say: Callable[[str], None] = lambda line: print(line, 
         factor = commratio.scale_for(target, m, commratio.network_at(prof, cfg.workers),
                                      *commratio.factor_bounds(prof, cfg.workers))
     except ValueError as err:
-        raise launch.PreflightFailed(f"--comm-ratio: {err}") from None
+        raise launch.PreflightFailed(f"--comm-ratio: {err} (--comm-ratio off runs the profile's literal rates "
+                                     "instead)") from None
     scaled = profiles.scaled(prof, factor)
     rate = scaled.link("w1").down.rate_bit_s
     regime = {"target_ratio": target, "target": cfg.comm_ratio or "paper", "factor": factor,

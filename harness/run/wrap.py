@@ -32,7 +32,6 @@ import contextlib
 import ctypes
 import datetime as dt
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -50,7 +49,7 @@ from harness.owner import owner_record
 from harness.projection.network import Network, goodput_ratio
 from harness.projection.ring import payload_from_sent, ring_allreduce_s
 from harness.results import wrapped
-from harness.run.config import ConfigError
+from harness.run.config import ConfigError, check_run_id
 from harness.run.launch import PreflightFailed, describe_exit, write_final_meta
 from harness.signals import exit_code, signals_raise
 from trainers import spec
@@ -63,7 +62,6 @@ SAMPLE_S = 0.5              # link counters and socket ledger, as `harness run` 
 DEFAULT_PORT = 29500
 CALIBRATION_RTT_PROBES, CALIBRATION_LOSS_PROBES = 20, 300
 _LINK_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss", "trace": "--trace"}
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -140,8 +138,7 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
         raise ConfigError(f"--timeout: {timeout_s!r} must be > 0 seconds")
     if not 1 <= master_port <= 65535:
         raise ConfigError(f"--master-port: {master_port!r} must be a TCP port (1-65535)")
-    if run_id is not None and not _RUN_ID.match(run_id):
-        raise ConfigError(f"--run-id: {run_id!r} must be letters, digits, '.', '_' or '-'")
+    check_run_id(run_id)
     resolve_command(command)
     link = {"rate": parsed["bw"], "delay": parsed["delay"], "jitter": parsed["jitter"], "loss": parsed["loss"],
             "trace": str(Path(parsed["trace"]).resolve()) if parsed["trace"] and Path(parsed["trace"]).is_file()

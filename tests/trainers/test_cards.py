@@ -234,7 +234,7 @@ def test_a_scratch_task_needs_two_places_and_then_works_by_name(scratch_dp_and_t
         "except ValueError as e: print(e)", env)
     assert out.splitlines() == ["{'ops': 'copy,add', 'min_len': 2}",
                                 "--task-options: digits: need 1 <= min_len <= max_len <= 32, got 1, 99"]
-    proc = subprocess.run([*HARNESS, "run", "--method", "full-bf16", "--task", "digits2", "--task-options",
+    proc = subprocess.run([*HARNESS, "run", "--method", "full-bf16", "--baseline", "none", "--task", "digits2", "--task-options",
                            "max_len=2", "--model", "micro", "--no-emulation", "--dry-run", "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -91,3 +91,11 @@ def test_a_topology_records_its_owner_until_destroyed():
     finally:
         topo.destroy()
     assert topology.read_state(topo.run_id) is None and not os.path.exists(topology.state_path(topo.run_id))
+
+
+@pytest.mark.parametrize("bad", ["../x", "ABCDEF", "12", "wh1234-w1"])
+def test_a_run_id_no_run_can_have_is_bad_input_not_nothing_to_clean(bad):
+    """`harness clean --run-id ../x` said "nothing to clean", exit 0, as if it had looked."""
+    result = CliRunner().invoke(app, ["clean", "--run-id", bad])
+    assert result.exit_code == 2
+    assert f"--run-id: {bad!r} is no namespace run id (4-8 hex digits" in result.output

@@ -31,3 +31,12 @@ def heldout_run(tmp_path_factory) -> Path:
 def heldout_copy():
     """objective_copy, for tests that need a fresh copy (several, or one to change)."""
     return objective_copy
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Each test's figures closed after it: pyplot keeps every figure it made until closed (and warns past 20)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

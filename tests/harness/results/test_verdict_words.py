@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from harness.results import compare, plots, report, tables, verdict, workers_report
+from harness.results import compare, plots, quality_report, report, tables, verdict, workers_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 
@@ -207,6 +208,10 @@ def test_a_kept_share_with_a_wide_interval_is_said_not_resolved():
     assert f"{share} (not resolved: the interval reaches past 100 % ± 25 points) of `full-bf16`'s gain" in text
     headline = text.splitlines()[0]
     assert f"{share} of `full-bf16`'s gain in pass@" in headline and " (not resolved)" in headline
+    # the table of every held-out figure says the same of that figure (it said "keeps all of it" there)
+    [row] = [line for line in "\n".join(quality_report.metrics_table(pd.DataFrame([r]))).splitlines()
+             if "(decides)" in line]
+    assert row.endswith(" | not resolved |")
 
 
 def test_a_kept_share_within_the_bound_is_said_all_of_it():

@@ -44,6 +44,10 @@ BAD_RUN = [
     (["--method", "spar,lordo-global"], "--method lordo-global: a data-parallel method pre-trains the generated "
                                         "corpus, not the task that full-bf16 (HiLo's) trains"),
     (["--method", "lordo-global", "--baseline", "full-bf16"], "compare it against --baseline ddp"),
+    (["--straggler", "w2:exp:2"], "--straggler: 'w2:exp:2' needs a unit: w2:exp:2s, w2:exp:2ms"),
+    (["--method", "full-bf16"], "--method full-bf16: the only method is the baseline itself, so nothing is "
+                                "compared; give another method beside it, or --baseline none"),
+    (["--method", "spar", "--baseline", "spar"], "--method spar: the only method is the baseline itself"),
     (["--method", "spar", "--baseline", "ddp"], "--method spar: a HiLo method trains --task, not the generated "
                                                 "corpus that ddp (data-parallel) pre-trains"),
     (["--bw", "10foo"], "--bw:"),
@@ -67,6 +71,8 @@ BAD_RUN = [
     (["--profile", "heterogeneous-edge", "--bw", "10mbit"], "--bw: contradicts profile 'heterogeneous-edge'"),
     (["--backend", "magic"], "--backend: 'magic' is not one of netem, fallback"),
     (["--run-id", "../escape"], "--run-id:"),
+    (["--run-id", ".hidden"], "--run-id: '.hidden' must start with a letter or digit, then up to 80 more letters"),
+    (["--run-id", "a" * 300], "... must start with a letter or digit, then up to 80 more"),
 ]
 
 

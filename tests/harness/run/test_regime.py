@@ -18,7 +18,7 @@ from harness.run.config import ConfigError
     ({"profile": "transatlantic", "comm_ratio": "2"}, 2.0),       # ... unless a ratio is asked for
     ({"comm_ratio": "off"}, None),
     ({"emulation": False}, None),
-    ({"method": "ddp", "baseline": "ddp"}, None),                 # data-parallel: not HiLo's ratio
+    ({"method": "lordo-global", "baseline": "ddp"}, None),                 # data-parallel: not HiLo's ratio
     ({"preset": "hilo-kk"}, commratio.PAPER_RATIO),
     ({"preset": "hilo-countdown"}, commratio.PAPER_RATIO),
 ])
@@ -31,7 +31,7 @@ def test_which_runs_are_placed_in_a_regime(given, target):
     ({"comm_ratio": "1", "trace": "cellular-lte.csv"}, "both set the link rate"),
     ({"comm_ratio": "fast"}, "is not 'paper', 'off' or a number"),
     ({"comm_ratio": "1", "emulation": False}, "no link is shaped"),
-    ({"comm_ratio": "1", "method": "ddp", "baseline": "ddp"}, "data-parallel"),
+    ({"comm_ratio": "1", "method": "lordo-global", "baseline": "ddp"}, "data-parallel"),
 ])
 def test_conflicting_or_bad_ratios_are_one_line_errors(given, words):
     with pytest.raises(ConfigError, match=words) as err:
