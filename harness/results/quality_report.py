@@ -41,6 +41,13 @@ def _methods(comp: pd.DataFrame) -> pd.DataFrame:
     return comp[(comp["method"] != comp["baseline"]) & comp["heldout_mean"].notna()]
 
 
+def _who(comp: pd.DataFrame, r) -> str:
+    """A line's method, with its link where the report holds more than one (two runs or a sweep: the same
+    method twice would read alike)."""
+    links = {_link(row) for _, row in comp.iterrows()}
+    return f"`{r['variant']}`" + (f" ({_link(r)})" if len(links) > 1 else "")
+
+
 def _clock(basis) -> str:
     return "CPU time" if basis == "cpu" else "wall clock"
 
@@ -173,18 +180,18 @@ def paired_section(comp: pd.DataFrame) -> list[str]:
     for _, r in comp[(comp["method"] != comp["baseline"]) & (comp["heldout_diff_n"].fillna(0) > 0)].iterrows():
         n, res = int(r["heldout_diff_n"]), r.get("heldout_resolution")
         if _none(r.get("heldout_diff_ci95")):
-            lines.append(f"- `{r['variant']}`: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} over {n} "
+            lines.append(f"- {_who(comp, r)}: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} over {n} "
                          "paired seed: too few for an interval or a resolution.")
             continue
         if r["heldout_diff_sd"] < 1e-12:  # the same difference on every seed (bit-identical methods, no learning)
-            lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} on "
+            lines.append(f"- {_who(comp, r)} − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} on "
                          f"every one of {n} paired seeds (paired sd 0): **{r['heldout_verdict']}**, with no spread to state a "
                          "resolution from.")
             continue
         need = quality.seeds_for(float(r["heldout_diff_sd"]), PAPER_GAP)
         ttq = (f"; seconds to target {r['ttq_diff_mean']:+.1f} ± {r['ttq_diff_ci95']:.1f} ({int(r['ttq_diff_n'])} seeds: "
                f"{r['ttq_verdict']})" if not _none(r.get("ttq_diff_ci95")) else "")
-        lines.append(f"- `{r['variant']}` − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} ± "
+        lines.append(f"- {_who(comp, r)} − baseline: {r['heldout_name']} {figure(r['heldout_diff_mean'], '+')} ± "
                      f"{figure(r['heldout_diff_ci95'])} ({n} paired seeds, sd {figure(r['heldout_diff_sd'])}); this run "
                      f"resolves differences of {figure(res)} or more: **{r['heldout_verdict']}**{ttq}. The paper's gap "
                      f"({PAPER_GAP}) needs {need or 'over 1000'} seeds at this sd.")
@@ -196,6 +203,9 @@ def paired_section(comp: pd.DataFrame) -> list[str]:
             "Resolution: the smallest difference this many seeds detect with 80 % power at the 5 % level, "
             "(t(0.975) + t(0.80)) × sd / √n. Better / worse: the interval excludes 0; otherwise indistinguishable "
             "at that resolution (harness/results/quality.py).", "", *lines, ""]
+
+
+NO_SHARE = "no share: the baseline's gain is not resolved above 0"   # the verdict's "no share of its gain to keep"
 
 
 def metrics_table(comp: pd.DataFrame) -> list[str]:
@@ -210,12 +220,12 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             name = r.get(f"diff_{m}_name") or m
             lo, hi = r.get(f"gain_kept_{m}_lo"), r.get(f"gain_kept_{m}_hi")
             share = r.get(f"gain_kept_{m}")
-            kept = "-" if _none(share) else f"{100 * share:.0f} %" + (
-                f" [{100 * lo:.0f}, {100 * hi:.0f}]" if not (_none(lo) or _none(hi)) else
-                " [unbounded]" if int(r[f"diff_{m}_n"]) >= 2 else "")
-            share_verdict = r.get(f"gain_kept_{m}_verdict") or "-"
-            if share_verdict == "keeps all of it" and (_none(lo) or _none(hi) or share_unresolved(lo, hi, share_verdict)):
-                share_verdict = "not resolved"   # as the verdict words it: an interval past SHARE_RESOLVED, or none
+            unbounded = (_none(lo) or _none(hi)) and int(r[f"diff_{m}_n"]) >= 2   # the baseline's gain not above 0
+            kept = "-" if _none(share) else NO_SHARE if unbounded else f"{100 * share:.0f} %" + (
+                f" [{100 * lo:.0f}, {100 * hi:.0f}]" if not (_none(lo) or _none(hi)) else "")
+            share_verdict = "-" if unbounded else r.get(f"gain_kept_{m}_verdict") or "-"
+            if share_verdict == "keeps all of it" and share_unresolved(lo, hi, share_verdict):
+                share_verdict = "not resolved"   # as the verdict words it: an interval past 100 % ± SHARE_RESOLVED
             rows.append([_link(r), r["variant"], name + (" (decides)" if m == r.get("heldout_metric") else ""),
                          _pm(r.get(f"diff_{m}_mean"), r.get(f"diff_{m}_ci95"), "+.3f") + f" ({int(r[f'diff_{m}_n'])})",
                          "-" if _none(r.get(f"diff_{m}_resolution")) else figure(r[f'diff_{m}_resolution']),
@@ -231,10 +241,10 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             "Each figure the run recorded, per method: the paired difference from the baseline (per seed, the "
             "method's final figure minus the baseline's; mean ± 95 % CI over seeds), the smallest difference this "
             "run resolves, the verdict, and the share of the baseline's gain (final − start) the method kept: "
-            "mean gain / the baseline's mean gain over the paired seeds, with Fieller's 95 % interval (unbounded "
-            "where the baseline's own gain is within its seed noise). The share keeps all of it when that interval "
+            "mean gain / the baseline's mean gain over the paired seeds, with Fieller's 95 % interval (none where the "
+            "baseline's own gain is within its seed noise: no share). The share keeps all of it when that interval "
             f"holds 100 % and lies within 100 % ± {100 * SHARE_RESOLVED:.0f} points (not resolved where it reaches "
-            "past them or is unbounded: it cannot tell all of the gain from half or twice it). A coarse figure can "
+            "past them: it cannot tell all of the gain from half or twice it). A coarse figure can "
             "hide what a "
             "fine one resolves (pass@4 saturates where P(gold) still moves): the decision is the finest figure "
             "that means quality.", "", markdown_table(head, rows), "", *notes, *([""] if notes else [])]
@@ -305,7 +315,7 @@ def equal_time_lines(comp: pd.DataFrame) -> list[str]:
                 f" over {int(n)} paired seeds: **{r.get('q_at_equal_time_diff_verdict') or 'no interval'}**")
         flag = (f" ({int(short)} seed(s) finished training sooner: their last value, an under-statement if they "
                 "were still improving)" if not _none(short) and short else "")
-        lines.append(f"- `{r['variant']}`: {r['heldout_name']} {_pm(r['q_at_equal_time_mean'], r.get('q_at_equal_time_ci95'), n=r.get('heldout_seeds'))}"
+        lines.append(f"- {_who(comp, r)}: {r['heldout_name']} {_pm(r['q_at_equal_time_mean'], r.get('q_at_equal_time_ci95'), n=r.get('heldout_seeds'))}"
                      f" after {r['equal_time_s']:.1f} s of training ({_clock(r.get('equal_time_basis'))}){diff}{flag}.")
     if not lines:
         return []

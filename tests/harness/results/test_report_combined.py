@@ -239,3 +239,18 @@ def test_a_combined_title_says_which_runs_ran_no_baseline(tmp_path, heldout_copy
                                   "`--baseline none`)")
     both, _ = report.build(tables.read([a, heldout_copy(tmp_path / "c")]))
     assert both.splitlines()[0] == "# Comparison against `full-bf16`: 2 runs"
+
+
+def test_paired_lines_name_their_link_where_the_report_holds_two(tmp_path, heldout_copy):
+    """Two runs at two rates: "Paired differences" and "Quality at equal training time" printed two lines
+    that read alike ("`spar@12.8%` − baseline: ..."), neither saying which link it was."""
+    a, b = heldout_copy(tmp_path / "a"), heldout_copy(tmp_path / "b")
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["profile_doc"]["defaults"]["rate"] = "20mbit"
+    (b / "config.json").write_text(json.dumps(cfg))
+    md, _ = report.build(tables.read([a, b]))
+    paired = md.split("## Paired differences from the baseline")[1].split("\n## ")[0]
+    lines = [line for line in paired.splitlines() if line.startswith("- `spar@12.8%`")]
+    assert len(lines) == 2 and lines[0] != lines[1]
+    assert {line.split(" − baseline")[0] for line in lines} == {"- `spar@12.8%` (paper-62.5mbit: 62.5mbit [fallback])",
+                                                               "- `spar@12.8%` (paper-62.5mbit: 20mbit [fallback])"}

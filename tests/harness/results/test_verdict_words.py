@@ -309,3 +309,15 @@ def test_each_run_says_what_it_trained():
                           "objective": "grpo", "objective_options": "kl_coef=0.05", "workers": 1, "updates": 3,
                           "seeds": [1]}) == \
         "model `micro`, task `knights_knaves` (max_people=3), objective `grpo` (kl_coef=0.05), 1 worker, 3 updates x seeds 1"
+
+
+def test_the_table_of_every_figure_gives_no_share_where_the_verdict_gives_none():
+    """A baseline whose gain is within its seed noise: the verdict said "no share of its gain to keep" while
+    the table of every held-out figure printed "94 % [unbounded]" and "keeps all of it"."""
+    t, ev = _learning_evals({("full-bf16", 1): 0.05, ("full-bf16", 2): -0.04, ("full-bf16", 3): 0.02,
+                             ("spar@12.8%", 1): 0.04, ("spar@12.8%", 2): -0.03, ("spar@12.8%", 3): 0.02})
+    r, text = _verdict_of(t, ev)
+    assert "no share of its gain to keep" in text
+    rows = [line for line in "\n".join(quality_report.metrics_table(pd.DataFrame([r]))).splitlines()
+            if line.startswith("| ") and "pass@" in line]
+    assert rows and all(row.endswith(" | no share: the baseline's gain is not resolved above 0 | - |") for row in rows)
