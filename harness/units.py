@@ -102,6 +102,8 @@ def parse_time(value: object) -> float:
     """``"20ms"`` -> 0.02 (seconds). Must be >= 0."""
     number, unit = _split(value, "time")
     unit = unit.lower()
+    if number < 0:   # before the unit: "-10 needs a unit: -10ms" suggested another bad value
+        raise UnitError(f"{quote(value)} is negative: a time is 0 or more ({-number:g}ms?)")
     if unit == "" and number != 0:
         raise UnitError(f"{quote(value)} needs a unit: {number:g}ms, {number:g}s")
     if unit not in TIME_UNITS and unit != "":

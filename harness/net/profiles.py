@@ -333,19 +333,24 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _dir(raw: Mapping[str, Any], where: str) -> LinkDir:
+def _dir(raw: Mapping[str, Any], where: str, shared: Mapping[str, str] = {}) -> LinkDir:
+    """One direction's link; `shared`: key -> where it was written, for keys given once for both directions
+    (an error names the key as the user wrote it: defaults.rate, not defaults.up.rate)."""
+    def at(key: str) -> str:
+        return shared.get(key, where)
+
     def get(key, parse):
         if key not in raw:
             return None
         try:
             return parse(raw[key])
         except units.UnitError as err:
-            raise ProfileError(f"{where}.{key}: {err}") from None
+            raise ProfileError(f"{at(key)}.{key}: {err}") from None
 
     ge = None
     if "burst_loss" in raw:
-        ge = _ge(raw["burst_loss"], f"{where}.burst_loss")
-    trace = _trace(raw, where) if "trace" in raw else None
+        ge = _ge(raw["burst_loss"], f"{at('burst_loss')}.burst_loss")
+    trace = _trace(raw, at("trace")) if "trace" in raw else None
     # every number within its physical range (units.py): rate 1 kbit/s-100 Gbit/s, delay and
     # jitter 0-10 s, loss 0-<100 %, limit 1-2^31-1 packets; jitter <= delay below
     link = LinkDir(rate_bit_s=get("rate", units.parse_rate),
@@ -355,7 +360,7 @@ def _dir(raw: Mapping[str, Any], where: str) -> LinkDir:
                    burst_loss=ge, limit_pkts=get("limit", units.parse_count), trace=trace)
     link = link.at(0.0)
     if link.jitter_s > link.delay_s:
-        raise ProfileError(f"{where}.jitter: {units.quote(raw.get('jitter'))} is larger than delay "
+        raise ProfileError(f"{at('jitter')}.jitter: {units.quote(raw.get('jitter'))} is larger than delay "
                            f"{units.quote(raw.get('delay', 0))} (the delay would go negative)")
     return link
 
@@ -451,8 +456,9 @@ def _without_compute(raw: Mapping[str, Any], where: str) -> Mapping[str, Any]:
 
 def build_link(raw: Mapping[str, Any], where: str) -> LinkSpec:
     flat = {k: v for k, v in raw.items() if k in _LINK_KEYS}
-    return LinkSpec(up=_dir({**flat, **raw.get("up", {})}, f"{where}.up"),
-                    down=_dir({**flat, **raw.get("down", {})}, f"{where}.down"))
+    up, down = raw.get("up", {}), raw.get("down", {})
+    return LinkSpec(up=_dir({**flat, **up}, f"{where}.up", {k: where for k in flat if k not in up}),
+                    down=_dir({**flat, **down}, f"{where}.down", {k: where for k in flat if k not in down}))
 
 
 SCHEDULE_MAX_S = 7 * 86400.0  # the latest schedule step, seconds after the start
@@ -491,6 +497,9 @@ def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
 
 def from_doc(doc: Any, name: str) -> Profile:
     """Validate a parsed YAML document; raises ProfileError naming the first bad field."""
+    if doc is None:
+        raise ProfileError(f"{name}: the profile is empty (a YAML mapping: name, defaults, workers, ...; "
+                           "netem_profiles/ has examples)")
     if not isinstance(doc, Mapping):
         raise ProfileError(f"{name}: {doc!r} is not a mapping")
     _check_keys(doc, _TOP_KEYS, name)

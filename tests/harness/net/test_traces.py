@@ -210,10 +210,10 @@ def test_a_traced_profile_changes_with_time_and_loops():
 
 
 @pytest.mark.parametrize("link, where", [
-    ({"rate": "10mbit", "trace": "cellular-lte.csv"}, "p.defaults.up.rate"),
-    ({"trace": "no-such-trace.csv"}, "p.defaults.up.trace"),
-    ({"trace": {"file": "cellular-lte.csv", "interval": "1us"}}, "p.defaults.up.trace.interval"),
-    ({"trace": {"file": "cellular-lte.csv", "every": "1s"}}, "p.defaults.up.trace.every"),
+    ({"rate": "10mbit", "trace": "cellular-lte.csv"}, "p.defaults.rate"),
+    ({"trace": "no-such-trace.csv"}, "p.defaults.trace"),
+    ({"trace": {"file": "cellular-lte.csv", "interval": "1us"}}, "p.defaults.trace.interval"),
+    ({"trace": {"file": "cellular-lte.csv", "every": "1s"}}, "p.defaults.trace.every"),
 ])
 def test_bad_trace_fields_fail_at_load_naming_the_field(link, where):
     with pytest.raises(profiles.ProfileError, match=where.replace(".", r"\.")):

@@ -32,7 +32,7 @@ def test_parse_percent(text, frac):
 @pytest.mark.parametrize("parser,value,needle", [
     (units.parse_rate, "-5mbit", "> 0"), (units.parse_rate, "0mbit", "> 0"),
     (units.parse_rate, "10furlongs", "unknown rate unit"), (units.parse_rate, "fast", "not a rate"),
-    (units.parse_time, "-1ms", ">= 0"), (units.parse_time, "20parsecs", "unknown time unit"),
+    (units.parse_time, "-1ms", "is negative: a time is 0 or more (1ms?)"), (units.parse_time, "20parsecs", "unknown time unit"),
     # a bare number: tc(8) reads microseconds, the help's "[unit: s]" seconds; neither is guessed
     (units.parse_time, "20", "needs a unit: 20ms, 20s"), (units.parse_time, "0.02", "needs a unit"),
     (units.parse_delay, 20, "needs a unit"), (units.parse_time, 0.5, "needs a unit"),
@@ -41,7 +41,7 @@ def test_parse_percent(text, frac):
     # physical ranges: these passed validation once and crashed in the kernel apply
     (units.parse_rate, "1e30tbit", "within 1kbit and 100gbit"), (units.parse_rate, "0.001bit", "within 1kbit and 100gbit"),
     (units.parse_rate, "999bit", "within 1kbit"), (units.parse_rate, "100.1gbit", "100gbit"),
-    (units.parse_delay, "10.001s", "within 0 and 10s"), (units.parse_delay, "-1ms", ">= 0"),
+    (units.parse_delay, "10.001s", "within 0 and 10s"), (units.parse_delay, "-1ms", "is negative"),
     (units.parse_loss, "100%", "below 100%"), (units.parse_loss, "101%", "within 0% and 100%"),
     (units.parse_count, 0, ">= 1"), (units.parse_count, 99999999999999, "<= 2147483647"),
     (units.parse_count, 2**31, "<= 2147483647"), (units.parse_count, 1.5, "not a whole number"),
@@ -121,31 +121,31 @@ def test_gilbert_elliott_mean_loss():
 
 
 BAD_DOCS = [
-    ({"defaults": {"rate": "-5mbit"}}, "x.defaults.up.rate", "'-5mbit'"),
-    ({"defaults": {"rate": "0mbit"}}, "x.defaults.up.rate", "'0mbit'"),
-    ({"defaults": {"loss": "150%"}}, "x.defaults.up.loss", "'150%'"),
-    ({"defaults": {"delay": "20lightyears"}}, "x.defaults.up.delay", "'20lightyears'"),
+    ({"defaults": {"rate": "-5mbit"}}, "x.defaults.rate", "'-5mbit'"),
+    ({"defaults": {"rate": "0mbit"}}, "x.defaults.rate", "'0mbit'"),
+    ({"defaults": {"loss": "150%"}}, "x.defaults.loss", "'150%'"),
+    ({"defaults": {"delay": "20lightyears"}}, "x.defaults.delay", "'20lightyears'"),
     ({"defaults": {"speed": "1gbit"}}, "x.defaults.speed", "unknown key"),
     ({"bandwidth": "1gbit"}, "x.bandwidth", "unknown key"),
-    ({"defaults": {"delay": "5ms", "jitter": "10ms"}}, "x.defaults.up.jitter", "'10ms'"),
+    ({"defaults": {"delay": "5ms", "jitter": "10ms"}}, "x.defaults.jitter", "'10ms'"),
     ({"defaults": {"up": {"rate": "fast"}}}, "x.defaults.up.rate", "'fast'"),
-    ({"defaults": {"limit": 0}}, "x.defaults.up.limit", "0"),
+    ({"defaults": {"limit": 0}}, "x.defaults.limit", "0"),
     ({"workers": {"worker1": {"rate": "1mbit"}}}, "x.workers.worker1", "unknown worker"),
-    ({"workers": {"w2": {"loss": "-1%"}}}, "x.workers.w2.up.loss", "'-1%'"),
+    ({"workers": {"w2": {"loss": "-1%"}}}, "x.workers.w2.loss", "'-1%'"),
     ({"schedule": [{"at": "-3s", "rate": "1mbit"}]}, "x.schedule[0].at", "'-3s'"),
     ({"schedule": [{"at": "3s", "target": "everyone"}]}, "x.schedule[0].target", "'everyone'"),
-    ({"defaults": {"burst_loss": {"p": "1%"}}}, "x.defaults.up.burst_loss", "'r'"),
+    ({"defaults": {"burst_loss": {"p": "1%"}}}, "x.defaults.burst_loss", "'r'"),
     ({"name": "y"}, "x.name", "'y'"),
     # physical ranges: each of these once reached the kernel and crashed there
-    ({"defaults": {"limit": 99999999999999}}, "x.defaults.up.limit", "99999999999999"),
-    ({"defaults": {"limit": 2**31}}, "x.defaults.up.limit", "<= 2147483647"),
-    ({"defaults": {"loss": "100%"}}, "x.defaults.up.loss", "below 100%"),
-    ({"defaults": {"rate": "1e30tbit"}}, "x.defaults.up.rate", "'1e30tbit'"),
+    ({"defaults": {"limit": 99999999999999}}, "x.defaults.limit", "99999999999999"),
+    ({"defaults": {"limit": 2**31}}, "x.defaults.limit", "<= 2147483647"),
+    ({"defaults": {"loss": "100%"}}, "x.defaults.loss", "below 100%"),
+    ({"defaults": {"rate": "1e30tbit"}}, "x.defaults.rate", "'1e30tbit'"),
     ({"defaults": {"down": {"rate": "0.001bit"}}}, "x.defaults.down.rate", "'0.001bit'"),
-    ({"defaults": {"delay": "11s"}}, "x.defaults.up.delay", "within 0 and 10s"),
-    ({"learner": {"jitter": "20s", "delay": "20s"}}, "x.learner.up.delay", "'20s'"),
+    ({"defaults": {"delay": "11s"}}, "x.defaults.delay", "within 0 and 10s"),
+    ({"learner": {"jitter": "20s", "delay": "20s"}}, "x.learner.delay", "'20s'"),
     ({"workers": {"w2": {"up": {"loss": "100%"}}}}, "x.workers.w2.up.loss", "'100%'"),
-    ({"schedule": [{"at": "5s", "rate": "1e30tbit"}]}, "x.schedule[0].up.rate", "'1e30tbit'"),
+    ({"schedule": [{"at": "5s", "rate": "1e30tbit"}]}, "x.schedule[0].rate", "'1e30tbit'"),
     ("just a string", "x", "not a mapping"),
 ]
 
@@ -190,3 +190,9 @@ def test_a_profile_resolves_its_links_once_when_it_loads():
     with pytest.raises(profiles.OverrideError) as err:
         profiles.resolve("heterogeneous-edge", {"rate": "10mbit"})
     assert err.value.key == "rate" and "contradicts profile 'heterogeneous-edge'" in str(err.value)
+
+
+def test_an_empty_profile_says_it_is_empty():
+    """An empty YAML file parses to None: the error read "empty: None is not a mapping"."""
+    with pytest.raises(profiles.ProfileError, match=r"^x: the profile is empty \(a YAML mapping: name, defaults"):
+        profiles.from_doc(None, "x")
