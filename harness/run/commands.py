@@ -477,9 +477,13 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
-                                                "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
+                                                    "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
+    except OSError as err:   # a file on the way (`--out notes.txt/s`), a read-only or full disk
+        print(f"error: --out: cannot write the sweep into {out} ({err.strerror or type(err).__name__})", file=sys.stderr)
+        return EXIT_USAGE
     failed = ran = 0
     for cfg, complete in zip(cfgs, done):
         if complete:

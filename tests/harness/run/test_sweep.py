@@ -152,11 +152,12 @@ def test_resume_of_the_same_grid_skips_only_complete_points(tmp_path):
     assert commands.first_difference(planned, json.loads(json.dumps(other, default=str))) == ("--bw", "6mbit", "5Mbit")
 
 
-@pytest.mark.parametrize("kind", ["run folder", "other files", "file"])
+@pytest.mark.parametrize("kind", ["run folder", "other files", "file", "under a file"])
 def test_out_must_be_new_empty_or_a_sweep(tmp_path, capsys, kind):
     out = tmp_path / "out"
-    if kind == "file":
+    if kind in ("file", "under a file"):
         out.write_text("notes\n")
+        out = out / "s" if kind == "under a file" else out
     else:
         out.mkdir()
         (out / ("config.json" if kind == "run folder" else "notes.txt")).write_text("{}")
@@ -165,7 +166,7 @@ def test_out_must_be_new_empty_or_a_sweep(tmp_path, capsys, kind):
     kept = listing(tmp_path)
     assert commands.sweep_command({}, str(grid), str(out), quiet=False, json_out=False) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: --out: {out} ")
+    assert err.count("\n") == 1 and err.startswith("error: --out: ") and f"{out} " in err
     assert listing(tmp_path) == kept
 
 
