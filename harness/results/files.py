@@ -71,6 +71,19 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     return runs
 
 
+def sweep_gaps(folder: Path) -> tuple[list[str], int] | None:
+    """A sweep folder's planned grid points (sweep.json "runs") that have no run folder with cells under
+    runs/, and how many it planned; None when `folder` holds no sweep.json. ResultsError when sweep.json
+    is not a sweep's plan."""
+    path = folder / "sweep.json"
+    if not path.exists():
+        return None
+    planned = read_doc(path).get("runs")
+    if not isinstance(planned, list) or not all(isinstance(r, str) and r for r in planned):
+        raise ResultsError(f"{path}: \"runs\" is not a list of run ids")
+    return [r for r in planned if not is_run(folder / "runs" / r)], len(planned)
+
+
 # ---- opening and reading files ------------------------------------------------------------------
 
 def open_regular(path: Path) -> io.BufferedReader:

@@ -30,7 +30,7 @@ import pandas as pd
 from harness.results import compare, dataparallel_report, ledger, quality_report, regime_report, rivals
 from harness.results import verdict, workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
-from harness.results.files import ResultsError
+from harness.results.files import ResultsError, sweep_gaps
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from harness.results.wording import seconds_by_part
@@ -226,9 +226,25 @@ def figures_section(captions: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def sweep_notes(paths: Iterable[str | Path]) -> list[str]:
+    """A line per sweep among `paths` whose planned grid points lack a run folder (not run yet, removed);
+    a malformed sweep.json is a ResultsError, as any malformed results file."""
+    notes = []
+    for path in map(Path, paths):
+        gaps = sweep_gaps(path)
+        if gaps and gaps[0]:
+            missing, planned = gaps
+            notes += [f"**Sweep `{path.name}`: {len(missing)} of {planned} planned points "
+                      f"{'has' if len(missing) == 1 else 'have'} no run folder: "
+                      + ", ".join(f"`{m}`" for m in missing) + "** (`harness sweep` with the same grid and "
+                      "--out runs them).", ""]
+    return notes
+
+
 def build(tables: RunTables, captions: list[tuple[str, str]] = (),
-          comp: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """(markdown, comparison table) over every run in `tables` (`comp`: their compare.comparison, if made)."""
+          comp: pd.DataFrame | None = None, notes: list[str] = ()) -> tuple[str, pd.DataFrame]:
+    """(markdown, comparison table) over every run in `tables` (`comp`: their compare.comparison, if made;
+    `notes`: lines under the title, such as sweep_notes)."""
     cells = tables.cells
     comp = compare.comparison(tables.updates, cells, tables.evals) if comp is None else comp
     head, rows = table_rows(comp)
@@ -241,7 +257,7 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
         if "baseline" in comp else [BASELINE]
     base = ", ".join(f"`{b}`" for b in names) or "no baseline (--baseline none: no speedups)"
     pairs = dataparallel_report.baseline_pairs(tables.updates)   # the data-parallel rows' paired perplexity
-    md = [f"# Comparison against {base}: {title}", "", *verdict.verdict(comp, tables.runs, cells, pairs), "## Runs", ""]
+    md = [f"# Comparison against {base}: {title}", "", *notes, *verdict.verdict(comp, tables.runs, cells, pairs), "## Runs", ""]
     for r in tables.runs:
         md += _run_header(r)
     md += ["", "## Seconds per update, bytes and quality", "",
@@ -279,6 +295,7 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables 
     out = Path(out) if out is not None else Path(path)
     tables = tables if tables is not None else read([path, *extra])
     timings = {} if timings is None else timings
+    notes = sweep_notes([path, *extra])
     try:
         out.mkdir(parents=True, exist_ok=True)
         t = time.monotonic()
@@ -286,7 +303,7 @@ def write(path: str | Path, extra: Iterable[str | Path] = (), tables: RunTables 
         captions = _write_figures(path, tables, out / "figures", comp)
         timings["figures"] = time.monotonic() - t
         t = time.monotonic()
-        md, _ = build(tables, captions, comp)
+        md, _ = build(tables, captions, comp, notes)
         (out / "report.md").write_text(md)
         (out / "report.html").write_text(to_html(md, out, title=out.name))
         timings["report text (md, html)"] = time.monotonic() - t

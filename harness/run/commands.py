@@ -176,8 +176,10 @@ def claim_run_id(cfg: RunConfig, name: str, advice: str) -> RunConfig:
     return cfg
 
 
-def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None) -> int:
-    """One run of `cfg`, its outcome as an exit code."""
+def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | None = None,
+        first_in_process: bool = True) -> int:
+    """One run of `cfg`, its outcome as an exit code. `first_in_process`: its fixed cost includes the
+    process's start-up (False: a sweep's later run, timed from its own start)."""
     if log is not None:
         from harness.results import tracking
 
@@ -204,7 +206,7 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
                   file=sys.stderr)
         live.start()
 
-    clock = fixed_cost.Stopwatch()   # the run's fixed cost by part, from the process's start (meta.json, report)
+    clock = fixed_cost.Stopwatch(from_import=first_in_process)   # the run's fixed cost by part (meta.json, report)
     try:
         try:
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
@@ -289,7 +291,9 @@ def load_grid(path: str | None, flags: dict[str, Any], doc: dict[str, Any] | Non
     command line, is accepted too)."""
     doc = dict(doc or {})
     if path:
-        doc = presets.read_yaml(Path(path), "--grid", ConfigError) or {}
+        doc = presets.read_yaml(Path(path), "--grid", ConfigError)
+        if doc is None or doc == {}:   # zero bytes or comments only: not the default job run by mistake
+            raise ConfigError(f"--grid: the grid file {path} is empty; give run-spec parameters (a list is an axis)")
     if path or doc:
         if not isinstance(doc, dict):
             raise ConfigError(f"--grid: {path!r} must be a mapping of parameter -> value or list")
@@ -339,6 +343,9 @@ def grid_points(grid: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     run; any other parameter with several values is an axis, and names the runs by coordinates
     (link axes first: `bw10mbit-w2`)."""
     many = {p.name for p in spec.PARAMS if p.many}
+    for k, v in grid.items():
+        if isinstance(v, (list, tuple)) and not v:   # `bw: []`: no point to run, not a type error
+            raise ConfigError(f"--grid: {k}: the axis is empty; give at least one value")
     axes = {k: _axis(v) for k, v in grid.items() if k not in many and len(_axis(v)) > 1}
     for k, values in axes.items():
         check_distinct(k, values)
@@ -373,6 +380,72 @@ def is_complete(run_dir: Path) -> bool:
     return isinstance(meta, dict) and bool(meta.get("complete"))
 
 
+def check_sweep_folder(out: Path) -> None:
+    """ConfigError unless `out` may hold this sweep: absent, empty, or an earlier sweep (its sweep.json);
+    a file, a run folder or another folder with files in it is never written into."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: {out} exists and is not a folder; name a new folder for the sweep")
+    if out.is_dir() and not (out / "sweep.json").is_file() and any(out.iterdir()):
+        what = "a run folder" if (out / "config.json").is_file() else "a folder with other files in it"
+        raise ConfigError(f"--out: {out} is {what}, not a sweep folder (no sweep.json); name a new or empty "
+                          "folder, or an earlier sweep's to resume it")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _same(name: str, planned: Any, stored: Any) -> bool:
+    """Whether a run parameter's planned and recorded values mean the same (`10Mbit` is `10mbit`)."""
+    if planned == stored:
+        return True
+    try:
+        return name in NORMALISE and planned is not None and NORMALISE[name](planned) == NORMALISE[name](stored)
+    except (ValueError, units.UnitError):
+        return False
+
+
+def first_difference(cfg: RunConfig, recorded: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(flag, recorded value, planned value) of the first run parameter (spec order) on which the run
+    recorded in a config.json differs from `cfg`; None when every one matches. Run ids, folders and
+    what a run resolves as it goes (the regime, the profile's text) are not run parameters."""
+    planned = json.loads(json.dumps(cfg.to_json(), default=str))   # as config.json holds it
+    for p in spec.PARAMS:
+        key = p.flag_name or p.name
+        if key not in recorded:
+            return p.flag, "(not recorded)", _shown(planned[key])
+        if not _same(p.name, planned[key], recorded[key]):
+            return p.flag, _shown(recorded[key]), _shown(planned[key])
+    return None
+
+
+def resume_plan(cfgs: list[RunConfig]) -> list[bool]:
+    """Per grid point, whether its run is already complete (skipped). ConfigError, one line, when a
+    run already there (complete or partial) was made with other values than the grid's: resuming would
+    report the grid's values over that run's numbers."""
+    from harness.results import files
+
+    done = []
+    for cfg in cfgs:
+        if not (cfg.run_dir / "config.json").exists():   # nothing there, or an attempt stopped before its config
+            done.append(False)
+            continue
+        try:
+            recorded = files.read_doc(cfg.run_dir / "config.json")
+        except files.ResultsError as err:
+            raise ConfigError(f"{err}: cannot tell which values that run used; use another --out "
+                              "(or delete that run)") from None
+        diff = first_difference(cfg, recorded)
+        if diff is not None:
+            flag, was, now = diff
+            raise ConfigError(f"{cfg.run_dir} was run with {flag} {was}; the grid now says {now}: use another "
+                              "--out (or delete that run)")
+        done.append(is_complete(cfg.run_dir))
+    return done
+
+
 def sweep_command(values: dict[str, Any], grid: str | None, out: str | None, quiet: bool, json_out: bool) -> int:
     """`harness sweep`: the grid (a YAML file, flags whose comma lists are axes) under `out`, then `sweep`."""
     folder = Path(out or f"results/sweep-{dt.datetime.now():%Y%m%d-%H%M%S}")
@@ -394,21 +467,35 @@ def grid_configs(grid: dict[str, Any], folder: Path) -> list[RunConfig]:
 
 
 def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
+    """Run each grid point not already complete in `out`, then one report over them all. A bad `out`
+    or a run there made with other values: one line, exit 2, nothing written."""
     from harness.results import files, report, tables
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
-                                                "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
-    failed = 0
-    for cfg in cfgs:
-        if is_complete(cfg.run_dir):
+    try:
+        check_sweep_folder(out)
+        done = resume_plan(cfgs)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps({"runs": [c.run_id for c in cfgs],
+                                                    "configs": [c.to_json() for c in cfgs]}, indent=1, default=str))
+    except OSError as err:   # a file on the way (`--out notes.txt/s`), a read-only or full disk
+        print(f"error: --out: cannot write the sweep into {out} ({err.strerror or type(err).__name__})", file=sys.stderr)
+        return EXIT_USAGE
+    failed = ran = 0
+    for cfg, complete in zip(cfgs, done):
+        if complete:
             if not quiet and not as_json:
                 print(f"sweep: {cfg.run_id} already complete, skipped", file=sys.stderr)
             continue
         if cfg.run_dir.exists():
-            shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt: run the grid point again from scratch
+            shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt with the same values: run it again from scratch
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False)  # --json: stdout holds one document
+            # --json: stdout holds one document; a later run's fixed cost starts with it, not with the process
+            code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False, first_in_process=ran == 0)
+        ran += 1
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
             return code
         failed += code != EXIT_OK
@@ -419,8 +506,10 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         return EXIT_FAILED
     if as_json:
         print(json.dumps({"sweep_dir": str(out), "runs": [str(c.run_dir) for c in cfgs], "failed": failed}))
+    elif quiet and not ran:   # every point skipped: say so, rather than nothing
+        print(f"sweep: all {len(cfgs)} points were already complete; report: {out / 'report.md'}", file=sys.stderr)
     elif not quiet:
-        print((out / "report.md").read_text())
+        say_report(out / "report.md", out)
     return EXIT_OK if not failed else EXIT_FAILED
 
 
@@ -453,7 +542,7 @@ def report_cmd(paths: list[str], quiet: bool, out: str | None = None) -> int:
     try:
         runs = files.find_runs(paths)
         folder = report_folder(paths, out, runs)
-        target = report.write(paths[0], tables=tables.read(paths), out=folder)
+        target = report.write(paths[0], extra=paths[1:], tables=tables.read(paths), out=folder)
     except (FileNotFoundError, files.ResultsError) as err:  # a malformed file: one line naming it, exit 2
         raise ConfigError(str(err)) from None
     combined = folder.resolve() not in {Path(p).resolve() for p in paths}   # not a run's or sweep's own, rebuilt

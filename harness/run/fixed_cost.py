@@ -1,13 +1,15 @@
 """The fixed cost of a run: the wall seconds it spends outside its training loops, split by part.
 
-    clock = Stopwatch()                      # commands.run, before launch.execute
+    clock = Stopwatch()                      # commands.run, before launch.execute (a sweep's later runs:
+                                             # Stopwatch(from_import=False), their seconds from their own start)
     with clock.part("network"): ...          # each of the harness's own steps
     split(run_dir, tables, clock)            # meta.json's "overhead" block (launch.overhead)
 
 The run's seconds count from the harness package's first import (harness.IMPORTED_T: the CLI's imports
 and the config are part of what a user waits for; the interpreter's own start before it, ~0.05 s, is
 not counted, and neither is what ran before it in the same process: `bash -c 'pip install .. && harness
-run'` execs the harness in the shell's process, whose start time is the shell's), so `run_s` = `loop_s` + `eval_outside_loop_s` +
+run'` execs the harness in the shell's process, whose start time is the shell's); a sweep's later runs count
+from their own start, not the process's, so `run_s` = `loop_s` + `eval_outside_loop_s` +
 `overhead_s`, and `parts` splits `overhead_s`: the harness's steps as its Stopwatch timed them
 (start-up, preflight, models, network, the wait for the fork server's imports, tables, summary,
 prediction, figures, report text), each cell's from its launch.json (learner start: until it
@@ -57,11 +59,15 @@ def harness_age_s() -> float:
 
 
 class Stopwatch:
-    """Wall seconds of the harness's own steps (CLOCK_MONOTONIC), by name, and the harness's age."""
+    """Wall seconds of the harness's own steps (CLOCK_MONOTONIC), by name, and the run's age.
 
-    def __init__(self) -> None:
-        self.t0, self.age0 = time.monotonic(), harness_age_s()
-        self.parts: dict[str, float] = {STARTUP_PART: self.age0}
+    `from_import`: the run's seconds start at the harness's first import, its start-up a part of them
+    (a process's first run); False: they start here, with no start-up part (a sweep's later runs, whose
+    process start-up and earlier runs are not theirs)."""
+
+    def __init__(self, from_import: bool = True) -> None:
+        self.t0, self.age0 = time.monotonic(), harness_age_s() if from_import else 0.0
+        self.parts: dict[str, float] = {STARTUP_PART: self.age0} if from_import else {}
 
     def since_start(self) -> float:
         return self.age0 + time.monotonic() - self.t0
