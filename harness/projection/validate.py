@@ -36,6 +36,8 @@ class Check:
 
     @property
     def receive_error(self) -> float:
+        if not self.receive_measured_s:   # a run that recorded no receive time (NaN: no error to state)
+            return float("nan")
         return (self.receive_predicted_s - self.receive_measured_s) / self.receive_measured_s
 
     @property
@@ -123,7 +125,7 @@ def validation_table(checks: list[Check]) -> str:
                      f"{units.format_rate(c.rate_bit_s) if c.rate_bit_s else '-'} | {c.delay_s * 1e3:g} ms | "
                      f"{c.loss_frac * 100:g} % | {c.pipeline} | {c.measured_s:.3f} | {c.predicted_s:.3f} | "
                      f"{c.error * 100:+.1f} % | {c.receive_measured_s:.3f} | {c.receive_predicted_s:.3f} | "
-                     f"{c.receive_error * 100:+.1f} % | {c.compute_measured_s / c.compute_predicted_s:.2f} |")
+                     f"{_signed(c.receive_error)} | {_ratio(c.compute_measured_s, c.compute_predicted_s)} |")
     errors = sorted(abs(c.error) for c in checks)
     if errors:
         lines.append(f"\nseconds per update: median |error| {statistics.median(errors) * 100:.1f} %, worst "
@@ -141,6 +143,15 @@ def validation_table(checks: list[Check]) -> str:
         lines.append(f"update transfer (receives of 50 ms or more): median |error| {statistics.median(big) * 100:.1f} %, "
                      f"worst {big[-1] * 100:.1f} % ({len(big)} predictions)")
     return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
+def _signed(error: float) -> str:
+    """A relative error as the table prints it ('-' where the measured figure was 0: a run that recorded none)."""
+    return f"{error * 100:+.1f} %" if error == error and abs(error) != float("inf") else "-"
 
 
 def speedups(checks: list[Check]) -> list[tuple[str, str, float, float]]:
