@@ -10,8 +10,9 @@ update (given, or fitted from a measured run with --from). Output: a table per m
 pipelining depth (seconds per update by phase, bytes, speedup vs the baseline), or --json;
 --figures DIR adds speedup vs bandwidth and seconds per update vs workers.
 
-The body of the command, by concern: inputs.py (flags -> Inputs), costmodel.py (the pure model),
-figures.py, validate.py (fit on one run, predict others); here the table, --json and the two entry points.
+The body of the command, by concern: inputs.py (flags -> Inputs), source.py (the run --from names: its
+parameters as the defaults, the words saying what was taken), costmodel.py (the pure model), figures.py,
+validate.py (fit on one run, predict others); here the table, --json and the two entry points.
 """
 from __future__ import annotations
 

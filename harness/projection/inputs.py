@@ -17,7 +17,43 @@ from trainers import spec
 
 if TYPE_CHECKING:
     from harness.net.profiles import Profile
-    from harness.projection.source import MeasuredRun
+    from harness.results.tables import RunTables
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """The run `--from` names (opened and checked by harness/projection/source.py): one run folder and its
+    tables; `updates` holds its HiLo rows only (the cost model's seconds are HiLo's round)."""
+    path: Path
+    tables: RunTables
+
+    @property
+    def config(self) -> dict:
+        return self.tables.runs[0].config
+
+    @property
+    def meta(self) -> dict:
+        return self.tables.runs[0].meta
+
+    @property
+    def updates(self):
+        u = self.tables.updates
+        return u[~u["method"].map(spec.is_data_parallel)]
+
+    def compressor_options(self) -> dict[str, Any]:
+        """The compressor options the run ran with (spec group "compressor": spar_dtype, powersgd_rank, ...)."""
+        cfg = self.config
+        return {p.name: cfg[p.name] for p in spec.PARAMS if p.group == "compressor" and cfg.get(p.name) is not None}
+
+    def profile(self) -> Profile | None:
+        """The link as the run shaped it (profile_doc holds every override and the comm ratio's scaling);
+        None for a run without emulation (localhost, unshaped)."""
+        from harness.net import profiles
+
+        cfg = self.config
+        if not cfg.get("emulation", True):
+            return None
+        return profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
 
 
 @dataclass(frozen=True)
@@ -185,8 +221,8 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
           profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: tuple[str, ...],
           budget: tuple[str, ...], baseline: str, pipeline: tuple[int, ...], compute_s: float | None,
           rollout_s: float | None, train_s: float | None, rollout_share: float, encode_s: float, replay_s: float,
-          send: str, cc: str, mtu: int, rollout_bytes: int | None, run: "MeasuredRun | None", shared_cores: int | None,
-          opt: list[str]) -> Inputs:
+          send: str, cc: str, mtu: int, rollout_bytes: int | None, run: MeasuredRun | None,
+          shared_cores: int | None, opt: list[str]) -> Inputs:
     """`harness project`'s values, each parsed by its parameter (harness/projection/params.py), checked
     together and with what they name: the model, the methods, the options, the profile, the run
     (ValueError: one line naming the flag). `run` (--from, harness/projection/source.py): the compute is
@@ -246,7 +282,7 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
                   fitted_n)
 
 
-def fitted_compute(run: "MeasuredRun", target: cm.Adapter,
+def fitted_compute(run: MeasuredRun, target: cm.Adapter,
                    shared_cores: int | None = None) -> tuple[cm.Compute, int, list[str]]:
     """Compute terms fitted on a measured run (its own network and adapter), codec terms scaled to the
     target adapter's size when it differs (linear in adapter parameters, same hardware); the updates the

@@ -1,7 +1,7 @@
 """`harness project --from RUN`: the measured run a projection starts from.
 
-One run folder (config.json beside cells/), read once. A sweep or a folder of runs is refused in one line
-(whose compute, whose link?), as is a folder with no update to fit on. Every run parameter the command line
+One run folder (config.json beside cells/), read once into an inputs.MeasuredRun. A sweep or a folder of
+runs is refused in one line (whose compute, whose link?), as is a folder with no update to fit on. Every run parameter the command line
 did not give is the run's own: model, LoRA rank, workers, methods, budgets, baseline, pipelining depth, the
 link as it ran (config.json's `profile_doc`: the profile after --bw/--delay/--loss and --comm-ratio's
 scaling) and the TCP congestion control it ran under (this host's), so that `harness project --from RUN`
@@ -9,15 +9,13 @@ alone projects what the run measured, and `header` says what was taken. A flag g
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.net import profiles
 from harness.projection import costmodel as cm
-from harness.projection.inputs import host_cc
+from harness.projection.inputs import MeasuredRun, host_cc
 from harness.results import files
-from harness.results.tables import RunTables, planned_cells, read
+from harness.results.tables import planned_cells, read
 from trainers import spec
 
 # The run parameters a projection takes from the run (or, without --from, the `_as_run` ones from
@@ -25,39 +23,6 @@ from trainers import spec
 RUN_PARAMS = ("model", "lora_rank", "workers", "method", "budget", "baseline", "pipeline")
 AS_RUN = ("lora_rank", "method", "budget", "baseline")   # no projection default of their own (params._as_run)
 LINK_FLAGS = ("profile", "bw", "delay", "loss")          # any of them given: the link is the user's, not the run's
-
-
-@dataclass(frozen=True)
-class MeasuredRun:
-    """One run folder and its tables (only its HiLo rows: the cost model's seconds are HiLo's round)."""
-    path: Path
-    tables: RunTables
-
-    @property
-    def config(self) -> dict:
-        return self.tables.runs[0].config
-
-    @property
-    def meta(self) -> dict:
-        return self.tables.runs[0].meta
-
-    @property
-    def updates(self):
-        u = self.tables.updates
-        return u[~u["method"].map(spec.is_data_parallel)]
-
-    def compressor_options(self) -> dict[str, Any]:
-        """The compressor options the run ran with (spec group "compressor": spar_dtype, powersgd_rank, ...)."""
-        cfg = self.config
-        return {p.name: cfg[p.name] for p in spec.PARAMS if p.group == "compressor" and cfg.get(p.name) is not None}
-
-    def profile(self) -> profiles.Profile | None:
-        """The link as the run shaped it (profile_doc holds every override and the comm ratio's scaling);
-        None for a run without emulation (localhost, unshaped)."""
-        cfg = self.config
-        if not cfg.get("emulation", True):
-            return None
-        return profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
 
 
 def open_run(path: str) -> MeasuredRun:
@@ -70,8 +35,8 @@ def open_run(path: str) -> MeasuredRun:
             inside = files.find_runs([p])
         except FileNotFoundError:
             inside = []
-        what = (f"it holds {len(inside)} run{'s' if len(inside) > 1 else ''}; give one of them, e.g. --from {inside[0]}" if inside else
-                "no run folder under it")
+        runs = f"{len(inside)} run{'s' if len(inside) > 1 else ''}"
+        what = f"it holds {runs}; give one of them, e.g. --from {inside[0]}" if inside else "no run folder under it"
         raise ValueError(f"--from: {path} is not a run folder (config.json beside cells/): {what}")
     run = MeasuredRun(p, read(p))
     if run.tables.updates.empty:
@@ -95,8 +60,8 @@ def incomplete(run: MeasuredRun) -> str | None:
     if meta.get("complete") is True and done >= planned:
         return None
     seen = set(run.tables.updates["variant"])
-    missing = [v.get("label") or spec.variant_label(v.get("method"), v.get("budget")) for v in cfg.get("variants") or []]
-    missing = [label for label in missing if label not in seen]
+    labels = [v.get("label") or spec.variant_label(v.get("method"), v.get("budget")) for v in cfg.get("variants") or []]
+    missing = [label for label in labels if label not in seen]
     updates = int((run.updates["update_index"] > 1).sum())
     status = str(meta.get("status") or "incomplete")
     gap = f"; no {', '.join(missing)} cell" if missing else ""
@@ -188,8 +153,9 @@ def header(run: MeasuredRun, taken: dict[str, Any], net: cm.Network, variants, b
         parts.append(f"LoRA rank {cfg['lora_rank']}")
     if "workers" in taken:
         parts.append(f"{cfg['workers']} workers")
-    if "method" in taken or "budget" in taken:
-        parts.append("methods " + ", ".join(spec.variant_label(m, b) for m, b in variants if m != baseline))
+    labels = [spec.variant_label(m, b) for m, b in variants if m != baseline]
+    if ("method" in taken or "budget" in taken) and labels:
+        parts.append("methods " + ", ".join(labels))
     if "baseline" in taken:
         parts.append(f"baseline {baseline}")
     if "pipeline" in taken:

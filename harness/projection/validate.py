@@ -5,14 +5,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.projection import costmodel as cm
-from harness.projection.inputs import adapter_for, host_cc
+from harness.projection.inputs import MeasuredRun, adapter_for, host_cc
 from harness import units
-
-if TYPE_CHECKING:
-    from harness.projection.source import MeasuredRun
 
 
 @dataclass(frozen=True)
@@ -45,12 +41,12 @@ class Check:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def validate(fit_run: "str | Path | MeasuredRun", runs: list[str | Path], cc: str | None = None,
+def validate(fit_run: str | Path | MeasuredRun, runs: list[str | Path], cc: str | None = None,
              shared_cores: int | None = None) -> tuple[cm.Fitted, list[Check]]:
     """Fit the compute terms on `fit_run` and predict every HiLo variant of every run in `runs` (each
     with its own links, workers, depth and adapter): measured vs predicted median seconds per update.
     A data-parallel variant is left out (the cost model's seconds are HiLo's round)."""
-    from harness.projection.source import MeasuredRun, open_run
+    from harness.projection.source import open_run
     from harness.results.tables import read
 
     def load(run):

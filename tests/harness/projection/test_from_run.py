@@ -115,8 +115,10 @@ def test_validate_says_its_compute_in_words_and_warns_when_the_models_differ():
     assert res.exit_code == 0, res.output
     assert "Compute(" not in res.stdout
     head = res.stdout.splitlines()
-    assert head[0] == f"compute fitted on {PAPER_RATIO} (tiny rank 8, 2 workers, 6 updates after each cell's first), per update:"
-    assert re.match(r"  a worker's rollout [\d.]+ ms, the learner's training [\d.]+ ms \(on 2 workers' rollouts\)", head[1])
+    assert head[0] == (f"compute fitted on {PAPER_RATIO} (tiny rank 8, 2 workers, 6 updates after each cell's first), "
+                       "per update:")
+    assert re.match(r"  a worker's rollout [\d.]+ ms, the learner's training [\d.]+ ms \(on 2 workers' rollouts\)",
+                    head[1])
     assert res.stderr.strip() == ("warning: compute fitted on tiny rank 8, but run-heldout (micro rank 8) ran another "
                                   "model: their rollout and training are predicted at the fit's compute, so their "
                                   "errors measure the models' difference")
