@@ -88,7 +88,8 @@ def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | N
     warning = source.incomplete(run) if run is not None else None
     if warning:
         print(warning, file=sys.stderr)
-    head = (source.header(run, taken, inputs.net, inputs.variants, inputs.baseline, inputs.updates_fitted)
+    given = any(values.get(k) is not None for k in ("compute_s", "rollout_s", "train_s"))
+    head = (source.header(run, taken, inputs.net, inputs.variants, inputs.baseline, inputs.updates_fitted, given)
             if run is not None else None)
     rows = project(inputs)
     if as_json:

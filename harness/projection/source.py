@@ -144,7 +144,8 @@ def _access(a: cm.Access) -> str:
         (f", {a.loss_frac * 100:g} % loss" if a.loss_frac else "")
 
 
-def header(run: MeasuredRun, taken: dict[str, Any], net: cm.Network, variants, baseline: str, updates: int) -> str:
+def header(run: MeasuredRun, taken: dict[str, Any], net: cm.Network, variants, baseline: str, updates: int,
+           compute_given: bool = False) -> str:
     """'from RUN: model tiny rank 8, 2 workers, ...': what the projection took from the run, in words."""
     cfg, parts = run.config, []
     if "model" in taken:
@@ -164,8 +165,10 @@ def header(run: MeasuredRun, taken: dict[str, Any], net: cm.Network, variants, b
         parts.append(_run_link(run, net))
     if "cc" in taken:
         parts.append(f"TCP {taken['cc']} (this host's, what the run ran under)")
-    parts.append(f"compute fitted on its {updates} updates")
-    return f"from {run.path}: " + ", ".join(parts) + " (a flag given overrides each)"
+    fitted = f"{updates} update{'s' if updates != 1 else ''}"
+    parts.append(f"codec terms fitted on its {fitted} (rollout and train as given)" if compute_given else
+                 f"compute fitted on its {fitted}")
+    return f"from {run.path}: " + ", ".join(parts) + "; a flag given overrides each"
 
 
 def _run_link(run: MeasuredRun, net: cm.Network) -> str:
