@@ -122,9 +122,9 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
         readers.check_output_dir(figures_dir, "--figures")
     fit_on = source.open_run(fit_run)   # one run folder: a sweep's pooled updates are nobody's compute
     targets = [r for r in files.find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
-    if figures_dir:
-        _make_folder(figures_dir)
     fitted, checks = validate(fit_on, targets)
+    if figures_dir:   # after every run is read (a bad one is one line and leaves no folder), before printing
+        _make_folder(figures_dir)
     for line in (source.incomplete(fit_on), other_models(fitted, checks)):
         if line:
             print(line, file=sys.stderr)
