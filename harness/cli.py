@@ -248,7 +248,8 @@ def _project(values: dict, from_run: str | None, opt: list[str] | None, validate
 
 
 spec_command("project", _project, [
-    extra("from_run", None, ("--from",), "fit the compute terms on this measured run folder"),
+    extra("from_run", None, ("--from",), "one measured run folder: the compute is fitted on it, and each run "
+          "parameter not given (model, workers, methods, baseline, depth, link) is that run's"),
     extra("opt", None, ("--opt",), "compressor option as NAME=VALUE, e.g. powersgd_rank=4 (repeatable)",
           list[str] | None),
     extra("validate", None, ("--validate",), "with --from: predict these measured runs (or sweeps) and print "

@@ -10,8 +10,9 @@ update (given, or fitted from a measured run with --from). Output: a table per m
 pipelining depth (seconds per update by phase, bytes, speedup vs the baseline), or --json;
 --figures DIR adds speedup vs bandwidth and seconds per update vs workers.
 
-The body of the command, by concern: inputs.py (flags -> Inputs), costmodel.py (the pure model),
-figures.py, validate.py (fit on one run, predict others); here the table, --json and the two entry points.
+The body of the command, by concern: inputs.py (flags -> Inputs), source.py (the run --from names: its
+parameters as the defaults, the words saying what was taken), costmodel.py (the pure model), figures.py,
+validate.py (fit on one run, predict others); here the table, --json and the two entry points.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from pathlib import Path
 
 from harness.projection import costmodel as cm
 from harness.projection.figures import figures, validation_figure
-from harness.projection.inputs import Inputs, build, run_defaults
-from harness.projection import params
-from harness.projection.validate import validate, validation_table
+from harness.projection.inputs import Inputs, build
+from harness.projection import params, source
+from harness.projection.validate import compute_words, other_models, validate, validation_table
 from harness import readers, units
 
 
@@ -75,18 +76,35 @@ def table_text(inputs: Inputs, rows: list[cm.Prediction]):
 def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | None = None,
          opt: list[str] | tuple[str, ...] = ()) -> int:
     """`values`: the raw value of each parameter of params.PARAMS by name (None: not given), as the command
-    line gives them."""
+    line gives them. With `from_run`, each run parameter not given is that run's (source.defaults)."""
     if figures_dir:   # a folder that cannot be written is one line before anything is computed or printed
         readers.check_output_dir(figures_dir, "--figures")
     params.parse(values)   # a bad flag is one line before --from's run is read
-    inputs = build(**params.parse(run_defaults({**values, "from_run": from_run})), from_run=from_run, opt=list(opt))
+    run = source.open_run(from_run) if from_run else None
+    filled, taken, run_notes = source.defaults(values, run)
+    inputs = build(**params.parse(filled), run=run, opt=list(opt))
+    if figures_dir:
+        _make_folder(figures_dir)
+    warning = source.incomplete(run) if run is not None else None
+    if warning:
+        print(warning, file=sys.stderr)
+    given = any(values.get(k) is not None for k in ("compute_s", "rollout_s", "train_s"))
+    head = (source.header(run, taken, inputs.net, inputs.variants, inputs.baseline, inputs.updates_fitted, given)
+            if run is not None else None)
     rows = project(inputs)
     if as_json:
-        print(json.dumps(to_json(inputs, rows), indent=1))
+        doc = to_json(inputs, rows)
+        if run is not None:
+            doc["inputs"]["from"] = {"run": str(run.path), "taken": sorted(taken), "words": head,
+                                     "notes": run_notes}
+        print(json.dumps(doc, indent=1))
     else:
         from rich.console import Console
 
         console = Console(width=None if sys.stdout.isatty() else 160)
+        for line in ([head] if head else []) + [f"note: {n}" for n in run_notes]:
+            print(line)
+        sys.stdout.flush()
         console.print(table_text(inputs, rows))
         for note in inputs.notes:
             console.print(f"note: {note}")
@@ -102,19 +120,42 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
 
     if figures_dir:
         readers.check_output_dir(figures_dir, "--figures")
+    fit_on = source.open_run(fit_run)   # one run folder: a sweep's pooled updates are nobody's compute
     targets = [r for r in files.find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
-    fitted, checks = validate(fit_run, targets)
+    fitted, checks = validate(fit_on, targets)
+    if figures_dir:   # after every run is read (a bad one is one line and leaves no folder), before printing
+        _make_folder(figures_dir)
+    for line in (source.incomplete(fit_on), other_models(fitted, checks)):
+        if line:
+            print(line, file=sys.stderr)
     if as_json:
-        print(json.dumps({"fitted_on": str(fit_run), "compute": asdict(fitted.compute),
+        print(json.dumps({"fitted_on": str(fit_run), "model": fitted.model, "lora_rank": fitted.lora_rank,
+                          "compute": asdict(fitted.compute),
                           "checks": [{**asdict(c), "error": c.error} for c in checks]}, indent=1, default=str))
     else:
-        print(f"compute fitted on {fit_run}: {fitted.compute}\n")
+        print(f"compute fitted on {fit_run} ({fitted.model} rank {fitted.lora_rank}, {fitted.workers} workers, "
+              f"{fitted.updates_used} updates after each cell's first), per update:\n{compute_words(fitted)}\n")
         print(validation_table(checks))
     if figures_dir and checks:
         paths = _written(lambda: validation_figure(checks, figures_dir), figures_dir)
         if not as_json:
             print("\n".join(str(p) for p in paths))
     return 0
+
+
+def _make_folder(folder: str) -> None:
+    """The figures' folder made (and a file written in it and removed) before anything is printed: a folder
+    the permission bits allow but the kernel refuses (/proc, a read-only mount, root's access()) is one line
+    (FileError), not a table and then an error."""
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise readers.FileError(f"--figures: cannot write into {folder!r} "
+                                f"({err.strerror or type(err).__name__})") from None
 
 
 def _written(write, folder: str) -> list[Path]:

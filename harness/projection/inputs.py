@@ -9,11 +9,51 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.projection import costmodel as cm
 from harness import units
 from trainers import spec
+
+if TYPE_CHECKING:
+    from harness.net.profiles import Profile
+    from harness.results.tables import RunTables
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """The run `--from` names (opened and checked by harness/projection/source.py): one run folder and its
+    tables; `updates` holds its HiLo rows only (the cost model's seconds are HiLo's round)."""
+    path: Path
+    tables: RunTables
+
+    @property
+    def config(self) -> dict:
+        return self.tables.runs[0].config
+
+    @property
+    def meta(self) -> dict:
+        return self.tables.runs[0].meta
+
+    @property
+    def updates(self):
+        u = self.tables.updates
+        return u[~u["method"].map(spec.is_data_parallel)]
+
+    def compressor_options(self) -> dict[str, Any]:
+        """The compressor options the run ran with (spec group "compressor": spar_dtype, powersgd_rank, ...)."""
+        cfg = self.config
+        return {p.name: cfg[p.name] for p in spec.PARAMS if p.group == "compressor" and cfg.get(p.name) is not None}
+
+    def profile(self) -> Profile | None:
+        """The link as the run shaped it (profile_doc holds every override and the comm ratio's scaling);
+        None for a run without emulation (localhost, unshaped)."""
+        from harness.net import profiles
+
+        cfg = self.config
+        if not cfg.get("emulation", True):
+            return None
+        return profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
 
 
 @dataclass(frozen=True)
@@ -29,6 +69,7 @@ class Inputs:
     notes: tuple[str, ...]
     model: str
     rate_bit_s: float | None
+    updates_fitted: int = 0    # with --from: the run's updates the compute was fitted on
 
 
 def adapter_for(model: str, rank: int) -> cm.Adapter:
@@ -152,12 +193,15 @@ def model_option(key: str, value: str) -> float:
 
 
 def network(workers: int, bw: str | None, delay: str | None, loss: str | None, profile: str | None,
-            learner_bw: str | None, relay_fanout: int | None, cc: str, mtu: int) -> tuple[cm.Network, float | None]:
+            learner_bw: str | None, relay_fanout: int | None, cc: str, mtu: int,
+            base: "Profile | None" = None) -> tuple[cm.Network, float | None]:
+    """The links: `profile` (a name or a YAML path), else `base` (a measured run's link as it ran), else
+    uniform worker links; --bw, --delay and --loss override a profile's worker defaults."""
     kw = dict(relay_fanout=relay_fanout, cc=cc, mtu=mtu)
-    if profile:
+    if profile or base is not None:
         from harness.net import profiles
 
-        prof = profiles.load(profile)
+        prof = profiles.load(profile) if profile else base
         given = {k: v for k, v in dict(rate=bw, delay=delay, loss=loss).items() if v is not None}
         if given:
             prof = profiles.with_link(prof, given)
@@ -177,33 +221,39 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
           profile: str | None, learner_bw: str | None, relay_fanout: int | None, method: tuple[str, ...],
           budget: tuple[str, ...], baseline: str, pipeline: tuple[int, ...], compute_s: float | None,
           rollout_s: float | None, train_s: float | None, rollout_share: float, encode_s: float, replay_s: float,
-          send: str, cc: str, mtu: int, rollout_bytes: int | None, from_run: str | None, shared_cores: int | None,
-          opt: list[str]) -> Inputs:
+          send: str, cc: str, mtu: int, rollout_bytes: int | None, run: MeasuredRun | None,
+          shared_cores: int | None, opt: list[str]) -> Inputs:
     """`harness project`'s values, each parsed by its parameter (harness/projection/params.py), checked
     together and with what they name: the model, the methods, the options, the profile, the run
-    (ValueError: one line naming the flag)."""
+    (ValueError: one line naming the flag). `run` (--from, harness/projection/source.py): the compute is
+    fitted on it, and without --profile/--bw/--delay/--loss its link is the projection's."""
     spec.check_model(model)
     methods = [spec.check_method(m) for m in method]
     spec.check_method(baseline)
-    opts = parse_options(opt)   # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
+    # the run's compressor options (spar_dtype, powersgd_rank, ...) under the --opt given
+    opts = {**(run.compressor_options() if run is not None else {}), **parse_options(opt)}
+    # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
     variants = tuple(dict.fromkeys((m, b if spec.takes_budget(m, opts) else None) for m in methods for b in budget))
     pipelines = tuple(sorted(pipeline))
     cores = shared_cores
-    options = parse_options(opt)
+    options = dict(opts)
     try:
-        net, rate = network(workers, bw, delay, loss, profile, learner_bw, relay_fanout, cc, mtu)
+        base = run.profile() if run is not None and not profile else None
+        net, rate = network(workers, bw, delay, loss, profile, learner_bw, relay_fanout, cc, mtu, base)
     except ValueError as err:
         raise ValueError(str(err) if str(err).startswith("--") else f"--profile: {err}") from None
     adapter = adapter_for(model, lora_rank)
     notes: list[str] = []
-    if from_run:
-        compute, more = fitted_compute(from_run, adapter, shared_cores=cores)
+    fitted_n = 0
+    if run is not None:
+        compute, fitted_n, more = fitted_compute(run, adapter, shared_cores=cores)
         notes += more
-        measured = {k: v for k, v in measured_delta(from_run).items() if k not in options}   # --opt wins
+        given = parse_options(opt)
+        measured = {k: v for k, v in delta_options(run.updates).items() if k not in given}   # --opt wins
         if measured and any(m == "delta" for m, _ in variants):
             options = {**options, **measured}
             notes.append(f"delta's density {measured['delta_density']:.3f} and compression "
-                         f"{measured['delta_compression']:.3f} measured on {from_run} (medians over its updates)")
+                         f"{measured['delta_compression']:.3f} measured on {run.path} (medians over its updates)")
     elif compute_s is None and (rollout_s is None or train_s is None):
         raise ValueError("--compute-s: give the compute per update (or --rollout-s and --train-s, or --from RUN)")
     else:
@@ -214,7 +264,7 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
         compute = replace(compute, rollout_s=rollout_s if rollout_s is not None else base.rollout_s,
                           train_s=train_s if train_s is not None else base.train_s,
                           train_workers=None if given_train else compute.train_workers)  # as given: for --workers
-    if not from_run or encode_s or replay_s:
+    if run is None or encode_s or replay_s:
         codec = cm.Codec(encode_s, replay_s, replay_s)
         codecs = dict(compute.codecs)
         for m, b in variants:
@@ -228,25 +278,23 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
         compute = replace(compute, rollout_bytes=rollout_bytes)
     if cores is not None and compute.shared_cores != cores:
         compute = replace(compute, shared_cores=cores)
-    return Inputs(adapter, net, compute, variants, baseline, pipelines, send, options, tuple(notes), model, rate)
+    return Inputs(adapter, net, compute, variants, baseline, pipelines, send, options, tuple(notes), model, rate,
+                  fitted_n)
 
 
-def fitted_compute(run: str, target: cm.Adapter, shared_cores: int | None = None) -> tuple[cm.Compute, list[str]]:
-    """Compute terms fitted on a measured run (its own network and adapter), codec terms scaled to
-    the target adapter's size when it differs (linear in adapter parameters, same hardware)."""
-    from harness.net import profiles
-    from harness.results.tables import read
-
-    tables = read(run)
-    if tables.updates.empty:
-        raise ValueError(f"--from: {run} has no update rows")
-    cfg, meta = tables.runs[0].config, tables.runs[0].meta
-    prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+def fitted_compute(run: MeasuredRun, target: cm.Adapter,
+                   shared_cores: int | None = None) -> tuple[cm.Compute, int, list[str]]:
+    """Compute terms fitted on a measured run (its own network and adapter), codec terms scaled to the
+    target adapter's size when it differs (linear in adapter parameters, same hardware); the updates the
+    fit used; notes."""
+    cfg, meta = run.config, run.meta
     cores = shared_cores if shared_cores is not None else (meta.get("cpus") if cfg.get("emulation", True) else None)
     own = adapter_for(cfg["model"], cfg["lora_rank"])
-    net = cm.Network.from_profile(prof, cfg["workers"], cc=host_cc())
-    fitted = cm.fit(tables.updates, net, own, shared_cores=cores, source=str(run))
-    notes = [f"compute fitted on {run} ({fitted.updates_used} updates, {cfg['model']} rank {cfg['lora_rank']}, "
+    prof = run.profile()
+    net = (cm.Network.from_profile(prof, cfg["workers"], cc=host_cc()) if prof is not None else
+           cm.Network.uniform(cfg["workers"], None, cc=host_cc()))
+    fitted = cm.fit(run.updates, net, own, shared_cores=cores, source=str(run.path))
+    notes = [f"compute fitted on {run.path} ({fitted.updates_used} updates, {cfg['model']} rank {cfg['lora_rank']}, "
              f"{cfg['workers']} workers{f', {cores} shared cores' if cores else ''})"]
     compute = fitted.compute
     if own.n_params != target.n_params:
@@ -254,7 +302,7 @@ def fitted_compute(run: str, target: cm.Adapter, shared_cores: int | None = None
         compute = replace(compute, codecs={k: c.scaled(factor) for k, c in compute.codecs.items()})
         notes.append(f"codec terms scaled x{factor:.3g} to the target adapter; rollout and train kept as measured "
                      "(give --compute-s for the target model)")
-    return compute, notes
+    return compute, fitted.updates_used, notes
 
 
 def measured_delta(run: str) -> dict[str, float]:
@@ -287,21 +335,3 @@ def host_cc() -> str:
     except OSError:
         return "cubic"
     return cc if cc in cm.CONGESTION_CONTROLS else "cubic"
-
-
-def run_defaults(flags: dict) -> dict:
-    """--baseline, --lora-rank, --method, --budget not given: `harness run`'s defaults (the spec's), or with
-    --from the measured run's own, so that a projection's speedup uses the convention of the run it
-    stands beside (the fp32 `full` at rank 64 made 3.74x of what the run's convention gives as 2.36x)."""
-    own = {}
-    if flags.get("from_run"):
-        from harness.results.tables import read
-
-        runs = read(flags["from_run"]).runs
-        own = runs[0].config if runs else {}
-    for name in ("baseline", "lora_rank", "method", "budget"):
-        if flags.get(name) is None:
-            value = own.get(name) or spec.get(name).default
-            flags[name] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-    return flags
-

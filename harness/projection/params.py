@@ -21,10 +21,16 @@ MAX_SECONDS = 1e6       # per update; about 11.6 days
 
 def _as_run(name: str) -> Param:
     """A run parameter whose value, not given, is `harness run`'s default, or with --from the measured run's
-    (inputs.run_defaults): a projection's speedup then uses the convention of the run it stands beside."""
+    (source.defaults): a projection's speedup then uses the convention of the run it stands beside."""
     p = spec.get(name)
     shown = ",".join(map(str, p.default)) if p.many else p.default
     return replace(p, default=None, help=f"{p.help} [default: harness run's, {shown}; with --from: that run's]")
+
+
+def _from_run(p: Param, **changes) -> Param:
+    """A run parameter with a default of the projection's own, which --from replaces by the run's value
+    (source.defaults)."""
+    return replace(p, **{**changes, "help": f"{changes.get('help', p.help)}; with --from: that run's"})
 
 
 def _compute(name: str, default: float | None, help: str, lo: float = 0.0) -> Param:
@@ -33,28 +39,29 @@ def _compute(name: str, default: float | None, help: str, lo: float = 0.0) -> Pa
 
 
 PARAMS: list[Param] = [
-    replace(spec.get("model"), default="qwen2.5-1.5b"),   # a projection is for a scale this box cannot run
+    _from_run(spec.get("model"), default="qwen2.5-1.5b"),   # a projection is for a scale this box cannot run
     _as_run("lora_rank"),
-    replace(spec.get("workers"), hi=MAX_WORKERS),          # the default stays `harness run`'s: the run it measures
+    _from_run(spec.get("workers"), hi=MAX_WORKERS),          # the default stays `harness run`'s: the run it measures
     spec.get("bw"),
     spec.get("delay"),
     spec.get("loss"),
     replace(spec.get("profile"), default=None, optional=True,   # none: every worker link as --bw/--delay/--loss
             help="a WAN profile (a name in netem_profiles/ or a YAML path): its worker and learner links; --bw, "
-                 "--delay and --loss override its worker defaults (default: none; without --bw: unshaped)"),
+                 "--delay and --loss override its worker defaults (default: none, without --bw unshaped; with "
+                 "--from: the run's links as it shaped them, --comm-ratio's scaling included)"),
     Param("learner_bw", str, None, "the learner's own link rate: every worker's copy shares it (default: unshaped, "
           "each worker link is the bottleneck)", unit="bit/s", where="link", optional=True),
     Param("relay_fanout", int, None, "a relay tree of this fan-out instead of a star (default: a star)",
           lo=1, hi=MAX_WORKERS, where="link", optional=True),
     Param("cc", str, "cubic", f"TCP congestion control: {' | '.join(CONGESTION_CONTROLS)} (sets the loss ceiling of "
-          "a link's goodput)",
+          "a link's goodput and the slow start after idle; with --from: this host's, what the run ran under)",
           choices=CONGESTION_CONTROLS, where="link"),
     Param("mtu", int, MTU_BYTES, "link MTU", unit="bytes", lo=576, hi=65535, where="link"),
     _as_run("method"),
     _as_run("budget"),
     _as_run("baseline"),
-    replace(spec.get("pipeline"), default=(0, 1), many=True,
-            help=spec.get("pipeline").help + "; comma list, a row per depth"),
+    _from_run(spec.get("pipeline"), default=(0, 1), many=True,
+              help=spec.get("pipeline").help + "; comma list, a row per depth"),
     _compute("compute_s", None, "compute per update (rollout + train); or --rollout-s and --train-s, or --from RUN",
              lo=1e-6),   # > 0: a speedup divides by it
     _compute("rollout_s", None, "a worker's rollout per update (overrides --compute-s's split)"),
@@ -77,7 +84,7 @@ BY_NAME = {p.name: p for p in PARAMS}
 def parse(values: Mapping[str, Any]) -> dict[str, Any]:
     """Raw values by parameter name (None: not given) -> typed values, the table's default for each not given;
     SpecError (one line naming the flag). `method`, `budget` and `pipeline` are tuples; the names
-    `_as_run` marks, not given, stay None for inputs.run_defaults."""
+    `_as_run` marks, not given, stay None for source.defaults."""
     out = {}
     for p in PARAMS:
         raw = values.get(p.name)

@@ -159,9 +159,11 @@ def _bound(p: cm.Prediction, workers: int, cores: int | None, load: float | None
     compute = p.rollout_s + p.train_s + p.encode_s + p.replay_s + p.other_s
     network = p.transfer_down_s + p.transfer_up_s
     share = link_share(p)
+    parts = [("rollouts", p.rollout_s), ("training", p.train_s), ("encode", p.encode_s),
+             ("decode + replay", p.replay_s), ("the harness's own work", p.other_s)]
+    spent = ", ".join(f"{name} {s:.3g} s" for name, s in parts if s > 0 or name in ("rollouts", "training"))
     words = (f"the model spends {network:.3g} s per update on the links (update down {p.transfer_down_s:.3g} s, "
-             f"rollouts up {p.transfer_up_s:.3g} s) and {compute:.3g} s on compute (rollouts {p.rollout_s:.3g} s, "
-             f"training {p.train_s:.3g} s)")
+             f"rollouts up {p.transfer_up_s:.3g} s) and {compute:.3g} s on compute ({spent})")
     if cores and workers > cores and network < compute:
         seen = f"; measured load {load:.1f} per core" if load is not None else ""
         return ("CPU oversubscription",

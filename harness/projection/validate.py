@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.projection import costmodel as cm
-from harness.projection.inputs import adapter_for, host_cc
+from harness.projection.inputs import MeasuredRun, adapter_for, host_cc
 from harness import units
 
 
@@ -27,9 +27,13 @@ class Check:
     compute_measured_s: float      # train + a worker's rollout, medians: what load on the box moves
     compute_predicted_s: float
     baseline: str = "full-bf16"    # the run's own --baseline: what its speedups are against
+    model: str = ""                # the run's model and LoRA rank: the fit's compute holds for its own only
+    lora_rank: int = 0
 
     @property
     def receive_error(self) -> float:
+        if not self.receive_measured_s:   # a run that recorded no receive time (NaN: no error to state)
+            return float("nan")
         return (self.receive_predicted_s - self.receive_measured_s) / self.receive_measured_s
 
     @property
@@ -37,26 +41,30 @@ class Check:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
+def validate(fit_run: str | Path | MeasuredRun, runs: list[str | Path], cc: str | None = None,
              shared_cores: int | None = None) -> tuple[cm.Fitted, list[Check]]:
-    """Fit the compute terms on `fit_run` and predict every variant of every run in `runs` (each
-    with its own links, workers, depth and adapter): measured vs predicted median seconds per update."""
-    from harness.net import profiles
+    """Fit the compute terms on `fit_run` and predict every HiLo variant of every run in `runs` (each
+    with its own links, workers, depth and adapter): measured vs predicted median seconds per update.
+    A data-parallel variant is left out (the cost model's seconds are HiLo's round)."""
+    from harness.projection.source import open_run
     from harness.results.tables import read
 
     def load(run):
-        t = read(run)
-        cfg, meta = t.runs[0].config, t.runs[0].meta
-        prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
-        net = cm.Network.from_profile(prof, cfg["workers"], cc=cc or host_cc())
-        return t.updates, cfg, meta, net, adapter_for(cfg["model"], cfg["lora_rank"])
+        r = run if isinstance(run, MeasuredRun) else MeasuredRun(Path(run), read(run))
+        cfg, prof = r.config, r.profile()
+        net = (cm.Network.from_profile(prof, cfg["workers"], cc=cc or host_cc()) if prof is not None else
+               cm.Network.uniform(cfg["workers"], None, cc=cc or host_cc()))
+        return r.updates, cfg, r.meta, net, adapter_for(cfg["model"], cfg["lora_rank"])
 
-    updates, cfg, meta, net, own = load(fit_run)
+    fit_on = fit_run if isinstance(fit_run, MeasuredRun) else open_run(str(fit_run))
+    updates, cfg, meta, net, own = load(fit_on)
     cores = shared_cores if shared_cores is not None else (meta.get("cpus") if cfg.get("emulation", True) else None)
-    fitted = cm.fit(updates, net, own, shared_cores=cores, source=str(fit_run))
+    fitted = cm.fit(updates, net, own, shared_cores=cores, source=str(fit_on.path))
     checks = []
     for run in runs:
         u, cfg, _, net, a = load(run)
+        if u.empty:
+            continue
         measured = cm.measured(u)
         for variant, method, frac in u[["variant", "method", "budget_frac"]].drop_duplicates().itertuples(index=False):
             budget = cm.budget_text(frac)   # the tables hold the fraction; predict takes the label
@@ -70,8 +78,37 @@ def validate(fit_run: str | Path, runs: list[str | Path], cc: str | None = None,
                                 int(cfg["pipeline"]), measured[variant], p.seconds_per_update,
                                 cm.med(rows["worker_receive_s"]), max(0.0, p.transfer_down_s - one_way),
                                 cm.med(rows["train_s"]) + cm.med(rows["worker_rollout_s"]),
-                                p.train_s + p.rollout_s, str(cfg.get("baseline") or "full-bf16")))
+                                p.train_s + p.rollout_s, str(cfg.get("baseline") or "full-bf16"),
+                                str(cfg["model"]), int(cfg["lora_rank"])))
     return fitted, checks
+
+
+def other_models(fitted: cm.Fitted, checks: list[Check]) -> str | None:
+    """One warning line when a validated run's model or rank is not the fit's (its rollout and training are
+    predicted at the fit's model's compute, so its error says nothing of the model), else None."""
+    own = (fitted.model, fitted.lora_rank)
+    other = {c.run: (c.model, c.lora_rank) for c in checks if (c.model, c.lora_rank) != own}
+    if not other:
+        return None
+    runs = ", ".join(f"{r} ({m} rank {k})" for r, (m, k) in list(other.items())[:4]) + \
+        (f" and {len(other) - 4} more" if len(other) > 4 else "")
+    return (f"warning: compute fitted on {fitted.model} rank {fitted.lora_rank}, but {runs} ran another model: their "
+            "rollout and training are predicted at the fit's compute, so their errors measure the models' difference")
+
+
+def compute_words(fitted: cm.Fitted) -> str:
+    """The fitted compute terms in words with units (per update), one line per part."""
+    c = fitted.compute
+    ms = lambda s: f"{s * 1e3:.3g} ms"   # noqa: E731
+    cores = f"; {c.shared_cores} shared cores (N workers' rollouts take max(1, N / cores) x one's)" \
+        if c.shared_cores else ""
+    lines = [f"a worker's rollout {ms(c.rollout_s)}, the learner's training {ms(c.train_s)} (on "
+             f"{c.train_workers or fitted.workers} workers' rollouts), the harness's own work {ms(c.learner_other_s)} "
+             f"on the learner and {ms(c.worker_other_s)} on a worker, per update{cores}; a rollout message "
+             f"{c.rollout_bytes:,} B"]
+    lines += [f"{label}: encode {ms(k.encode_s)}, decode + replay {ms(k.learner_replay_s)} on the learner and "
+              f"{ms(k.worker_replay_s)} on a worker" for label, k in c.codecs.items()]
+    return "\n".join("  " + line for line in lines)
 
 
 def validation_table(checks: list[Check]) -> str:
@@ -84,7 +121,7 @@ def validation_table(checks: list[Check]) -> str:
                      f"{units.format_rate(c.rate_bit_s) if c.rate_bit_s else '-'} | {c.delay_s * 1e3:g} ms | "
                      f"{c.loss_frac * 100:g} % | {c.pipeline} | {c.measured_s:.3f} | {c.predicted_s:.3f} | "
                      f"{c.error * 100:+.1f} % | {c.receive_measured_s:.3f} | {c.receive_predicted_s:.3f} | "
-                     f"{c.receive_error * 100:+.1f} % | {c.compute_measured_s / c.compute_predicted_s:.2f} |")
+                     f"{_signed(c.receive_error)} | {_ratio(c.compute_measured_s, c.compute_predicted_s)} |")
     errors = sorted(abs(c.error) for c in checks)
     if errors:
         lines.append(f"\nseconds per update: median |error| {statistics.median(errors) * 100:.1f} %, worst "
@@ -102,6 +139,15 @@ def validation_table(checks: list[Check]) -> str:
         lines.append(f"update transfer (receives of 50 ms or more): median |error| {statistics.median(big) * 100:.1f} %, "
                      f"worst {big[-1] * 100:.1f} % ({len(big)} predictions)")
     return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b > 0 else "-"
+
+
+def _signed(error: float) -> str:
+    """A relative error as the table prints it ('-' where the measured figure was 0: a run that recorded none)."""
+    return f"{error * 100:+.1f} %" if error == error and abs(error) != float("inf") else "-"
 
 
 def speedups(checks: list[Check]) -> list[tuple[str, str, float, float]]:

@@ -13,8 +13,8 @@ from harness.projection import params
 from trainers import spec
 
 # what a projection changes in a shared run parameter, and why (params.py says the same)
-CHANGED = {"model": {"default"},                       # a scale this box cannot run
-           "workers": {"hi"},                          # a projection reaches scales a run cannot start
+CHANGED = {"model": {"default", "help"},               # a scale this box cannot run; with --from: the run's
+           "workers": {"hi", "help"},                  # a projection reaches scales a run cannot start
            "profile": {"default", "optional", "help"},  # none: the links as --bw/--delay/--loss say
            "pipeline": {"default", "many", "help"},     # a row per depth
            "lora_rank": {"default", "help"}, "method": {"default", "help"},   # not given: harness run's or --from's
@@ -67,4 +67,4 @@ def test_parse_fills_the_defaults_and_keeps_run_defaults_for_later():
     values = params.parse({"pipeline": "1,0", "shared_cores": "none", "budget": "1.60%"})
     assert values["pipeline"] == (1, 0) and values["shared_cores"] is None and values["budget"] == ("1.6%",)
     assert values["workers"] == 2 and values["mtu"] == 1500 and values["send"] == "blocking"
-    assert values["method"] is None and values["lora_rank"] is None   # inputs.run_defaults fills them
+    assert values["method"] is None and values["lora_rank"] is None   # source.defaults fills them

@@ -1,5 +1,6 @@
 """prediction.json's bottleneck words (harness/projection/prediction.py) from the model's terms."""
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,15 @@ def test_a_contended_runs_prediction_reads_its_bottleneck_at_cpu_time(monkeypatc
 
 def test_the_results_side_mirrors_the_cost_models_frame_and_goodput():
     assert compare.FRAME_HEADER_BYTES == cm.FRAME_HEADER_BYTES and compare.GOODPUT == pytest.approx(cm.goodput_ratio())
+
+
+def test_the_compute_in_the_words_is_the_sum_of_the_parts_it_names():
+    """'0.226 s on compute (rollouts 0.0806 s, training 0.138 s)' left 7 ms unnamed: every part is named."""
+    p = dataclasses.replace(_p(0.1, 0.01, 0.0806, 0.138), encode_s=0.002, replay_s=0.004, other_s=0.0014)
+    words = _bottleneck(p, 2, 2, None)[1]
+    total, parts = re.search(r"and ([\d.]+) s on compute \((.*?)\)", words).groups()
+    named = {name.strip(): float(s) for name, s in re.findall(r"([a-z +']+?) ([\d.]+) s", parts)}
+    assert set(named) == {"rollouts", "training", "encode", "decode + replay", "the harness's own work"}
+    assert sum(named.values()) == pytest.approx(float(total), abs=1e-3)
+    plain = _bottleneck(_p(0.1, 0.01, 0.5, 0.5), 2, 2, None)[1]   # no codec, no overhead: nothing else named
+    assert "(rollouts 0.5 s, training 0.5 s)" in plain
