@@ -1,6 +1,8 @@
 """torch.distributed DDP on gloo (CPU), a tiny MLP, with one of torch's own communication hooks.
 
-    harness wrap --bw 20mbit --nodes 2 -- python examples/wrap/ddp.py --hook powersgd --steps 12
+    harness wrap --bw 20mbit --nodes 2 -- .venv/bin/python examples/wrap/ddp.py --hook powersgd --steps 12
+
+(the Python that has torch: the command runs as given, in each node's namespace).
 
 Reads nothing but the torch.distributed env:// variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
 marks each step (wan_steps.py) when $WAN_EVENTS is set. --hook: allreduce (default_hooks.allreduce_hook),

@@ -24,11 +24,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import EngFormatter, MaxNLocator  # noqa: E402
 
 from harness.results import compare, dataparallel_plots, dataparallel_report, quality  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
-from harness.results.style import style  # noqa: E402
+from harness.results.style import bytes_axis, style  # noqa: E402
 from trainers import spec  # noqa: E402
 
 BARS = (f"Error bars and shaded bands: 95 % CI over seeds (Student's t), drawn only with >= {CI_MIN_SEEDS} seeds "
@@ -110,22 +109,10 @@ def draw_equal_bytes(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFr
             f"version 0, before any byte, is left out of the log axis). Read at equal x, not equal updates. {BARS}.")
 
 
-NARROW = 2.0   # a byte axis whose points lie within this factor is linear: a log axis labels its minor ticks there
-
-
 def _log_bytes_axes(fig: Figure, axes) -> None:
-    """Both figures' byte axes: log x (bytes span decades between methods), small tick labels (a log axis
-    within one decade labels its minor ticks); where every point lies within NARROW of the others (ddp and
-    lordo-global ship about the same), a linear axis with a few ticks in B / kB / MB, since the log axis'
-    minor labels there run into each other. A legend each."""
+    """Both figures' byte axes (style.bytes_axis), a legend each."""
     for ax in axes:
-        xs = [x for line in ax.get_lines() for x in line.get_xdata() if x > 0]
-        if xs and max(xs) / min(xs) < NARROW:
-            ax.xaxis.set_major_locator(MaxNLocator(4))
-            ax.xaxis.set_major_formatter(EngFormatter(unit="B", places=2))
-        else:
-            ax.set_xscale("log")
-        ax.tick_params(axis="x", which="both", labelsize=6)
+        bytes_axis(ax)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
     fig.tight_layout()

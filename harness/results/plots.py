@@ -34,7 +34,7 @@ from harness.results import compare, dataparallel_plots, quality  # noqa: E402
 from harness.results.tables import LEARNER_PHASES, RunTables, read  # noqa: E402
 from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
-from harness.results.style import PHASE_COLOURS, STYLE, link_style, save_all, style  # noqa: E402
+from harness.results.style import PHASE_COLOURS, STYLE, bytes_axis, link_style, save_all, style  # noqa: E402
 from trainers import spec  # noqa: E402  (torch-free vocabularies)
 
 GANTT_UPDATES = 4
@@ -166,7 +166,7 @@ def draw_quality_vs_bytes(comp: pd.DataFrame) -> Plot:
         front = pareto(pts, higher_is_better=higher)
         ax.step(front["bytes"], front["quality"], where="post", color="grey", linestyle="--", linewidth=0.8,
                 label="Pareto front")
-    ax.set_xscale("log")
+    bytes_axis(ax)
     ax.set_xlabel("bytes communicated per update, learner → workers")
     ax.set_ylabel(metric.replace("_", " "))
     handles, labels = ax.get_legend_handles_labels()

@@ -66,6 +66,25 @@ def link_style(index: int, direction: str) -> dict:
             "marker": LINK_MARKERS[index // len(OKABE_ITO) % len(LINK_MARKERS)]}
 
 
+NARROW = 2.0   # a byte axis whose points lie within this factor is linear: a log axis labels its minor ticks there
+
+
+def bytes_axis(ax) -> None:
+    """An x axis of bytes: log (methods' bytes span decades), small tick labels (a log axis within one decade
+    labels its minor ticks, which would run into each other at full size); where every point drawn lies
+    within NARROW of the others (ddp and lordo-global ship about the same), linear with a few ticks in B /
+    kB / MB, since even small minor log labels collide there."""
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    xs = [x for line in ax.get_lines() for x in line.get_xdata() if x > 0]
+    if xs and max(xs) / min(xs) < NARROW:
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.xaxis.set_major_formatter(EngFormatter(unit="B", places=2))
+    else:
+        ax.set_xscale("log")
+    ax.tick_params(axis="x", which="both", labelsize=6)
+
+
 def save(fig, out: Path, name: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.pdf", out / f"{name}.png"]

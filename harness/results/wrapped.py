@@ -320,7 +320,7 @@ def report_md(run: Path, s: dict) -> str:
     shares = meta.get("cpu_shares") or {}
     throttled = _throttled_words(meta.get("cpu_throttled") or {})
     md += [headline(s), "",
-           f"- command: `{' '.join(meta.get('command') or [])}` on {s.get('nodes')} nodes; label {s.get('label')!r}",
+           f"- command: `{' '.join(meta.get('command') or [])}` on {s.get('nodes')} node{'s' if s.get('nodes') != 1 else ''}; label {s.get('label')!r}",
            f"- link: {_link_words(meta)}",
            f"- CPU shares: {cpu_words(shares)}" + (" (each node's job may use every core)" if not shares else "")
            + (f"; throttled: {throttled}" if throttled else ""),

@@ -376,7 +376,7 @@ def execute(cfg: WrapConfig, announce=lambda text: None) -> tuple[Path, int]:
                 job = Job(cfg, topo, groups)
                 doc["cpu_shares"] = cfg.cpu_shares
                 doc["job_started_wall"] = time.time()
-                announce(f"running `{' '.join(cfg.command)}` on {cfg.nodes} nodes -> {run_dir}")
+                announce(f"running `{' '.join(cfg.command)}` on {cfg.nodes} node{'s' if cfg.nodes != 1 else ''} -> {run_dir}")
                 try:
                     job.start()
                     status = wait(job, cfg, doc)
