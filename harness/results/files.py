@@ -84,6 +84,16 @@ def sweep_gaps(folder: Path) -> tuple[list[str], int] | None:
     return [r for r in planned if not is_run(folder / "runs" / r)], len(planned)
 
 
+def sweep_extras(folder: Path) -> list[str]:
+    """A sweep folder's run folders under runs/ that its sweep.json does not plan (points of an earlier grid
+    run into the same folder); [] without a sweep.json."""
+    path = folder / "sweep.json"
+    if not path.exists() or not (folder / "runs").is_dir():
+        return []
+    planned = set(read_doc(path).get("runs") or [])
+    return sorted(d.name for d in (folder / "runs").iterdir() if d.name not in planned and is_run(d))
+
+
 # ---- opening and reading files ------------------------------------------------------------------
 
 def open_regular(path: Path) -> io.BufferedReader:

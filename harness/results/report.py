@@ -30,7 +30,7 @@ import pandas as pd
 from harness.results import compare, dataparallel_report, ledger, quality_report, regime_report, rivals
 from harness.results import verdict, workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
-from harness.results.files import ResultsError, sweep_gaps
+from harness.results.files import ResultsError, sweep_extras, sweep_gaps
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from harness.results.wording import seconds_by_part
@@ -238,6 +238,11 @@ def sweep_notes(paths: Iterable[str | Path]) -> list[str]:
                       f"{'has' if len(missing) == 1 else 'have'} no run folder: "
                       + ", ".join(f"`{m}`" for m in missing) + "** (`harness sweep` with the same grid and "
                       "--out runs them).", ""]
+        extra = sweep_extras(path)
+        if extra:   # an earlier grid's points in the same --out: reported, but said not to be this grid's
+            notes += [f"**Sweep `{path.name}`: {len(extra)} run folder{'s' if len(extra) != 1 else ''} under runs/ "
+                      f"{'are' if len(extra) != 1 else 'is'} not in its grid (an earlier grid's points): "
+                      + ", ".join(f"`{m}`" for m in extra) + "; reported beside the grid's own.**", ""]
     return notes
 
 

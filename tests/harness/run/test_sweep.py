@@ -101,6 +101,19 @@ def test_report_names_planned_points_without_a_run_and_refuses_a_corrupt_sweep_j
         commands.report_cmd([str(copy)], quiet=True)
 
 
+def test_report_names_run_folders_that_are_not_in_the_grid(first, tmp_path, capsys):
+    """A point of an earlier grid left under runs/ was reported as one of this sweep's, unsaid."""
+    out, _, _ = first
+    copy = tmp_path / "s"
+    shutil.copytree(out, copy)
+    doc = json.loads((copy / "sweep.json").read_text())
+    doc["runs"] = ["w1"]   # the grid as it is now: one point; w2 is an earlier grid's
+    (copy / "sweep.json").write_text(json.dumps(doc))
+    assert commands.report_cmd([str(copy)], quiet=False) == 0
+    note = "Sweep `s`: 1 run folder under runs/ is not in its grid (an earlier grid's points): `w2`"
+    assert note in capsys.readouterr().out and note in (copy / "report.md").read_text()
+
+
 # ---- what a sweep refuses, before anything runs or is written ----------------------------------
 
 GRID = "model: micro\nupdates: {updates}\nworkers: [1, 2]\nseeds: [1]\nmethod: int8\nemulation: false\n"
