@@ -83,6 +83,7 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "train_metric_sd": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
             "lag_max": g["lag"].max(),
             "consistent": bool(len(cells) and cells["consistent"].all()),
+            "hash_mismatches": int(cells["hash_mismatches"].sum()) if "hash_mismatches" in cells else 0,
             "complete": bool(len(cells) and cells["complete"].all()),
             "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
             **_cpu_quartiles(cpu_charged(g)), **_contention(g), "slowed": slowed_on_purpose(g),

@@ -50,7 +50,8 @@ Columns of `evals` (one row per cell x held-out evaluation): the cell's coordina
 
 Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
 running | the learner's own words), complete, degraded (a worker was lost and never came back:
-the learner dropped it, or it never joined), consistent, updates_done (the learner's update
+the learner dropped it, or it never joined), consistent, hash_mismatches (the learner's hash events
+that disagreed), updates_done (the learner's update
 events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
 contributors of an update), join_s (seconds from the learner listening to the last worker joining
 before the first update), drops / restarts (lists of dicts, see `membership`), left_out (contributions
@@ -411,6 +412,7 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     return {**info, "complete": complete, "status": status, "degraded": degraded,
             "consistent": bool(s.get("consistent")), "updates_done": done,
             "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
+            "hash_mismatches": sum(1 for r in cell.learner if r.get("kind") == "hash" and r.get("equal") is False),
             "workers_min": m["workers_min"], "join_s": join_seconds(cell),
             "drops": m["drops"], "restarts": m["restarts"],
             "left_out": sum(u.left_out for u in cell.updates),

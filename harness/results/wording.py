@@ -87,6 +87,22 @@ def link(r) -> str:
                   f"{', loss ' + fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
 
 
+def consistency(r) -> str:
+    """A cell's (or a comparison row's) consistent column: NO only for a recorded hash mismatch or a
+    finished cell whose final hashes disagree; a cell cut short never ran its final check, so it
+    reads 'not checked (interrupted)' (or running, cut short) rather than a mismatch."""
+    if not none(r.get("hash_mismatches")) and r.get("hash_mismatches"):
+        return "NO"
+    if r.get("consistent"):
+        return "yes"
+    if r.get("complete"):
+        return "NO"
+    status = str(r.get("status") or "")
+    why = ("interrupted" if status.startswith("interrupted") else "running" if status == "running"
+           else "incomplete" if not status else "cut short")
+    return f"not checked ({why})"
+
+
 def markdown_table(head: list[str], rows: list[list[str]]) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]

@@ -304,3 +304,42 @@ def test_each_run_says_what_it_trained():
                           "objective": "grpo", "objective_options": "kl_coef=0.05", "workers": 1, "updates": 3,
                           "seeds": [1]}) == \
         "model `micro`, task `knights_knaves` (max_people=3), objective `grpo` (kl_coef=0.05), 1 worker, 3 updates x seeds 1"
+
+
+def test_an_interrupted_cell_reads_not_checked_and_only_a_recorded_mismatch_reads_no(tmp_path):
+    """"consistent NO" for a cell cut short read like a hash mismatch: its final check never ran."""
+    md, _ = report.build(tables.read(FIXTURES / "run-interrupted"))
+    cells = md.split("## Cells", 1)[1]
+    assert "| run-interrupted | spar-1.6pct-s1 | interrupted: SIGTERM | 3 / 20 | 8 | not checked (interrupted) |" in cells
+    assert "| NO |" not in md
+    run = tmp_path / "run-interrupted"
+    shutil.copytree(FIXTURES / "run-interrupted", run)
+    events = run / "cells" / "spar-1.6pct-s1" / "events-learner.jsonl"
+    first = json.loads(events.read_text().splitlines()[0])
+    events.write_text(events.read_text() + json.dumps({"kind": "hash", "equal": False, "replica": "w1", "version": 3,
+                                                       "process": "learner", "t": first["t"]}) + "\n")
+    md, _ = report.build(tables.read(run))
+    assert "| 8 | NO |" in md.split("## Cells", 1)[1] and "not checked" not in md
+
+
+def test_a_stopped_run_with_a_prediction_says_why_it_has_no_regime(tmp_path):
+    """prediction.json was written, from updates with no full-sync row: the verdict said the run
+    stopped before its prediction was written."""
+    run = tmp_path / "run-interrupted"
+    shutil.copytree(FIXTURES / "run-interrupted", run)
+    (run / "prediction.json").write_text(json.dumps({"model": "m", "link": "l", "variants": {}, "regime": {}}))
+    md, _ = report.build(tables.read(run))
+    assert "before its prediction was written" not in md
+    assert "**Regime**: not placed: the run stopped before recording any update of full sync (`full`)" in md
+
+
+def test_a_baseline_that_never_ran_is_not_one_that_did_not_learn():
+    """Combined with a run that evaluated held-out quality, the interrupted run (whose `full` never
+    ran) read "`full` did not learn measurably"."""
+    md, _ = report.build(tables.read([FIXTURES / "run-interrupted", FIXTURES / "run-heldout"]))
+    block = md.split("- **`spar@1.6%`", 1)[1].split("\n- **", 1)[0]
+    assert "did not learn" not in block
+    assert "`full` has no recorded cell under this link, so no fraction of its gain is a target" in block
+    assert verdict.quality_({**_row(), "baseline_improvement": None, "speedup_headline": 1.5},
+                            "full-bf16")[0].startswith("held-out P(gold): 0.400 at its last evaluation; `full-bf16` has "
+                                                       "no held-out figure under this link")
