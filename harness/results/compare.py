@@ -43,7 +43,7 @@ def coords(df: pd.DataFrame) -> list[str]:
     run-spec parameter that differs between the runs in `df` (a sweep over --lora-rank, say) is a
     coordinate too."""
     varying = [p.name for p in spec.PARAMS if not p.many and p.where != "link"  # results.spec_columns
-               and p.name in df.columns and p.name not in COORDS and df[p.name].astype(str).nunique() > 1]
+               and p.name in df.columns and p.name not in COORDS and df[p.name].nunique(dropna=False) > 1]
     keys = [c for c in COORDS if c in df.columns] + varying
     return keys + ["run_id"] if _runs_repeat(df, keys) else keys
 

@@ -27,7 +27,8 @@ import pandas as pd
 
 from harness.results import compare, ledger, regime_report, tables
 from harness.results.quality import baseline_learned, baseline_missing
-from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, num as _num
+from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, none as _none
+from harness.results.wording import num as _num
 from trainers.spec import NO_BASELINE, is_data_parallel
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -357,10 +358,11 @@ def quorum(cells: pd.DataFrame | None) -> str:
 
 def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
-    workers of two runs at one link, a swept run parameter), each where it varies."""
+    workers of two runs at one link, a swept run parameter), each where it varies and this row has
+    it (a run without --straggler beside one with it is not 'straggler nan')."""
     out = []
     for k in keys:
-        if k in LINK_WORDS or comp[k].astype(str).nunique() < 2:
+        if k in LINK_WORDS or comp[k].nunique(dropna=False) < 2 or _none(r[k]):
             continue
         out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
     return out

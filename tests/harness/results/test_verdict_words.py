@@ -343,3 +343,26 @@ def test_a_baseline_that_never_ran_is_not_one_that_did_not_learn():
     assert verdict.quality_({**_row(), "baseline_improvement": None, "speedup_headline": 1.5},
                             "full-bf16")[0].startswith("held-out P(gold): 0.400 at its last evaluation; `full-bf16` has "
                                                        "no held-out figure under this link")
+
+
+def _slowed(tmp_path: Path, name: str, straggler: str) -> Path:
+    run = tmp_path / name
+    shutil.copytree(FIXTURES / "run-spar-20mbit", run)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "straggler": straggler}))
+    return run
+
+
+def test_a_run_without_a_straggler_is_not_labelled_straggler_nan(tmp_path):
+    """Combined with runs that set --straggler, a run without one read "straggler nan"; with a single
+    other value the straggler was not even a coordinate (pandas' astype(str) keeps None as a missing
+    value, which nunique leaves out), so a slowed run could pool with an unslowed one."""
+    plain = FIXTURES / "run-spar-20mbit"
+    md, _ = report.build(tables.read([plain, _slowed(tmp_path, "fixed", "w2:fixed:100ms"),
+                                      _slowed(tmp_path, "exp", "w2:exp:2s")]))
+    blocks = [line for line in md.split("## Verdict", 1)[1].splitlines() if line.startswith("- **")]
+    assert "nan" not in "\n".join(blocks) and len(blocks) == 3
+    assert sum("straggler w2:fixed:100ms" in b for b in blocks) == sum("straggler w2:exp:2s" in b for b in blocks) == 1
+    md, _ = report.build(tables.read([plain, tmp_path / "fixed"]))
+    blocks = [line for line in md.split("## Verdict", 1)[1].splitlines() if line.startswith("- **")]
+    assert len(blocks) == 2 and sum("straggler w2:fixed:100ms" in b for b in blocks) == 1
