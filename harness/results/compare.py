@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the 
     from harness.results.tables import RunTables
 
 BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
-COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
+COORDS = ["profile", "backend", "emulated", "rate_bit_s", "links", "delay_s", "loss_frac", "workers", "pipeline"]
 QUALITY_LAST = 3   # the training-batch metric of a seed = mean of its last 3 updates' (never held-out quality)
 
 
