@@ -28,6 +28,16 @@ def exit_code(exc: BaseException) -> int:
     return 128 + signal.SIGINT
 
 
+def received(exc: BaseException | None) -> int | None:
+    """The signal behind an exception on its way out: Signalled's, SIGINT for KeyboardInterrupt
+    (Ctrl-C, `timeout -s INT`); None for anything else (no signal stopped us)."""
+    if isinstance(exc, Signalled):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    return None
+
+
 def swallows_exceptions(frame) -> bool:
     """Whether `frame` runs where Python ignores a raised exception: a weakref callback, a __del__."""
     code = frame.f_code

@@ -135,8 +135,8 @@ def trace_lines(rows, path: Path) -> list[str]:
 
 def _trace_line(name: str, t) -> str:
     st = t.stats()
-    return (f"{name:24s} {t.period_s:7.1f} s  mean {st['mean_bit_s'] / 1e6:6.2f} Mbit/s  p10 {st['p10_bit_s'] / 1e6:6.2f}"
-            f"  p50 {st['p50_bit_s'] / 1e6:6.2f}  p90 {st['p90_bit_s'] / 1e6:6.2f}"
+    return (f"{name:24s} {t.period_s:7.1f} s loop  mean over the whole loop {st['mean_bit_s'] / 1e6:6.2f} Mbit/s"
+            f"  p10 {st['p10_bit_s'] / 1e6:6.2f}  p50 {st['p50_bit_s'] / 1e6:6.2f}  p90 {st['p90_bit_s'] / 1e6:6.2f} (1 s means)"
             + ("  +delay" if t.delay_s else "") + ("  +loss" if t.loss_frac else ""))
 
 

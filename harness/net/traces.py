@@ -39,8 +39,13 @@ never to the numbers in it:
   ``MAX_MAHIMAHI_SPAN_S`` (the writer walks the loop ms by ms).
 
 Synthetic traces (``generate``), seeded: ``constant``, ``normal`` (i.i.d. around a mean, clipped
-at 0), ``square`` (high/low halves of a period), ``outages`` (the mean, with exponential gaps and
-outage lengths), ``diurnal`` (a sine of one period).
+at 0), ``square`` (high/low halves of a period), ``outages`` (one rate, with exponential gaps and
+outage lengths), ``diurnal`` (a sine of one period). Every one's time-weighted mean over its whole
+loop is the mean asked for: the shape is drawn, then scaled to it (normal's draws after clipping,
+outages' rate between outages, square's and diurnal's levels where the loop ends mid-period or the
+step does not divide the period), capped at the shaper's top with the rest carried by the other
+steps. Square and diurnal need a loop of at least one whole period (a shorter one would be a flat
+slice of the shape).
 """
 from __future__ import annotations
 
@@ -475,12 +480,20 @@ def generate(kind: str, *, seconds: float = 120.0, mean_bit_s: float = 30e6, ste
     if seconds / step_s > MAX_TRACE_ROWS:
         raise TraceError(f"step: {step_s:g} s over {seconds:g} s is {math.ceil(seconds / step_s)} rows, more than "
                          f"{MAX_TRACE_ROWS} (use a longer step)")
+    if abs(seconds / step_s - round(seconds / step_s)) > 1e-6:
+        raise TraceError(f"step: {step_s:g} s steps do not fill the {seconds:g} s loop (--seconds) whole; a CSV "
+                         "trace's last row holds for one step, so the file would loop at another length "
+                         "(use a --step that divides --seconds)")
     _within("mean", mean_bit_s, units.RATE_MIN_BIT_S, units.RATE_MAX_BIT_S, "bit/s")
     _within("sd", sd_frac, 0.0, 10.0, "x the mean")
     _within("low", low_frac, 0.0, 1.0, "x the mean")
     _within("period", period_s, MIN_STEP_S, MAX_SPAN_S, "s")
     _within("outage-every", outage_every_s, MIN_STEP_S, MAX_SPAN_S, "s")
     _within("outage", outage_s, MIN_STEP_S, MAX_SPAN_S, "s")
+    if kind in ("square", "diurnal") and seconds < period_s:
+        raise TraceError(f"seconds: a {seconds:g} s loop (--seconds) cannot hold one whole {period_s:g} s period "
+                         f"(--period) of a {kind} trace, so its mean would not be the mean asked for "
+                         "(use --seconds of at least --period)")
     peak = {"square": 2 - low_frac, "diurnal": 2 - low_frac, "normal": 1 + 10 * sd_frac}.get(kind, 1.0)
     if kind != "normal" and mean_bit_s * peak > units.RATE_MAX_BIT_S:
         raise TraceError(f"mean: {units.format_rate(mean_bit_s)} peaks at {units.format_rate(mean_bit_s * peak)}, "
@@ -494,8 +507,37 @@ def generate(kind: str, *, seconds: float = 120.0, mean_bit_s: float = 30e6, ste
              "outages": lambda: _outages(times, mean_bit_s, rng, outage_every_s, outage_s),
              "diurnal": lambda: [mean_bit_s * (1 + (1 - low_frac) * math.sin(2 * math.pi * t / period_s)) for t in times],
              }[kind]()
-    rates = [min(r, units.RATE_MAX_BIT_S) for r in rates]   # a normal draw past the shaper's range: its top
-    return Trace(name or f"{kind}-s{seed}", tuple(round(t, 6) for t in times), tuple(rates), seconds)
+    starts = tuple(round(t, 6) for t in times)
+    lengths = [b - a for a, b in zip(starts, starts[1:] + (seconds,))]
+    rates = _scaled_to_mean(rates, lengths, mean_bit_s, kind, seed, seconds)
+    return Trace(name or f"{kind}-s{seed}", starts, tuple(rates), seconds)
+
+
+def _scaled_to_mean(rates: list[float], lengths: list[float], mean: float, kind: str, seed: int,
+                    seconds: float) -> list[float]:
+    """``rates`` times one factor so that their time-weighted mean over ``lengths`` is ``mean``;
+    a step the factor takes past the shaper's top is held there and the others scaled again to
+    carry its share (each round caps at least one more step, so at most one round a step)."""
+    top, total = units.RATE_MAX_BIT_S, sum(lengths)
+    out, capped = [min(r, top) for r in rates], [False] * len(rates)
+    for _ in range(len(rates) + 1):
+        free_bits = sum(r * d for r, d, c in zip(out, lengths, capped) if not c)
+        want_bits = mean * total - top * sum(d for d, c in zip(lengths, capped) if c)
+        if free_bits <= 0:
+            if not any(capped):
+                raise TraceError(f"mean: the {kind} trace (seed {seed}) is at 0 over its whole {seconds:g} s loop, "
+                                 "so no rate gives it a mean (use a longer --seconds"
+                                 + (" or a shorter --outage)" if kind == "outages" else ")"))
+            raise TraceError(f"mean: {units.format_rate(mean)} over the {kind} trace's {seconds:g} s loop needs more than "
+                             f"{units.format_rate(top)}, the fastest link the shaper sets, where it is not at 0")
+        factor = want_bits / free_bits
+        out = [r if c else r * factor for r, c in zip(out, capped)]
+        over = [i for i, r in enumerate(out) if r > top and not capped[i]]
+        if not over:
+            return out
+        for i in over:
+            out[i], capped[i] = top, True
+    raise AssertionError("unreachable: every round caps a step")
 
 
 def _within(what: str, value: float, lo: float, hi: float, unit: str) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from harness.net import profiles
@@ -139,6 +140,52 @@ def network_at(profile: profiles.Profile, workers: int, cc: str | None = None) -
     return cm.Network.from_profile(profile, workers, cc=cc or host_cc()).scaled   # the profile's links read once
 
 
+def _direction(d) -> tuple:
+    """One link direction for the words: ("trace", file name, mean, lowest, highest step) or ("rate", bit/s)."""
+    if d.trace is not None:
+        t = d.trace.load()
+        return ("trace", Path(d.trace.file).name, t.stats()["mean_bit_s"], min(t.rate_bit_s), max(t.rate_bit_s))
+    return ("rate", d.rate_bit_s)
+
+
+def _mbit(bit_s) -> str:
+    return "unshaped" if not bit_s else f"{bit_s / 1e6:.3g}"
+
+
+def _said(x: tuple, short: bool = False) -> str:
+    if x[0] == "rate":
+        return _mbit(x[1]) + ("" if short or not x[1] else " Mbit/s")
+    return (f"trace {x[1]} (mean {_mbit(x[2])})" if short else
+            f"trace {x[1]}, mean {_mbit(x[2])} Mbit/s ({_mbit(x[3])}-{_mbit(x[4])})")
+
+
+PER_WORKER_WORDS = 4    # up to this many workers are named one by one; more are said as ranges
+
+
+def link_words(profile: profiles.Profile, workers: int) -> str | None:
+    """The worker links at the start, in a few words, where one rate would not say them: None for
+    one flat rate on every worker link both ways; 'trace t.csv, mean 9 Mbit/s (2-20)' for one trace
+    on all of them; else each worker's ('worker links w1 40.3, w2 8, w3 40.3/4 up Mbit/s': down, and up where it
+    differs), or for more than PER_WORKER_WORDS workers the ranges ('worker links 8-40.3 Mbit/s down,
+    4-40.3 up', a trace at its mean)."""
+    links = [(_direction(profile.link(f"w{i}").down), _direction(profile.link(f"w{i}").up))
+             for i in range(1, workers + 1)]
+    kinds = {d for pair in links for d in pair}
+    if len(kinds) == 1:
+        (only,) = kinds
+        return None if only[0] == "rate" else _said(only)
+    if workers > PER_WORKER_WORDS:
+        def span(ds) -> str:
+            mbit = sorted((d[2] if d[0] == "trace" else d[1]) or math.inf for d in ds)
+            lo, hi = (_mbit(v if v != math.inf else None) for v in (mbit[0], mbit[-1]))
+            return lo if lo == hi else f"{lo}-{hi}"
+        traced = " (traces at their mean)" if any(d[0] == "trace" for d in kinds) else ""
+        return f"worker links {span(p[0] for p in links)} Mbit/s down, {span(p[1] for p in links)} up{traced}"
+    each = [f"w{i} {_said(down, True)}" + ("" if up == down else f"/{_said(up, True)} up")
+            for i, (down, up) in enumerate(links, 1)]
+    return "worker links " + ", ".join(each) + " Mbit/s"
+
+
 def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: int, cc: str,
              placed: dict | None = None) -> dict:
     """prediction.json's `regime`: the ratio this run's full sync (FULL_SYNC where the run has it, else
@@ -158,9 +205,13 @@ def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: 
     ratio = ratio_at(at(1.0), m)
     out.update(ratio=ratio, share=share(ratio), link_s=ratio * m.compute_s,
                rate_bit_s=profile.link("w1").down.rate_bit_s)
+    words = link_words(profile, workers)
+    if words:   # a trace or unequal worker links: w1's rate alone would misstate them
+        out["links"] = words
     try:
         f = scale_for(PAPER_RATIO, m, at, *factor_bounds(profile, workers))
         out["paper_rate_bit_s"] = profiles.scaled(profile, f).link("w1").down.rate_bit_s
+        out["paper_factor"] = f
     except ValueError:
         out["paper_rate_bit_s"] = None
     return out

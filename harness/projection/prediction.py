@@ -130,9 +130,9 @@ def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:
     """The run's network at time 0, a traced worker link at its trace's mean rate; and the words for it."""
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     net = cm.Network.from_profile(prof, workers, cc=host_cc())
-    link = prof.link("w1")
-    traced = link.down.trace is not None or link.up.trace is not None
-    return net, f"profile {prof.name}" + (", traced links at their trace's mean rate" if traced else "")
+    words = commratio.link_words(prof, workers)   # a trace or unequal workers, named; None for one flat rate
+    return net, f"profile {prof.name}" + (f", {words} (a trace modelled at its mean)" if words and "trace" in words
+                                          else f", {words}" if words else "")
 
 
 def _bottleneck(p: cm.Prediction, workers: int, cores: int | None, load: float | None,

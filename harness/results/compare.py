@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pandas is imported where it is used: config.py imports the 
     from harness.results.tables import RunTables
 
 BASELINE = spec.get("baseline").default   # a run's own --baseline wins (cells carry it)
-COORDS = ["profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "workers", "pipeline"]
+COORDS = ["profile", "backend", "emulated", "rate_bit_s", "links", "delay_s", "loss_frac", "workers", "pipeline"]
 QUALITY_LAST = 3   # the training-batch metric of a seed = mean of its last 3 updates' (never held-out quality)
 
 
@@ -43,7 +43,7 @@ def coords(df: pd.DataFrame) -> list[str]:
     run-spec parameter that differs between the runs in `df` (a sweep over --lora-rank, say) is a
     coordinate too."""
     varying = [p.name for p in spec.PARAMS if not p.many and p.where != "link"  # results.spec_columns
-               and p.name in df.columns and p.name not in COORDS and df[p.name].astype(str).nunique() > 1]
+               and p.name in df.columns and p.name not in COORDS and df[p.name].nunique(dropna=False) > 1]
     keys = [c for c in COORDS if c in df.columns] + varying
     return keys + ["run_id"] if _runs_repeat(df, keys) else keys
 
@@ -83,6 +83,7 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "train_metric_sd": q.std(ddof=1) if len(q) > 1 else 0.0, "lag_median": g["lag"].median(),
             "lag_max": g["lag"].max(),
             "consistent": bool(len(cells) and cells["consistent"].all()),
+            "hash_mismatches": int(cells["hash_mismatches"].sum()) if "hash_mismatches" in cells else 0,
             "complete": bool(len(cells) and cells["complete"].all()),
             "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
             **_cpu_quartiles(cpu_charged(g)), **_contention(g), "slowed": slowed_on_purpose(g),

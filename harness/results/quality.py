@@ -312,11 +312,24 @@ def baseline_learned(r) -> bool:
     return all(num(r.get(c)) is not None for c in ("gain_kept", "gain_kept_lo", "gain_kept_hi"))
 
 
+def baseline_missing(r) -> str | None:
+    """Why a method's comparison row has no baseline figure to be held to, or None when it has one:
+    the baseline has no cell recorded under the row's coordinates (a run stopped before it, or ran
+    without it: no speedup either), or its cell has no held-out evaluation. Neither is a baseline
+    that did not learn."""
+    if "baseline_improvement" not in r or num(r.get("baseline_improvement")) is not None:
+        return None   # a row from no held-out comparison, or one whose baseline has its figure
+    if all(num(r.get(c)) is None for c in ("speedup_headline", "speedup_seed_mean", "speedup")):
+        return "has no recorded cell under this link"
+    return "has no held-out figure under this link"
+
+
 def baseline_unlearned(r) -> bool:
     """A method's comparison row whose baseline's held-out gain is not resolved above 0 (`baseline_learned`):
-    a time to a fraction of that gain is no time to quality, so its link has no target to reach."""
+    a time to a fraction of that gain is no time to quality, so its link has no target to reach. A
+    baseline with no figure at all (`baseline_missing`) is not one that did not learn."""
     return (r.get("method") != r.get("baseline") and str(r.get("baseline")) != NO_BASELINE and "gain_kept_lo" in r
-            and not baseline_learned(r))
+            and not baseline_learned(r) and baseline_missing(r) is None)
 
 
 def ttq_ratio(mine: dict, base: dict) -> dict:

@@ -23,6 +23,18 @@ def _mbit(bit_s) -> str:
     return "unshaped" if not bit_s else f"{bit_s / 1e6:.3g} Mbit/s"
 
 
+def _links(doc: dict) -> str | None:
+    """The worker links in words where one rate would misstate them (a trace, unequal workers:
+    commratio.link_words); None for one flat rate, and in runs recorded before the words."""
+    return doc["links"] if isinstance(doc.get("links"), str) and doc["links"] else None
+
+
+def _factor(doc: dict) -> float | None:
+    """The factor `--comm-ratio paper` would scale the links by (None where no factor reaches it)."""
+    f = doc.get("paper_factor")
+    return float(f) if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 else None
+
+
 def words(doc: dict) -> str:
     """One sentence: the achieved ratio and share, the target or the paper's, and how the rate was chosen."""
     if not doc:
@@ -36,14 +48,20 @@ def words(doc: dict) -> str:
     text = (f"full sync's link carries {share:.0%} of its update here (link/compute {ratio:.2f}: "
             f"{doc['link_s']:.3g} s on the links per {doc['compute_s']:.3g} s of CPU compute)")
     placed, target = doc.get("placed") or {}, doc.get("target_ratio")
+    links = _links(doc)
     if target is not None:
         name = "the paper's" if placed.get("target") == "paper" else "`--comm-ratio`"
-        return (text + f", placed at {name} {target:.2f} ({(ratio - target) / target:+.0%} off): worker links at "
-                f"{_mbit(placed.get('rate_bit_s'))}, the profile's {_mbit(placed.get('literal_rate_bit_s'))} "
-                f"x{placed.get('factor', 1):.3g}, from full sync's compute measured "
-                + ("earlier on this machine" if placed.get("cached") else "by a pilot before the cells"))
-    text += f" at a literal {_mbit(doc.get('rate_bit_s'))}; in the paper it carries {doc['paper_share']:.0%} ({paper})"
-    if doc.get("paper_rate_bit_s"):
+        rates = (f"{links}, the profile's rates x{placed.get('factor', 1):.3g}" if links else
+                 f"worker links at {_mbit(placed.get('rate_bit_s'))}, the profile's "
+                 f"{_mbit(placed.get('literal_rate_bit_s'))} x{placed.get('factor', 1):.3g}")
+        return (text + f", placed at {name} {target:.2f} ({(ratio - target) / target:+.0%} off): {rates}, from full "
+                "sync's compute measured " + ("earlier on this machine" if placed.get("cached") else
+                                              "by a pilot before the cells"))
+    text += (f" at {links}" if links else f" at a literal {_mbit(doc.get('rate_bit_s'))}")
+    text += f"; in the paper it carries {doc['paper_share']:.0%} ({paper})"
+    if links and _factor(doc):
+        text += f": `--comm-ratio paper` would scale these links x{_factor(doc):.3g}"
+    elif doc.get("paper_rate_bit_s"):
         text += f": `--comm-ratio paper` would use {_mbit(doc['paper_rate_bit_s'])}"
     if ratio < COMPUTE_BOUND:
         text += ". Compute-bound: whatever a method saves on the link is a small part of an update"
@@ -74,14 +92,17 @@ def section(runs: list[tables.Run]) -> list[str]:
         if not d:
             continue
         placed = d.get("placed") or {}
+        links = _links(d)
+        of = "the profile's rates" if links else _mbit(placed.get("literal_rate_bit_s"))
+        paper_at = f"x{_factor(d):.3g}" if links and _factor(d) else _mbit(d.get("paper_rate_bit_s"))
         how = (f"--comm-ratio {placed.get('target')} (x{placed.get('factor', 1):.3g} of "
-               f"{_mbit(placed.get('literal_rate_bit_s'))}{', pilot cached' if placed.get('cached') else ', pilot'})"
+               f"{of}{', pilot cached' if placed.get('cached') else ', pilot'})"
                if d.get("target_ratio") is not None else
-               f"literal (paper's ratio at {_mbit(d.get('paper_rate_bit_s'))})" if d.get("ratio") is not None else "-")
+               f"literal (paper's ratio at {paper_at})" if d.get("ratio") is not None else "-")
         fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
         rows.append([run.dir.name, d.get("method", "-"), fmt(d.get("target_ratio"), ".2f"), fmt(d.get("ratio"), ".2f"),
                      fmt(d.get("share"), ".0%"), fmt(d.get("link_s"), ".3g"), fmt(d.get("compute_s"), ".3g"),
-                     _mbit(d.get("rate_bit_s")), how])
+                     links or _mbit(d.get("rate_bit_s")), how])
     if not rows:
         return []
     head = ["run", "full sync", "target ratio", "achieved ratio", "link share", "link s/update", "compute s/update (CPU)",

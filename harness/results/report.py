@@ -33,7 +33,7 @@ from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError, sweep_extras, sweep_gaps
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
-from harness.results.wording import seconds_by_part
+from harness.results.wording import consistency, seconds_by_part
 from trainers import spec
 
 
@@ -53,7 +53,7 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      _fmt(r["fraction_of_full"], "%"), _bytes_check(r),
                      _heldout(r), f"{r['train_metric_name']} {r['train_metric_mean']:.4g} ± {r['train_metric_sd']:.2g}",
                      _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
-                     "yes" if r["consistent"] else "NO",
+                     consistency(r),
                      ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])
     return head, rows
 
@@ -283,7 +283,7 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
            *ledger.model_section(tables.runs), *workers_report.section(tables.runs), "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
     crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
-             str(c["hash_checks"]), "yes" if c["consistent"] else "NO", _count(c.get("workers_min")),
+             str(c["hash_checks"]), consistency(c), _count(c.get("workers_min")),
              c.get("note") or ""] for _, c in cells.iterrows()]
     md += [markdown_table(ch, crow), "", *_degraded(cells)]
     for r in tables.runs:

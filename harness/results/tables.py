@@ -15,7 +15,8 @@ This module imports only files.py and wording.py of the results
 side (compare, report, plots import it).
 
 Columns of `updates` (units in names: seconds, bytes, bit/s):
-    run_id, profile, backend, emulated, rate_bit_s, delay_s, loss_frac, workers, pipeline,
+    run_id, profile, backend, emulated, rate_bit_s, links (the worker links in words where one rate
+    would misstate them: a trace, unequal workers), delay_s, loss_frac, workers, pipeline,
     method, budget_frac (the budget as a fraction: 0.016 for 1.6 %; NaN without one; the label stays
     in `variant`), variant, seed, update_index (the policy version the update produced; not `update`,
     which is DataFrame.update), complete, consistent,
@@ -50,7 +51,8 @@ Columns of `evals` (one row per cell x held-out evaluation): the cell's coordina
 
 Columns of `cells` (one row per cell): status (complete | degraded | failed | interrupted |
 running | the learner's own words), complete, degraded (a worker was lost and never came back:
-the learner dropped it, or it never joined), consistent, updates_done (the learner's update
+the learner dropped it, or it never joined), consistent, hash_mismatches (the learner's hash events
+that disagreed), updates_done (the learner's update
 events when its summary is missing or stale), updates_planned, hash_checks, workers_min (fewest
 contributors of an update), join_s (seconds from the learner listening to the last worker joining
 before the first update), drops / restarts (lists of dicts, see `membership`), left_out (contributions
@@ -64,6 +66,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -102,9 +105,26 @@ def run_coords(run_dir: Path, cfg: dict, meta: dict) -> dict:
     return {"run_id": run_dir.name, "profile": cfg.get("profile_name"), "backend": meta.get("backend"),
             "emulated": bool(meta.get("emulation", cfg.get("emulation"))),
             "rate_bit_s": get("rate", units.parse_rate) if cfg.get("emulation", True) else None,
+            "links": link_words(run_dir, defaults) if cfg.get("emulation", True) else None,
             "delay_s": get("delay", units.parse_time), "loss_frac": get("loss", units.parse_percent),
             "workers": cfg.get("workers"), "pipeline": cfg.get("pipeline"),
             "cpu_limited": cpu_limited(cfg), "run_complete": bool(meta.get("complete")), **spec_columns(cfg)}
+
+
+def link_words(run_dir: Path, defaults: dict) -> str | None:
+    """The worker links in words where one rate would misstate them: prediction.json's regime words
+    (harness/projection/commratio.py link_words: a trace with its mean and range, unequal workers'
+    rates), else the trace the profile plays ('trace t.csv', before a prediction is written); None
+    for one flat rate."""
+    try:
+        regime = json.loads((run_dir / "prediction.json").read_text()).get("regime")
+    except (OSError, ValueError, AttributeError):
+        regime = None
+    if isinstance(regime, dict) and isinstance(regime.get("links"), str) and regime["links"]:
+        return regime["links"]
+    trace = defaults.get("trace")
+    trace = trace.get("file") if isinstance(trace, dict) else trace
+    return f"trace {Path(trace).name}" if isinstance(trace, str) and trace else None
 
 
 def cpu_limited(cfg: dict) -> bool:
@@ -411,6 +431,7 @@ def cell_row(cell: CellFiles, info: dict, run_live: bool = False) -> dict:
     return {**info, "complete": complete, "status": status, "degraded": degraded,
             "consistent": bool(s.get("consistent")), "updates_done": done,
             "updates_planned": planned, "hash_checks": s.get("hash_checks", 0),
+            "hash_mismatches": sum(1 for r in cell.learner if r.get("kind") == "hash" and r.get("equal") is False),
             "workers_min": m["workers_min"], "join_s": join_seconds(cell),
             "drops": m["drops"], "restarts": m["restarts"],
             "left_out": sum(u.left_out for u in cell.updates),

@@ -21,11 +21,14 @@ from compare.py / quality.py; this module only words them.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from harness.results import compare, regime_report, tables
-from harness.results.quality import baseline_learned
-from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, num as _num
+from harness.results import compare, ledger, regime_report, tables
+from harness.results.quality import baseline_learned, baseline_missing
+from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, none as _none
+from harness.results.wording import num as _num
 from trainers.spec import NO_BASELINE, is_data_parallel
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -113,6 +116,10 @@ def quality_(r, base_name: str) -> tuple[str, str]:
         f" ± {_fig(half)} ({n} paired seeds)" if half is not None and n >= CI_MIN_SEEDS
         else f" (n={n} seeds: too few for an interval)"))
     verdict = verdict if n >= CI_MIN_SEEDS else None
+    missing = baseline_missing(r)
+    if missing:
+        return (f"held-out {name}: {_fig(_num(r['heldout_mean']))} at its last evaluation; `{base_name}` {missing}, "
+                "so no share of its gain and no paired difference"), ""
     learned = baseline_learned(r)
     share = _share_words(r.get("gain_kept"), r.get("gain_kept_lo"), r.get("gain_kept_hi"), r.get("gain_kept_verdict"),
                          n) if learned else ""
@@ -215,6 +222,9 @@ def ttq(r, base_name: str) -> tuple[str, str]:
     cells = {pct: _ttq_cell(r, pct) for pct in FRACTIONS if f"ttq{pct}_target" in r}
     if not cells:
         return "", ""
+    if missing := baseline_missing(r):
+        return (f"time to quality: not measurable: `{base_name}` {missing}, so no fraction of its gain is a target "
+                "to reach", "its time to quality is not measurable")
     if not baseline_learned(r):
         return (f"time to quality: not measurable: `{base_name}` did not learn measurably (its held-out gain is not "
                 "resolved above 0), so a fraction of that gain is no target to reach",
@@ -348,10 +358,11 @@ def quorum(cells: pd.DataFrame | None) -> str:
 
 def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
-    workers of two runs at one link, a swept run parameter), each where it varies."""
+    workers of two runs at one link, a swept run parameter), each where it varies and this row has
+    it (a run without --straggler beside one with it is not 'straggler nan')."""
     out = []
     for k in keys:
-        if k in LINK_WORDS or comp[k].astype(str).nunique() < 2:
+        if k in LINK_WORDS or comp[k].nunique(dropna=False) < 2 or _none(r[k]):
             continue
         out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
     return out
@@ -361,6 +372,16 @@ def _dp_regime(runs: list[tables.Run]) -> str:
     off = all(r.meta.get("emulation") is False for r in runs)
     return DP_REGIME + ("emulation off: localhost, unshaped, so a speedup per step measures compute only." if off else
                         "the links ran at the rates given (the data-parallel section has the bytes per optimizer step).")
+
+
+def _stopped_regime(runs: list[tables.Run], comp: pd.DataFrame) -> str:
+    """Why a run that stopped early has no regime: no prediction.json at all, or one written from
+    updates that hold no full-sync row (the ratio is full sync's own link time over its compute)."""
+    if not any((Path(r.dir) / ledger.PREDICTION_FILE).is_file() for r in runs):
+        return "**Regime**: not recorded: the run stopped before its prediction was written."
+    base = ", ".join(f"`{b}`" for b in comp["baseline"].astype(str).unique() if b != NO_BASELINE) or "full sync"
+    return (f"**Regime**: not placed: the run stopped before recording any update of full sync ({base}), whose own "
+            "link time over its compute the regime is measured from.")
 
 
 def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | None = None,
@@ -384,6 +405,6 @@ def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | No
         return head if status else []
     regime = regime_report.headline(runs) or (
         NO_FULL_SYNC if alone.all() else _dp_regime(runs) if comp["method"].map(is_data_parallel).all() else
-        "**Regime**: not recorded: the run stopped before its prediction was written." if status else NO_REGIME)
+        _stopped_regime(runs, comp) if status else NO_REGIME)
     partial = quorum(cells)
     return [*head, regime, "", *([partial, ""] if partial else []), *blocks, ""]

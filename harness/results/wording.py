@@ -73,7 +73,7 @@ def interval(lo, hi, digits: str = ".2f") -> str:
     return "" if none(lo) or none(hi) else f" [{lo:{digits}}, {hi:{digits}}]"
 
 
-LINK_WORDS = {"profile", "backend", "emulated", "rate_bit_s", "delay_s", "loss_frac", "run_id"}   # what `link` says
+LINK_WORDS = {"profile", "backend", "emulated", "rate_bit_s", "links", "delay_s", "loss_frac", "run_id"}   # what `link` says
 
 
 def link(r) -> str:
@@ -82,9 +82,27 @@ def link(r) -> str:
     run = f"run {r['run_id']}: " if isinstance(r.get("run_id"), str) else ""
     if not r.get("emulated", True):
         return run + "localhost (unshaped)"
-    return run + (f"{r['profile']}: {fmt(r.get('rate_bit_s'), 'rate') if r.get('rate_bit_s') else 'no cap'}"
+    links = r.get("links") if isinstance(r.get("links"), str) else None   # a trace, unequal workers: in words
+    rate = links or (fmt(r.get("rate_bit_s"), "rate") if r.get("rate_bit_s") else "no cap")
+    return run + (f"{r['profile']}: {rate}"
                   f"{', ' + format(r['delay_s'] * 1e3, 'g') + 'ms' if r.get('delay_s') else ''}"
                   f"{', loss ' + fmt(r['loss_frac'], '%') if r.get('loss_frac') else ''} [{r.get('backend')}]")
+
+
+def consistency(r) -> str:
+    """A cell's (or a comparison row's) consistent column: NO only for a recorded hash mismatch or a
+    finished cell whose final hashes disagree; a cell cut short never ran its final check, so it
+    reads 'not checked (interrupted)' (or running, cut short) rather than a mismatch."""
+    if not none(r.get("hash_mismatches")) and r.get("hash_mismatches"):
+        return "NO"
+    if r.get("consistent"):
+        return "yes"
+    if r.get("complete"):
+        return "NO"
+    status = str(r.get("status") or "")
+    why = ("interrupted" if status.startswith("interrupted") else "running" if status == "running"
+           else "incomplete" if not status else "cut short")
+    return f"not checked ({why})"
 
 
 def markdown_table(head: list[str], rows: list[list[str]]) -> str:

@@ -45,7 +45,7 @@ from harness.run.forkserver import ForkServer, ForkServerError, Service
 from harness.net import doctor
 from harness.net import cgroups
 from harness.net import limits
-from harness.signals import signals_raise
+from harness.signals import received, signals_raise
 from harness.run import fixed_cost
 
 if TYPE_CHECKING:
@@ -143,6 +143,11 @@ def service_modules(method: str) -> tuple[str, str]:
     return "trainers.hilo.learner", "trainers.hilo.worker"
 
 
+# the signals a centre service catches to write its summary naming them (trainers/hilo/learner.py);
+# any other centre, and any other signal, is stopped with SIGTERM
+NAMES_ITS_SIGNAL = {"trainers.hilo.learner": (signal.SIGTERM, signal.SIGINT)}
+
+
 class Processes:
     """The learner and workers of one cell; `stop()` always leaves none running."""
     def __init__(self, spawn: Callable[..., subprocess.Popen] | None = None,
@@ -194,11 +199,13 @@ class Processes:
     def alive(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is None]
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM the learner first (it writes an incomplete summary), then the rest; SIGKILL stragglers."""
+    def stop(self, grace_s: float = 5.0, signum: int = signal.SIGTERM) -> None:
+        """Signal the learner first with `signum`, one it catches (NAMES_ITS_SIGNAL: it writes an
+        incomplete summary naming it; the harness passes the one it received, so a Ctrl-C reads as
+        SIGINT), then SIGTERM the rest; SIGKILL stragglers."""
         for name in sorted(self.alive(), key=lambda n: n != "learner"):
             with contextlib.suppress(ProcessLookupError):
-                self.procs[name].send_signal(signal.SIGTERM)
+                self.procs[name].send_signal(signum if name == "learner" else signal.SIGTERM)
                 self.procs[name].send_signal(signal.SIGCONT)  # a stopped (SIGSTOP) process must see it too
         end = time.monotonic() + grace_s
         for proc in self.procs.values():
@@ -362,8 +369,8 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
     procs = Processes(spawn, place=groups.place if groups else lambda name, pid: None)
     watch = DropWatch(cfg.on_drop, cell_dir)
     py = sys.executable
+    centre, worker = service_modules(cell.variant.method)
     try:
-        centre, worker = service_modules(cell.variant.method)
         procs.start("learner", "learner", [py, "-m", centre, *spec.service_argv(
             run_dir=str(cell_dir), listen=listen, join_timeout=JOIN_TIMEOUT_S, worker_timeout=cfg.worker_timeout,
             liveness=cfg.liveness), *cell.argv], cell_dir, env)
@@ -389,7 +396,8 @@ def run_cell(cfg: RunConfig, cell: Cell, cell_dir: Path, spawn, listen: str, tok
         if code not in (None, 0):  # it ended on its own (the harness has not signalled it yet)
             watch.write("learner_exit", returncode=code, how=describe_exit(code))
         times["stopping_t"] = time.monotonic()
-        procs.stop()
+        got = received(sys.exc_info()[1])
+        procs.stop(signum=got if got in NAMES_ITS_SIGNAL.get(centre, ()) else signal.SIGTERM)
         if groups is not None:
             times["cpu_throttled"] = groups.throttled()   # how much each quota held its worker back
             groups.remove()

@@ -11,11 +11,11 @@ tc -n wh0000-rt class replace dev p0 parent 1: classid 1:1 htb rate 1000000000bi
 tc -n wh0000-rt qdisc replace dev p0 parent 1:1 handle 10: pfifo limit 1000
 ip -n wh0000-w1 link set dev eth0 gso_max_segs 2
 tc -n wh0000-w1 qdisc replace dev eth0 root handle 1: htb default 1
-tc -n wh0000-w1 class replace dev eth0 parent 1: classid 1:1 htb rate 33274900bit burst 8318b cburst 8318b quantum 60000
+tc -n wh0000-w1 class replace dev eth0 parent 1: classid 1:1 htb rate 33822600bit burst 8455b cburst 8455b quantum 60000
 tc -n wh0000-w1 qdisc replace dev eth0 parent 1:1 handle 10: pfifo limit 1000
 ip -n wh0000-rt link set dev p1 gso_max_segs 2
 tc -n wh0000-rt qdisc replace dev p1 root handle 1: htb default 1
-tc -n wh0000-rt class replace dev p1 parent 1: classid 1:1 htb rate 33274900bit burst 8318b cburst 8318b quantum 60000
+tc -n wh0000-rt class replace dev p1 parent 1: classid 1:1 htb rate 33822600bit burst 8455b cburst 8455b quantum 60000
 tc -n wh0000-rt qdisc replace dev p1 parent 1:1 handle 10: pfifo limit 1000
 # w1 up: delay line on NFQUEUE 2 in wh0000-rt: delay 20000us jitter 0us, kernel queue 1000 packets (python -m harness.net.delayline, run in wh0000-rt)
 # w1 down: delay line on NFQUEUE 3 in wh0000-w1: delay 20000us jitter 0us, kernel queue 1000 packets (python -m harness.net.delayline, run in wh0000-rt)

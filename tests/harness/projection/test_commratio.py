@@ -73,7 +73,7 @@ def test_scaled_profile_keeps_delay_loss_and_schedule_and_scales_every_rate():
 
 
 def test_a_trace_is_scaled_by_the_same_factor_its_shape_kept(tmp_path):
-    path = traces.save(traces.generate("square", seconds=10, mean_bit_s=20e6, seed=1), tmp_path / "sq.csv")
+    path = traces.save(traces.generate("square", seconds=10, period_s=10, mean_bit_s=20e6, seed=1), tmp_path / "sq.csv")
     prof = profiles.resolve("paper-62.5mbit", {"trace": str(path)})
     tenth = profiles.scaled(prof, 0.1)
     a, b = prof.link("w1").down.trace.load(), tenth.link("w1").down.trace.load()

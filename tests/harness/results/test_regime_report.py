@@ -129,3 +129,66 @@ def test_a_malformed_prediction_is_one_line_naming_the_field(tmp_path, field, va
     with pytest.raises(files.ResultsError) as err:
         report.build(tables.read(run))
     assert named in str(err.value) and "prediction.json" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- the links in words: a trace, unequal workers (commratio.link_words) --------------------------
+
+HELDOUT = Path(__file__).resolve().parents[2] / "fixtures" / "runs" / "run-heldout"
+
+
+def _traced_copy(tmp_path: Path) -> tuple[Path, dict]:
+    """run-heldout as if run with `--trace t.csv` (steps of 5, 20 and 2 Mbit/s: mean 9)."""
+    import json
+    import shutil
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,rate_mbit_s\n0,5\n1,20\n2,2\n")
+    run = tmp_path / "traced"
+    shutil.copytree(HELDOUT, run)
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["profile_doc"]["defaults"] = {"trace": str(trace)}
+    (run / "config.json").write_text(json.dumps(cfg))
+    return run, cfg
+
+
+def test_a_traced_run_names_its_trace_with_its_mean_and_range_not_its_first_step(tmp_path):
+    """The Regime line said "at a literal 5 Mbit/s" (the trace's first step), the cost model "traced
+    links at their trace's mean rate" and the tables' link column "paper-62.5mbit: - [fallback]"."""
+    import json
+
+    from harness.net import profiles
+    from harness.projection import commratio, prediction
+
+    run, cfg = _traced_copy(tmp_path)
+    assert "| paper-62.5mbit: trace t.csv [fallback] |" in report.build(tables.read(run))[0]   # before a prediction
+    prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
+    doc = commratio.achieved(tables.read(run).updates, "full-bf16", prof, 2, "cubic")
+    words = regime_report.words(doc)
+    assert " at trace t.csv, mean 9 Mbit/s (2-20);" in words and "literal" not in words
+    assert f"`--comm-ratio paper` would scale these links x{doc['paper_factor']:.3g}" in words
+    link = prediction.network(cfg, 2)[1]
+    assert link == "profile paper-62.5mbit, trace t.csv, mean 9 Mbit/s (2-20) (a trace modelled at its mean)"
+    (run / "prediction.json").write_text(json.dumps({"model": "m", "link": link, "variants": {}, "regime": doc}))
+    md, _ = report.build(tables.read(run))
+    assert "**Regime**: full sync's link carries" in md and "at trace t.csv, mean 9 Mbit/s (2-20)" in md
+    assert "| paper-62.5mbit: trace t.csv, mean 9 Mbit/s (2-20) [fallback] |" in md
+    assert "| trace t.csv, mean 9 Mbit/s (2-20) | literal (paper's ratio at x" in md     # the Regime table
+
+
+def test_unequal_worker_links_are_each_named_not_w1s_rate():
+    """heterogeneous-edge: the regime said "worker links at 40.3 Mbit/s" while w2 ran at 8 and w3's uplink at 4."""
+    from harness.net import profiles
+    from harness.projection import commratio
+
+    updates = tables.read(HELDOUT).updates
+    hetero = profiles.load("heterogeneous-edge")
+    doc = commratio.achieved(updates, "full-bf16", hetero, 4, "cubic")
+    assert " at worker links w1 50, w2 10, w3 50/5 up, w4 50 Mbit/s;" in regime_report.words(doc)
+    placed = {**commratio.achieved(updates, "full-bf16", profiles.scaled(hetero, 0.8), 4, "cubic"),
+              "target_ratio": PAPER, "placed": {"target": "paper", "factor": 0.8, "rate_bit_s": 40e6,
+                                                "literal_rate_bit_s": 50e6}}
+    words = regime_report.words(placed)
+    assert "worker links w1 40, w2 8, w3 40/4 up, w4 40 Mbit/s, the profile's rates x0.8," in words
+    assert "worker links at 40" not in words
+    assert commratio.link_words(hetero, 8) == "worker links 10-50 Mbit/s down, 5-50 up"
+    assert commratio.link_words(profiles.load("paper-62.5mbit"), 2) is None       # one flat rate: said as before

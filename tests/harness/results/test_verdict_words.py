@@ -321,3 +321,65 @@ def test_the_table_of_every_figure_gives_no_share_where_the_verdict_gives_none()
     rows = [line for line in "\n".join(quality_report.metrics_table(pd.DataFrame([r]))).splitlines()
             if line.startswith("| ") and "pass@" in line]
     assert rows and all(row.endswith(" | no share: the baseline's gain is not resolved above 0 | - |") for row in rows)
+
+
+def test_an_interrupted_cell_reads_not_checked_and_only_a_recorded_mismatch_reads_no(tmp_path):
+    """"consistent NO" for a cell cut short read like a hash mismatch: its final check never ran."""
+    md, _ = report.build(tables.read(FIXTURES / "run-interrupted"))
+    cells = md.split("## Cells", 1)[1]
+    assert "| run-interrupted | spar-1.6pct-s1 | interrupted: SIGTERM | 3 / 20 | 8 | not checked (interrupted) |" in cells
+    assert "| NO |" not in md
+    run = tmp_path / "run-interrupted"
+    shutil.copytree(FIXTURES / "run-interrupted", run)
+    events = run / "cells" / "spar-1.6pct-s1" / "events-learner.jsonl"
+    first = json.loads(events.read_text().splitlines()[0])
+    events.write_text(events.read_text() + json.dumps({"kind": "hash", "equal": False, "replica": "w1", "version": 3,
+                                                       "process": "learner", "t": first["t"]}) + "\n")
+    md, _ = report.build(tables.read(run))
+    assert "| 8 | NO |" in md.split("## Cells", 1)[1] and "not checked" not in md
+
+
+def test_a_stopped_run_with_a_prediction_says_why_it_has_no_regime(tmp_path):
+    """prediction.json was written, from updates with no full-sync row: the verdict said the run
+    stopped before its prediction was written."""
+    run = tmp_path / "run-interrupted"
+    shutil.copytree(FIXTURES / "run-interrupted", run)
+    (run / "prediction.json").write_text(json.dumps({"model": "m", "link": "l", "variants": {}, "regime": {}}))
+    md, _ = report.build(tables.read(run))
+    assert "before its prediction was written" not in md
+    assert "**Regime**: not placed: the run stopped before recording any update of full sync (`full`)" in md
+
+
+def test_a_baseline_that_never_ran_is_not_one_that_did_not_learn():
+    """Combined with a run that evaluated held-out quality, the interrupted run (whose `full` never
+    ran) read "`full` did not learn measurably"."""
+    md, _ = report.build(tables.read([FIXTURES / "run-interrupted", FIXTURES / "run-heldout"]))
+    block = md.split("- **`spar@1.6%`", 1)[1].split("\n- **", 1)[0]
+    assert "did not learn" not in block
+    assert "`full` has no recorded cell under this link, so no fraction of its gain is a target" in block
+    assert verdict.quality_({**_row(), "baseline_improvement": None, "speedup_headline": 1.5},
+                            "full-bf16")[0].startswith("held-out P(gold): 0.400 at its last evaluation; `full-bf16` has "
+                                                       "no held-out figure under this link")
+
+
+def _slowed(tmp_path: Path, name: str, straggler: str) -> Path:
+    run = tmp_path / name
+    shutil.copytree(FIXTURES / "run-spar-20mbit", run)
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "straggler": straggler}))
+    return run
+
+
+def test_a_run_without_a_straggler_is_not_labelled_straggler_nan(tmp_path):
+    """Combined with runs that set --straggler, a run without one read "straggler nan"; with a single
+    other value the straggler was not even a coordinate (pandas' astype(str) keeps None as a missing
+    value, which nunique leaves out), so a slowed run could pool with an unslowed one."""
+    plain = FIXTURES / "run-spar-20mbit"
+    md, _ = report.build(tables.read([plain, _slowed(tmp_path, "fixed", "w2:fixed:100ms"),
+                                      _slowed(tmp_path, "exp", "w2:exp:2s")]))
+    blocks = [line for line in md.split("## Verdict", 1)[1].splitlines() if line.startswith("- **")]
+    assert "nan" not in "\n".join(blocks) and len(blocks) == 3
+    assert sum("straggler w2:fixed:100ms" in b for b in blocks) == sum("straggler w2:exp:2s" in b for b in blocks) == 1
+    md, _ = report.build(tables.read([plain, tmp_path / "fixed"]))
+    blocks = [line for line in md.split("## Verdict", 1)[1].splitlines() if line.startswith("- **")]
+    assert len(blocks) == 2 and sum("straggler w2:fixed:100ms" in b for b in blocks) == 1

@@ -162,6 +162,8 @@ def test_an_interrupted_run_exits_128_plus_the_signal(tmp_path, signum, code):
     meta = json.loads((tmp_path / "sig" / "meta.json").read_text())
     assert meta["status"] == "interrupted" and not meta["complete"]
     assert pids_mentioning(str(tmp_path / "sig")) == []
+    # the Cells table names the signal the harness got (a SIGINT read "interrupted: SIGTERM")
+    assert list(tables.load_cells(tmp_path / "sig")["status"]) == [f"interrupted: {signum.name}"]
 
 
 def test_a_killed_harness_reads_as_interrupted_and_a_live_one_as_running(tmp_path):
