@@ -116,8 +116,9 @@ def place(cfg: RunConfig, say: Callable[[str], None] = lambda line: print(line, 
               "rate_bit_s": rate, "literal_rate_bit_s": prof.link("w1").down.rate_bit_s,
               "compute_s": m.compute_s, "down_bytes": m.down_bytes, "up_bytes": m.up_bytes,
               "link_s": commratio.link_s(commratio.network_at(scaled, cfg.workers)(1.0), m), **source}
+    links = commratio.link_words(scaled, cfg.workers) or f"worker links at {_rate(rate)}"   # unequal links: each
     say(f"regime: full sync computes {m.compute_s:.3f} s per update here (CPU time) and sends "
-        f"{m.down_bytes / 1e3:,.1f} kB to each worker; worker links at {_rate(rate)} (profile {prof.name}'s rates "
+        f"{m.down_bytes / 1e3:,.1f} kB to each worker; {links} (profile {prof.name}'s rates "
         f"x{factor:.4g}) aim full sync at a link/compute ratio of {target:.2f} (the verdict's Regime line gives the "
         "one achieved)"
         + (f" ({commratio.PAPER_WORDS})" if regime["target"] == "paper" else ""))

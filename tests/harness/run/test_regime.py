@@ -69,3 +69,20 @@ def test_a_real_pilot_places_the_run_and_is_cached(tmp_path):
     assert len(again) == 1 and second.regime["cached"] is True and second.rate_bit_s == placed.rate_bit_s
     # the pilot loaded the run's own cached models: none were built under the regime folder
     assert not list((regime.cache_file(cfg).parent).rglob("*.safetensors"))
+
+
+def test_the_placement_line_names_each_worker_link_of_an_uneven_profile(tmp_path, monkeypatch):
+    """heterogeneous-edge placed: the line said "worker links at 40.3 Mbit/s" (w1's) while w2 ran at a fifth of
+    it and w3's uplink at a tenth. A cached pilot measurement stands in for the pilot run (no root needed)."""
+    monkeypatch.setenv("WAN_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = config.build(model="micro", profile="heterogeneous-edge", comm_ratio="paper", workers=3, seed="1", updates=4,
+                       out_dir=str(tmp_path), run_id="edge")
+    path = regime.cache_file(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"measured": {"compute_s": 2.0, "down_bytes": 4_000_000, "up_bytes": 800_000}}))
+    said: list[str] = []
+    placed = regime.place(cfg, said.append)
+    rates = [placed.load_profile().link(f"w{i}").down.rate_bit_s / 1e6 for i in (1, 2, 3)]
+    assert rates[1] == pytest.approx(rates[0] / 5)
+    [line] = said
+    assert "; worker links w1 " in line and ", w2 " in line and " up" in line and "worker links at" not in line
