@@ -125,6 +125,9 @@ def quality_(r, base_name: str) -> tuple[str, str]:
                          n) if learned else ""
     gain = _num(r.get("baseline_improvement")) or 0.0
     res = _num(r.get("heldout_resolution"))
+    base_final = _num(r["heldout_mean"]) - diff if diff is not None else None
+    if not learned and verdict in ("worse", "better") and base_final:   # resolved, but of what size: say it
+        diff_words += f", {100 * diff / abs(base_final):+.1f} % of `{base_name}`'s final {_fig(base_final)}"
     line = (f"held-out {name}: " + (
         f"{share} of `{base_name}`'s gain; " if share else
         f"`{base_name}` did not learn measurably ({_fig(gain, '+')}, not resolved above 0"
@@ -280,7 +283,7 @@ def _disagree(r, base_name: str) -> str:
         return ""
     n = int(_num(r.get("heldout_diff_n")) or 0)
     behind = []
-    if n >= CI_MIN_SEEDS and r.get("heldout_verdict") == "worse":
+    if n >= CI_MIN_SEEDS and r.get("heldout_verdict") == "worse" and baseline_learned(r):   # else both at noise level
         behind.append(f"worse in held-out {r.get('heldout_name') or 'quality'}")
     pct = headline_fraction(r)[0]
     v = r.get(f"ttq{pct}_verdict") if pct is not None and baseline_learned(r) else None

@@ -52,6 +52,16 @@ def test_speed_and_quality_disagree_only_when_both_are_resolved():
     assert "point different ways" not in _block(heldout_verdict="worse", heldout_diff_n=2)
 
 
+def test_a_resolved_difference_where_the_baseline_did_not_learn_says_its_size():
+    """A micro model's P(gold) ~4e-7 that no method moves: "is worse in held-out P(gold)" and "Speed and quality
+    point different ways" over a paired difference of -8.1e-09, with no word on its size."""
+    text = _block(heldout_mean=4.1e-7, heldout_diff_mean=-8.1e-9, heldout_diff_ci95=5.9e-9, heldout_verdict="worse",
+                  heldout_resolution=7e-9, gain_kept=None, gain_kept_lo=None, gain_kept_hi=None,
+                  baseline_improvement=1.9e-7)
+    assert "point different ways" not in text
+    assert "paired difference -8.1e-09 ± 5.9e-09 (3 paired seeds), -1.9 % of `full-bf16`'s final 4.2e-07: **worse**" in text
+
+
 def _flat_baseline_evals() -> tuple:
     """run-heldout with held-out figures ~1e-6 that move by +-3e-8 (a tiny model's P(gold)): the
     baseline's gain is positive on average, its interval includes 0."""
