@@ -77,7 +77,7 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
                      _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
                      *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
-                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), '.4g', n=n)}", *ttq,
+                     f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), n=n)}", *ttq,
                      NOT_MEASURABLE if quality.baseline_unlearned(r) else _x(r.get("ttq_speedup")), _x(r.get("speedup"))])
     return head, rows
 

@@ -33,7 +33,7 @@ from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError, sweep_extras, sweep_gaps
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
-from harness.results.wording import consistency, seconds_by_part
+from harness.results.wording import consistency, run_name, seconds_by_part
 from trainers import spec
 
 
@@ -90,14 +90,14 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
-def _run_header(run: Run) -> list[str]:
+def _run_header(run: Run, runs: list[Run] = ()) -> list[str]:
     meta = run.meta
     status = meta.get("status", "unknown")
     flag = "" if meta.get("complete") else f" — **INCOMPLETE ({status})**: partial results"
     if meta.get("status_note"):
         flag += f" ({meta['status_note']})"
     pk = meta.get("packages") if isinstance(meta.get("packages"), dict) else {}
-    lines = [f"- `{run.dir.name}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
+    lines = [f"- `{run_name(run.dir, [r.dir for r in runs])}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
              f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
              f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
              f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
@@ -264,7 +264,7 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
     pairs = dataparallel_report.baseline_pairs(tables.updates)   # the data-parallel rows' paired perplexity
     md = [f"# Comparison against {base}: {title}", "", *notes, *verdict.verdict(comp, tables.runs, cells, pairs), "## Runs", ""]
     for r in tables.runs:
-        md += _run_header(r)
+        md += _run_header(r, tables.runs)
     md += ["", "## Seconds per update, bytes and quality", "",
            (f"Speedup = median seconds per update of {base} / that of the method, under the same link, pooled over "
             "seeds (the verdict's headline is the geometric mean of the per-seed speedups, on CPU time when the "

@@ -28,7 +28,7 @@ import pandas as pd
 from harness.results import compare, ledger, regime_report, tables
 from harness.results.quality import baseline_learned, baseline_missing
 from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, none as _none
-from harness.results.wording import num as _num
+from harness.results.wording import num as _num, run_name
 from trainers.spec import NO_BASELINE, is_data_parallel
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -329,7 +329,7 @@ def incomplete(runs: list[tables.Run]) -> str:
     bad = [r for r in runs if not r.meta.get("complete")]
     if not bad:
         return ""
-    items = ", ".join(f"`{r.dir.name}` ({r.meta.get('status', 'unknown')}"
+    items = ", ".join(f"`{run_name(r.dir, [x.dir for x in runs])}` ({r.meta.get('status', 'unknown')}"
                       + (f": {r.meta['status_note']}" if r.meta.get("status_note") else "") + ")" for r in bad)
     return (f"**INCOMPLETE**: {items} stopped before finishing; what follows covers only the cells and updates "
             "recorded before it stopped (the Cells section says which).")

@@ -143,3 +143,16 @@ def seconds_by_part(parts: dict) -> str:
     ranked = sorted(((str(k), float(v)) for k, v in parts.items() if isinstance(v, (int, float)) and v >= 0.05),
                     key=lambda kv: -kv[1])
     return "; ".join(f"{k} {v:.1f} s" for k, v in ranked)
+
+
+def run_name(run_dir, run_dirs) -> str:
+    """A run folder's name as a report shows it: its own name, or as many parent folders as tell it apart
+    from the other runs shown with the same name (two sweeps' `default` points: `a/runs/default`)."""
+    from pathlib import Path
+
+    parts = Path(run_dir).parts
+    others = [Path(d).parts for d in run_dirs if Path(d) != Path(run_dir)]
+    for k in range(1, len(parts) + 1):
+        if all(o[-k:] != parts[-k:] for o in others):
+            return "/".join(parts[-k:])
+    return str(run_dir)

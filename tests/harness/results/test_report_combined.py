@@ -254,3 +254,11 @@ def test_paired_lines_name_their_link_where_the_report_holds_two(tmp_path, heldo
     assert len(lines) == 2 and lines[0] != lines[1]
     assert {line.split(" − baseline")[0] for line in lines} == {"- `spar@12.8%` (paper-62.5mbit: 62.5mbit [fallback])",
                                                                "- `spar@12.8%` (paper-62.5mbit: 20mbit [fallback])"}
+
+
+def test_two_runs_of_one_name_are_told_apart_by_their_folders(tmp_path, heldout_copy):
+    """Two sweeps without an axis each name their run `default`: the Runs section and the INCOMPLETE line read
+    "`default` (interrupted), `default` (interrupted)"."""
+    a, b = heldout_copy(tmp_path / "s1" / "runs" / "default"), heldout_copy(tmp_path / "s2" / "runs" / "default")
+    md, _ = report.build(tables.read([a, b]))
+    assert "- `s1/runs/default`: status" in md and "- `s2/runs/default`: status" in md
