@@ -305,7 +305,9 @@ def headline(s: dict) -> str:
     wire = s.get("wire_up_bytes")
     if st:
         return (f"**{pm(st['s_per_step'], st['s_per_step_ci'])} s/step** over {st['counted']} steps "
-                f"({st['node']}'s marks)" + ("" if wire is None else f", {_mb(wire)} per node per step on the wire up"))
+                f"({st['node']}'s marks" + (f"; {st['marked']} marked, the first {st['marked'] - st['counted']} "
+                                            "left out as warm-up" if st.get("marked", 0) > st["counted"] else "")
+                + ")" + ("" if wire is None else f", {_mb(wire)} per node per step on the wire up"))
     return (f"**{fmt(s.get('wall_s'), 's')} s wall**, no step marks: totals over the run"
             + ("" if wire is None else f"; {_mb(wire)} per node on the wire up"))
 

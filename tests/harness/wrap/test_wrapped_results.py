@@ -146,3 +146,12 @@ def test_the_wrapped_report_gives_the_cpu_shares_and_their_throttling(tmp_path):
 ])
 def test_a_failure_names_the_node_or_the_job(meta, words):
     assert wrapped.failure_words({"nodes": ["w1", "w2"], **meta}) == words
+
+
+def test_the_headline_says_which_marks_its_steps_leave_out():
+    """"over 11 steps" for 12 marked steps, without saying the first was left out as warm-up."""
+    from harness.results.wrapped import headline
+
+    st = {"s_per_step": 0.1, "s_per_step_ci": 0.01, "counted": 11, "marked": 12, "node": "w1"}
+    assert headline({"steps": st}).endswith("over 11 steps (w1's marks; 12 marked, the first 1 left out as warm-up)")
+    assert headline({"steps": {**st, "marked": 11}}).endswith("over 11 steps (w1's marks)")
