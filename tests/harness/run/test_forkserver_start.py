@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.run import config, launch
 from harness.run.forkserver import ForkServer
 from tests.harness.faults.test_faults import pids_of
@@ -46,14 +48,16 @@ def test_ctrl_c_while_the_server_imports_stops_it(tmp_path):
     assert pids_of("trainers.forkserver", str(run_dir)) == []
 
 
-def test_the_fork_server_sizes_the_adapter_the_cost_model_then_reads_in_process(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method, rank", [("spar", 4), ("lordo-global", None)])
+def test_the_fork_server_sizes_the_tables_the_cost_model_then_reads_in_process(tmp_path, monkeypatch, method, rank):
     """AdapterShapes forks trainers.model.shapes from the run's server; the shapes it keeps in the models
     cache are the ones the harness's own sizing on the meta device reads, and the prediction then needs
-    no process of its own; a second run finds them cached and forks nothing."""
+    no process of its own; a second run finds them cached and forks nothing. HiLo reads the adapter's
+    factors (rank 4); a data-parallel run under --dp-train full every parameter of the model (`--full`)."""
     from harness.projection import inputs, prediction
 
     monkeypatch.delenv("WAN_CACHE_DIR")   # a models cache of this test's own: <out>/.cache
-    cfg = config.build(model="micro", method="spar", baseline="none", lora_rank="4", emulation=False,
+    cfg = config.build(model="micro", method=method, baseline="none", lora_rank="4", emulation=False,
                        out_dir=str(tmp_path), run_id="r")
     cache, run_dir = launch.cache_dir(cfg), tmp_path / "r"
     run_dir.mkdir()
@@ -62,35 +66,14 @@ def test_the_fork_server_sizes_the_adapter_the_cost_model_then_reads_in_process(
     with ForkServer.started(launch.server_modules(cfg), launch.python_env(cache, threads=1),
                             run_dir / "forkserver.log") as server:
         shapes = launch.AdapterShapes.start(cfg, run_dir, server)
-        assert len(shapes.children) == 1
+        assert [key[2] for _, _, key in shapes.children] == [rank]
         shapes.finish(wait_s=launch.SHAPES_TIMEOUT_S)
         assert prediction.in_process(run_dir, cache)
         assert launch.AdapterShapes.start(cfg, run_dir, server).children == []   # cached: nothing to size
-    expected = [(n, tuple(s)) for n, s in inputs.adapter_for("micro", 4).tensors]
-    assert prediction.cached_shapes(cache, "micro", 4) == expected
+    expected = inputs.dp_tensors("micro", "full", 4) if rank is None else inputs.adapter_for("micro", 4).tensors
+    assert prediction.cached_shapes(cache, "micro", rank) == [(n, tuple(s)) for n, s in expected]
     assert sorted(p.name for p in (cache / prediction.SHAPES_DIR).iterdir()) == \
-        [prediction._shapes_file(cache, "micro", 4).name]   # no pending or temporary file left
-
-
-def test_the_fork_server_sizes_a_data_parallel_replica_for_the_cost_model_too(tmp_path, monkeypatch):
-    """A data-parallel run under --dp-train full reads every parameter of the model: one child sizes it
-    (`--full`), and the prediction then needs no process of its own."""
-    from harness.projection import prediction
-    from trainers.model.models import parameter_shapes
-
-    monkeypatch.delenv("WAN_CACHE_DIR")
-    cfg = config.build(model="micro", method="lordo-global", emulation=False, out_dir=str(tmp_path), run_id="r")
-    cache, run_dir = launch.cache_dir(cfg), tmp_path / "r"
-    run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_json()))
-    assert not prediction.in_process(run_dir, cache)
-    with ForkServer.started(launch.server_modules(cfg), launch.python_env(cache, threads=1),
-                            run_dir / "forkserver.log") as server:
-        shapes = launch.AdapterShapes.start(cfg, run_dir, server)
-        assert [key[2] for _, _, key in shapes.children] == [None]
-        shapes.finish(wait_s=launch.SHAPES_TIMEOUT_S)
-    assert prediction.in_process(run_dir, cache)
-    assert prediction.cached_shapes(cache, "micro", None) == parameter_shapes("micro")
+        [prediction._shapes_file(cache, "micro", rank).name]   # no pending or temporary file left
 
 
 def test_what_runs_before_the_fork_server_starts_leaves_its_heavy_imports_for_later():
