@@ -109,21 +109,22 @@ def _adapter(cfg: dict, cache: Path | None) -> cm.Adapter:
     return adapter
 
 
-def needed_ranks(cfg: dict) -> list[int | None]:
-    """The shape tables `write` reads for a run (config.json's document), by rank: the adapter's
-    (--lora-rank) for its HiLo variants, what a data-parallel replica synchronises for its data-parallel
-    ones (None: every parameter of the model)."""
-    methods = [str(v["method"]) for v in cfg.get("variants") or []]
-    ranks = [int(cfg["lora_rank"])] if not all(map(spec.is_data_parallel, methods)) else []
+def needed_ranks(methods: list[str], lora_rank: int, dp_train: str | None) -> list[int | None]:
+    """The shape tables `write` reads for a run of `methods`, by rank: the adapter's (--lora-rank) for its
+    HiLo methods, what a data-parallel replica synchronises (--dp-train) for its data-parallel ones (None:
+    every parameter of the model)."""
+    ranks = [lora_rank] if not all(map(spec.is_data_parallel, methods)) else []
     if any(map(spec.is_data_parallel, methods)):
-        ranks.append(dp_rank(cfg.get("dp_train"), int(cfg["lora_rank"])))
+        ranks.append(dp_rank(dp_train, lora_rank))
     return list(dict.fromkeys(ranks))
 
 
 def in_process(run_dir: str | Path, cache: Path) -> bool:
     """True when `write(run_dir, cache)` needs no torch: every shape table the run reads is cached."""
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
-    return all(cached_shapes(cache, cfg["model"], rank) is not None for rank in needed_ranks(cfg))
+    ranks = needed_ranks([str(v["method"]) for v in cfg.get("variants") or []], int(cfg["lora_rank"]),
+                         cfg.get("dp_train"))
+    return all(cached_shapes(cache, cfg["model"], rank) is not None for rank in ranks)
 
 
 def network(cfg: dict, workers: int) -> tuple[cm.Network, str]:

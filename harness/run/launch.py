@@ -698,7 +698,8 @@ class AdapterShapes:
         from harness.projection import prediction
 
         children = []
-        for rank in prediction.needed_ranks(cfg.to_json()):
+        methods = [v.method for v in cfg.variants]
+        for rank in prediction.needed_ranks(methods, int(cfg.values["lora_rank"]), cfg.values.get("dp_train")):
             key = (cache_dir(cfg), str(cfg.values["model"]), rank)
             try:
                 pending = prediction.pending_shapes(*key)

@@ -35,7 +35,7 @@ def _modules_after(*argv: str) -> str:
     ["profiles", "transatlantic", "--plan", "--workers", "2"],
     ["run", "--dry-run", "--bw", "20mbit", "--method", "spar,powersgd", "--workers", "3"],
     ["run", "--dry-run", "--no-emulation", "--model", "micro"],
-    ["clean", "--list", "--run-id", "nosuchrun"],
+    ["clean", "--list", "--run-id", "abcd12"],
 ], ids=lambda a: " ".join(a[:2]))
 def test_light_commands_do_not_import_torch(argv):
     assert _modules_after(*argv) == "-"

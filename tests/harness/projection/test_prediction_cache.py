@@ -50,7 +50,9 @@ def test_a_data_parallel_run_is_predicted_from_cached_parameter_shapes_too(tmp_p
     import subprocess
 
     cfg = json.loads((DP_RUN / "config.json").read_text())
-    assert prediction.needed_ranks(cfg) == [None] and not prediction.in_process(DP_RUN, tmp_path)
+    methods = [v["method"] for v in cfg["variants"]]
+    assert prediction.needed_ranks(methods, int(cfg["lora_rank"]), cfg.get("dp_train")) == [None]
+    assert not prediction.in_process(DP_RUN, tmp_path)
     sized = prediction.build(DP_RUN, tmp_path)
     shapes = prediction.cached_shapes(tmp_path, cfg["model"], None)
     assert shapes and prediction.in_process(DP_RUN, tmp_path)
