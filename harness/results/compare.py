@@ -73,6 +73,7 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
     per = (lambda c: g[c].mean()) if spec.is_data_parallel(str(g["method"].iloc[0])) else (lambda c: g[c].median())
     return {"method": g["method"].iloc[0], "budget_frac": g["budget_frac"].iloc[0],
             "seeds": int(g["seed"].nunique()), "update_rows": int(len(g)),
+            "updates_least": int(g.groupby("seed").size().min()), "updates_most": int(g.groupby("seed").size().max()),
             "s_per_update_median": spu.median(), "s_per_update_q1": spu.quantile(0.25),
             "s_per_update_q3": spu.quantile(0.75), "s_per_update_iqr": spu.quantile(0.75) - spu.quantile(0.25),
             "payload_bytes_down": per("payload_bytes_down"), "wire_bytes_down": per("wire_bytes_down"),

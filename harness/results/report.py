@@ -33,7 +33,7 @@ from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError, sweep_extras, sweep_gaps
 from harness.results.tables import Run, RunTables, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
-from harness.results.wording import consistency, run_name, seconds_by_part
+from harness.results.wording import consistency, num as _num, run_name, seconds_by_part
 from trainers import spec
 
 
@@ -46,7 +46,7 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, r in comp.iterrows():
         link = _link(r)
-        rows.append([link, _fmt(r.get("workers")), r["variant"], f"{r['seeds']} x {r['update_rows'] // max(1, r['seeds'])}",
+        rows.append([link, _fmt(r.get("workers")), r["variant"], _seeds_x_updates(r),
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
                      _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
@@ -88,6 +88,14 @@ def _heldout(r) -> str:
 
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _seeds_x_updates(r) -> str:
+    """'3 x 40', or '2 x 5-8' where the seeds recorded different numbers of updates (one cut short)."""
+    least, most = r.get("updates_least"), r.get("updates_most")
+    if _num(least) is None or _num(most) is None:   # a comparison table older than these columns
+        return f"{r['seeds']} x {r['update_rows'] // max(1, r['seeds'])}"
+    return f"{r['seeds']} x {int(least)}" + (f"-{int(most)}" if most != least else "")
 
 
 def _run_header(run: Run, runs: list[Run] = ()) -> list[str]:

@@ -243,11 +243,26 @@ def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: b
                 log: str | None) -> int:
     """`harness run`: the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is one line, exit 2."""
     try:
+        check_results_folder(Path(out))
         cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log)
+
+
+def check_results_folder(out: Path) -> None:
+    """ConfigError unless `out` can hold run folders: a file there fails mid-run (errno 20), and a run
+    written into a sweep's or another run's folder is read as one of its points (`harness report`)."""
+    nearest = next((p for p in (out, *out.parents) if p.exists()), None)   # the folder it would be made in
+    if nearest is not None and not nearest.is_dir():
+        raise ConfigError(f"--out: {nearest} exists and is not a folder; name a folder for the results")
+    if (out / "sweep.json").is_file():
+        raise ConfigError(f"--out: {out} is a sweep's folder: a run there would be read as one of its points; name "
+                          f"another folder (`harness sweep --out {out}` resumes the sweep)")
+    if (out / "config.json").is_file() and (out / "cells").is_dir():
+        raise ConfigError(f"--out: {out} is a run's folder: a run inside it would be reported with it; name "
+                          "another folder")
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:
@@ -492,8 +507,9 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
             continue
         if cfg.run_dir.exists():
             shutil.rmtree(cfg.run_dir)  # an incomplete earlier attempt with the same values: run it again from scratch
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            # --json: stdout holds one document; a later run's fixed cost starts with it, not with the process
+        with contextlib.redirect_stdout(sys.stderr) if as_json or quiet else contextlib.nullcontext():
+            # --json: stdout holds one document, -q the sweep's folder (not each point's); a later run's fixed
+            # cost starts with it, not with the process
             code = run(cfg, quiet=quiet or as_json, as_json=False, dry_run=False, first_in_process=ran == 0)
         ran += 1
         if code > 128:  # interrupted (128 + the signal): stop the sweep too
@@ -506,10 +522,13 @@ def sweep(cfgs: list[RunConfig], out: Path, quiet: bool, as_json: bool) -> int:
         return EXIT_FAILED
     if as_json:
         print(json.dumps({"sweep_dir": str(out), "runs": [str(c.run_dir) for c in cfgs], "failed": failed}))
-    elif quiet and not ran:   # every point skipped: say so, rather than nothing
-        print(f"sweep: all {len(cfgs)} points were already complete; report: {out / 'report.md'}", file=sys.stderr)
-    elif not quiet:
-        say_report(out / "report.md", out)
+    elif quiet:   # the result folder, as `harness run -q` prints its own
+        if not ran:
+            print(f"sweep: all {len(cfgs)} points were already complete; report: {(out / 'report.md').resolve()}",
+                  file=sys.stderr)
+        print(out.resolve())
+    else:
+        say_report((out / "report.md").resolve(), out.resolve())
     return EXIT_OK if not failed else EXIT_FAILED
 
 

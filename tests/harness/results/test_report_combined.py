@@ -262,3 +262,15 @@ def test_two_runs_of_one_name_are_told_apart_by_their_folders(tmp_path, heldout_
     a, b = heldout_copy(tmp_path / "s1" / "runs" / "default"), heldout_copy(tmp_path / "s2" / "runs" / "default")
     md, _ = report.build(tables.read([a, b]))
     assert "- `s1/runs/default`: status" in md and "- `s2/runs/default`: status" in md
+
+
+def test_seeds_that_ran_different_numbers_of_updates_show_the_range(tmp_path, heldout_copy):
+    """A cell cut short at 5 of 8 updates beside one that ran 8 read "2 x 6" (13 // 2)."""
+    run = heldout_copy(tmp_path / "r")
+    t = tables.read(run)
+    u = t.updates
+    cut = u[~((u["variant"] == "spar@12.8%") & (u["seed"] == 1) & (u["update_index"] > 5))]
+    comp = compare.comparison(cut, t.cells, t.evals)
+    head, rows = report.table_rows(comp)
+    col = head.index("seeds x updates")
+    assert {r[2]: r[col] for r in rows} == {"spar@12.8%": "3 x 5-12", "full-bf16": "3 x 12"}

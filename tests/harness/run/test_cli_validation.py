@@ -166,3 +166,18 @@ def test_sweep_rejects_a_bad_grid_point(tmp_path):
     result = CliRunner().invoke(app, ["sweep", "--grid", str(grid), "--out", str(tmp_path / "s")])
     assert result.exit_code == 2 and "unknown key 'colour'" in result.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_out_must_be_a_folder_that_holds_runs(tmp_path):
+    """`harness run --out FILE` failed mid-run with a raw errno 20 (rc 1), and `--out SWEEP` wrote a run that
+    `harness report SWEEP` then mixed into the sweep's verdict."""
+    (tmp_path / "afile").write_text("x")
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"runs": []}')
+    for out, words in ((tmp_path / "afile", "exists and is not a folder"),
+                       (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} exists and is not a folder"),
+                       (sweep, "is a sweep's folder: a run there would be read as one of its points")):
+        res = CliRunner().invoke(app, ["run", "--out", str(out), "--no-emulation", "--model", "micro"])
+        assert res.exit_code == 2 and words in res.stderr, res.output
+    assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]

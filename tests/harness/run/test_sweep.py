@@ -86,6 +86,7 @@ def test_quiet_sweep_with_every_point_complete_says_so(first):
     res = sweep(out, "-q")
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"sweep: all 2 points were already complete; report: {out / 'report.md'}" in res.stderr
+    assert res.stdout.strip() == str(out.resolve())   # -q prints the result folder, as `harness run -q` does
 
 
 def test_report_names_planned_points_without_a_run_and_refuses_a_corrupt_sweep_json(first, tmp_path, capsys):
