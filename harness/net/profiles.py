@@ -305,6 +305,19 @@ class Profile:
         return doc
 
 
+def _kind(value: Any) -> str:
+    """What a YAML value is, in the words of a profile's author: 'a list', 'the text 'fast'', 'the number 3'."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, bool) or value is None:
+        return f"the value {str(value).lower() if value is not None else 'null'}"
+    if isinstance(value, (int, float)):
+        return f"the number {value:g}"
+    return f"a {type(value).__name__}"
+
+
 def _plain(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         return {k: _plain(v) for k, v in obj.items()}
@@ -403,7 +416,7 @@ def _trace(raw: Mapping[str, Any], where: str) -> TraceRef:
 
 def _ge(raw: Any, where: str) -> GilbertElliott:
     if not isinstance(raw, Mapping):
-        raise ProfileError(f"{where}: {raw!r} must be a mapping with keys p, r, bad_loss, good_loss")
+        raise ProfileError(f"{where}: {_kind(raw)} here; it must be a mapping with keys p, r, bad_loss, good_loss")
     _check_keys(raw, _GE_KEYS, where)
     if "p" not in raw or "r" not in raw:
         raise ProfileError(f"{where}: {dict(raw)!r} needs both 'p' and 'r'")
@@ -430,13 +443,13 @@ def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 def _check_link_raw(raw: Any, where: str) -> None:
     if not isinstance(raw, Mapping):
-        raise ProfileError(f"{where}: {raw!r} must be a mapping of link keys")
+        raise ProfileError(f"{where}: {_kind(raw)} here; it must be a mapping of link keys (rate, delay, ...)")
     raw = _without_compute(raw, where)
     _check_keys(raw, _LINK_KEYS | {"up", "down"}, where)
     for direction in ("up", "down"):
         if direction in raw:
             if not isinstance(raw[direction], Mapping):
-                raise ProfileError(f"{where}.{direction}: {raw[direction]!r} must be a mapping of link keys")
+                raise ProfileError(f"{where}.{direction}: {_kind(raw[direction])} here; it must be a mapping of link keys")
             _check_keys(raw[direction], _LINK_KEYS, f"{where}.{direction}")
     build_link(raw, where)  # parse every value now: errors surface at load, not at apply
 
@@ -478,7 +491,7 @@ def _schedule(raw: Any, name: str) -> tuple[Change, ...]:
     for i, item in enumerate(raw):
         where = f"{name}.schedule[{i}]"
         if not isinstance(item, Mapping):
-            raise ProfileError(f"{where}: {item!r} must be a mapping")
+            raise ProfileError(f"{where}: {_kind(item)} here; it must be a mapping (at: ..., and link keys)")
         body = {k: v for k, v in item.items() if k not in ("at", "target")}
         try:
             at_s = units.parse_time(item.get("at"))
@@ -513,7 +526,8 @@ def from_doc(doc: Any, name: str) -> Profile:
     _check_link_raw(learner, f"{name}.learner")
     workers = doc.get("workers") or {}
     if not isinstance(workers, Mapping):
-        raise ProfileError(f"{name}.workers: {workers!r} must be a mapping of wN -> link")
+        raise ProfileError(f"{name}.workers: {_kind(workers)} here; it must be a mapping of wN -> link "
+                           "(workers: {w2: {rate: 10mbit}})")
     for wname, wraw in workers.items():
         if not _WORKER.match(str(wname)):
             raise ProfileError(f"{name}.workers.{_key(wname)}: unknown worker name (expected w1, w2, ...)")

@@ -196,3 +196,9 @@ def test_an_empty_profile_says_it_is_empty():
     """An empty YAML file parses to None: the error read "empty: None is not a mapping"."""
     with pytest.raises(profiles.ProfileError, match=r"^x: the profile is empty \(a YAML mapping: name, defaults"):
         profiles.from_doc(None, "x")
+
+
+def test_a_profile_part_of_the_wrong_kind_is_named_in_words():
+    """`workers: [{delay: -5ms}]` read "[{'delay': '-5ms'}] must be a mapping of wN -> link" (a Python repr)."""
+    with pytest.raises(profiles.ProfileError, match=r"^x\.workers: a list here; it must be a mapping of wN -> link"):
+        profiles.from_doc({"workers": [{"delay": "-5ms"}]}, "x")
