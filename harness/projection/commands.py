@@ -25,7 +25,8 @@ from harness.projection import costmodel as cm
 from harness.projection.figures import figures, validation_figure
 from harness.projection.inputs import Inputs, build
 from harness.projection import params, source
-from harness.projection.validate import compute_words, other_models, validate, validation_table
+from harness.projection.validate import (compute_words, data_parallel_only, nothing_to_validate, other_models,
+                                         validate, validation_table)
 from harness import readers, units
 
 
@@ -47,7 +48,9 @@ def to_json(inputs: Inputs, rows: list[cm.Prediction]) -> dict:
                    "baseline": inputs.baseline, "rollout_s": inputs.compute.rollout_s,
                    "train_s": inputs.compute.train_s, "shared_cores": inputs.compute.shared_cores,
                    "rollout_bytes": inputs.compute.rollout_bytes, "notes": list(inputs.notes)},
-        "methods": [r.to_json() for r in rows],
+        # codec_measured false: the run given to --from did not measure it, its encode/decode/replay taken as 0
+        "methods": [{**r.to_json(), **({"codec_measured": False} if r.variant in inputs.unmeasured else {})}
+                    for r in rows],
     }
 
 
@@ -67,10 +70,24 @@ def table_text(inputs: Inputs, rows: list[cm.Prediction]):
                 "bound", "MB/worker", "speedup"):
         t.add_column(col, justify="left" if col in ("variant", "bound") else "right")
     for r in rows:
-        t.add_row(r.variant, str(r.pipeline), f"{r.seconds_per_update:.2f}", f"{r.rollout_s:.2f}", f"{r.train_s:.2f}",
-                  f"{r.encode_s:.2f}", f"{r.transfer_down_s:.2f}", f"{r.transfer_up_s:.2f}", f"{r.replay_s:.2f}",
-                  f"{r.other_s:.2f}", r.bound, f"{r.bytes_down_per_worker / 1e6:.2f}", f"{r.speedup:.2f}x")
+        bound = r.variant in inputs.unmeasured   # codec not measured: 0 s taken, "-" shown, the speedup at most
+        t.add_row(r.variant, str(r.pipeline), f"{'>=' if bound else ''}{r.seconds_per_update:.2f}",
+                  f"{r.rollout_s:.2f}", f"{r.train_s:.2f}", "-" if bound else f"{r.encode_s:.2f}",
+                  f"{r.transfer_down_s:.2f}", f"{r.transfer_up_s:.2f}", "-" if bound else f"{r.replay_s:.2f}",
+                  f"{r.other_s:.2f}", r.bound, f"{r.bytes_down_per_worker / 1e6:.2f}",
+                  f"{'<=' if bound else ''}{r.speedup:.2f}x")
     return t
+
+
+def unmeasured_warning(inputs: Inputs, run_path: Path) -> str | None:
+    """One warning line when the run --from names did not measure a compressed variant projected: its
+    codec seconds are taken as 0, so its speedup is an upper bound (the table marks it <=)."""
+    if not inputs.unmeasured:
+        return None
+    names = ", ".join(inputs.unmeasured)
+    return (f"warning: {run_path} did not measure {names}: {'its' if len(inputs.unmeasured) == 1 else 'their'} "
+            "encode/decode/replay cost taken as 0, the speedup an upper bound (give --encode-s and --replay-s, "
+            "or --from a run that ran it)")
 
 
 def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | None = None,
@@ -85,9 +102,9 @@ def main(as_json: bool, figures_dir: str | None, values: dict, from_run: str | N
     inputs = build(**params.parse(filled), run=run, opt=list(opt))
     if figures_dir:
         _make_folder(figures_dir)
-    warning = source.incomplete(run) if run is not None else None
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in (source.incomplete(run), unmeasured_warning(inputs, run.path)) if run is not None else ():
+        if warning:
+            print(warning, file=sys.stderr)
     given = any(values.get(k) is not None for k in ("compute_s", "rollout_s", "train_s"))
     head = (source.header(run, taken, inputs.net, inputs.variants, inputs.baseline, inputs.updates_fitted, given)
             if run is not None else None)
@@ -123,9 +140,14 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
     fit_on = source.open_run(fit_run)   # one run folder: a sweep's pooled updates are nobody's compute
     targets = [r for r in files.find_runs(runs) if Path(r).resolve() != Path(fit_run).resolve()]
     fitted, checks = validate(fit_on, targets)
+    if not checks:   # an empty table and exit 0 would read as a validation that passed
+        raise ValueError(nothing_to_validate(targets, fit_run))
+    left_out = data_parallel_only(targets)
     if figures_dir:   # after every run is read (a bad one is one line and leaves no folder), before printing
         _make_folder(figures_dir)
-    for line in (source.incomplete(fit_on), other_models(fitted, checks)):
+    dp_words = "; ".join(f"{r} ({', '.join(m)})" for r, m in left_out.items())
+    for line in (source.incomplete(fit_on), other_models(fitted, checks),
+                 f"warning: --validate: left out, data-parallel only: {dp_words}" if left_out else None):
         if line:
             print(line, file=sys.stderr)
     if as_json:
@@ -133,8 +155,9 @@ def validate_cmd(fit_run: str, runs: list[str], figures_dir: str | None, as_json
                           "compute": asdict(fitted.compute),
                           "checks": [{**asdict(c), "error": c.error} for c in checks]}, indent=1, default=str))
     else:
-        print(f"compute fitted on {fit_run} ({fitted.model} rank {fitted.lora_rank}, {fitted.workers} workers, "
-              f"{fitted.updates_used} updates after each cell's first), per update:\n{compute_words(fitted)}\n")
+        workers = f"{fitted.workers} worker{'' if fitted.workers == 1 else 's'}"
+        print(f"compute fitted on {fit_run} ({fitted.model} rank {fitted.lora_rank}, {workers}, "
+              f"{fitted.updates_used} update{'' if fitted.updates_used == 1 else 's'} after each cell's first), per update:\n{compute_words(fitted)}\n")
         print(validation_table(checks))
     if figures_dir and checks:
         paths = _written(lambda: validation_figure(checks, figures_dir), figures_dir)

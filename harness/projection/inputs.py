@@ -70,6 +70,9 @@ class Inputs:
     model: str
     rate_bit_s: float | None
     updates_fitted: int = 0    # with --from: the run's updates the compute was fitted on
+    # with --from: the compressed variants the run did not measure (no --encode-s/--replay-s given): their
+    # encode, decode and replay are taken as 0, so their seconds are a lower bound and their speedup an upper one
+    unmeasured: tuple[str, ...] = ()
 
 
 def adapter_for(model: str, rank: int) -> cm.Adapter:
@@ -230,6 +233,11 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
     spec.check_model(model)
     methods = [spec.check_method(m) for m in method]
     spec.check_method(baseline)
+    for flag, name in [("--method", m) for m in methods] + [("--baseline", baseline)]:
+        if spec.is_data_parallel(name):
+            raise ValueError(f"{flag}: {name} is data-parallel: the cost model projects HiLo methods only (a "
+                             "data-parallel method's bytes per step are in its run's report, "
+                             "harness/projection/dpbytes.py)")
     # the run's compressor options (spar_dtype, powersgd_rank, ...) under the --opt given
     opts = {**(run.compressor_options() if run is not None else {}), **parse_options(opt)}
     # a set powersgd_rank opts powersgd out of the budget (spec.takes_budget)
@@ -268,18 +276,26 @@ def build(*, model: str, lora_rank: int, workers: int, bw: str | None, delay: st
         codec = cm.Codec(encode_s, replay_s, replay_s)
         codecs = dict(compute.codecs)
         for m, b in variants:
-            found = spec.method_card(m)   # full, full-bf16, rank-R ship the adapter as it is (a fixed dtype): no codec
-            if found is None or "ship_dtype" not in found[1]:
+            if _has_codec(m):
                 codecs[spec.variant_label(m, b)] = codec
         compute = replace(compute, codecs=codecs)
         if not encode_s and not replay_s and any(m in spec.compressor_names() for m, _ in variants):
             notes.append("encode and replay cost of compressed methods taken as 0 (give --encode-s/--replay-s)")
+    unmeasured = tuple(label for m, b in variants if _has_codec(m)
+                       for label in [spec.variant_label(m, b)] if label not in compute.codecs and m not in compute.codecs)
     if rollout_bytes is not None:
         compute = replace(compute, rollout_bytes=rollout_bytes)
     if cores is not None and compute.shared_cores != cores:
         compute = replace(compute, shared_cores=cores)
     return Inputs(adapter, net, compute, variants, baseline, pipelines, send, options, tuple(notes), model, rate,
-                  fitted_n)
+                  fitted_n, unmeasured if run is not None else ())
+
+
+def _has_codec(method: str) -> bool:
+    """Whether `method` encodes its update (a compressor), i.e. has encode and decode/replay seconds to
+    measure: full, full-bf16 and rank-R ship the adapter as it is, in a fixed dtype."""
+    found = spec.method_card(method)
+    return found is None or "ship_dtype" not in found[1]
 
 
 def fitted_compute(run: MeasuredRun, target: cm.Adapter,

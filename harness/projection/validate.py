@@ -9,6 +9,10 @@ from pathlib import Path
 from harness.projection import costmodel as cm
 from harness.projection.inputs import MeasuredRun, adapter_for, host_cc
 from harness import units
+from trainers import spec
+
+# A receive measured below this prints as 0.000 s in the table: a relative error of it is noise ("-").
+RECEIVE_FLOOR_S = 0.0005
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Check:
 
     @property
     def receive_error(self) -> float:
-        if not self.receive_measured_s:   # a run that recorded no receive time (NaN: no error to state)
+        if not self.receive_measured_s >= RECEIVE_FLOOR_S:   # none recorded, or (near) zero: no error to state
             return float("nan")
         return (self.receive_predicted_s - self.receive_measured_s) / self.receive_measured_s
 
@@ -83,6 +87,39 @@ def validate(fit_run: str | Path | MeasuredRun, runs: list[str | Path], cc: str 
     return fitted, checks
 
 
+def data_parallel_only(runs: list[str | Path]) -> dict[str, list[str]]:
+    """Run name -> its methods, for each of `runs` that ran data-parallel methods only (its config.json): the
+    cost model predicts HiLo's round, so such a run has nothing to validate."""
+    from harness.results import files
+
+    out = {}
+    for run in runs:
+        methods = (files.read_json(Path(run) / "config.json", {}) or {}).get("method") or []
+        if methods and all(spec.is_data_parallel(m) for m in methods):
+            out[Path(run).name] = list(methods)
+    return out
+
+
+def nothing_to_validate(runs: list[str | Path], fit_run: str | Path) -> str:
+    """The one line --validate says when no run given has a HiLo update to predict (exit 2)."""
+    dp = data_parallel_only(runs)
+    if runs and len(dp) == len(runs):
+        names = "; ".join(f"{r} ({', '.join(m)})" for r, m in dp.items())
+        return (f"--validate: nothing to validate for data-parallel runs: {names} ran data-parallel methods only "
+                "(the cost model predicts HiLo's round; a data-parallel run's bytes per step are in its report)")
+    if not runs:
+        return f"--validate: nothing to validate: give runs other than {fit_run}, the one the compute is fitted on"
+    return "--validate: nothing to validate: no run given recorded a HiLo update past its first (warm-up)"
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _workers_possessive(count: int) -> str:
+    return f"{count} worker's" if count == 1 else f"{count} workers'"
+
+
 def other_models(fitted: cm.Fitted, checks: list[Check]) -> str | None:
     """One warning line when a validated run's model or rank is not the fit's (its rollout and training are
     predicted at the fit's model's compute, so its error says nothing of the model), else None."""
@@ -103,7 +140,7 @@ def compute_words(fitted: cm.Fitted) -> str:
     cores = f"; {c.shared_cores} shared cores (N workers' rollouts take max(1, N / cores) x one's)" \
         if c.shared_cores else ""
     lines = [f"a worker's rollout {ms(c.rollout_s)}, the learner's training {ms(c.train_s)} (on "
-             f"{c.train_workers or fitted.workers} workers' rollouts), the harness's own work {ms(c.learner_other_s)} "
+             f"{_workers_possessive(c.train_workers or fitted.workers)} rollouts), the harness's own work {ms(c.learner_other_s)} "
              f"on the learner and {ms(c.worker_other_s)} on a worker, per update{cores}; a rollout message "
              f"{c.rollout_bytes:,} B"]
     lines += [f"{label}: encode {ms(k.encode_s)}, decode + replay {ms(k.learner_replay_s)} on the learner and "
@@ -125,7 +162,7 @@ def validation_table(checks: list[Check]) -> str:
     errors = sorted(abs(c.error) for c in checks)
     if errors:
         lines.append(f"\nseconds per update: median |error| {statistics.median(errors) * 100:.1f} %, worst "
-                     f"{errors[-1] * 100:.1f} % ({len(errors)} predictions)")
+                     f"{errors[-1] * 100:.1f} % ({_n(len(errors), 'prediction')})")
     speed = speedups(checks)
     if speed:
         lines += ["", "| run | variant | speedup measured | speedup predicted | error |", "|---|---|---:|---:|---:|"]
@@ -133,11 +170,11 @@ def validation_table(checks: list[Check]) -> str:
         errs = sorted(abs(q - m) / m for _, _, m, q in speed)
         bases = ", ".join(dict.fromkeys(c.baseline for c in checks))
         lines.append(f"\nspeedup vs the runs' baseline ({bases}): median |error| {statistics.median(errs) * 100:.1f} %, worst "
-                     f"{errs[-1] * 100:.1f} % ({len(errs)} predictions)")
+                     f"{errs[-1] * 100:.1f} % ({_n(len(errs), 'prediction')})")
     big = sorted(abs(c.receive_error) for c in checks if c.receive_measured_s >= 0.05)
     if big:
         lines.append(f"update transfer (receives of 50 ms or more): median |error| {statistics.median(big) * 100:.1f} %, "
-                     f"worst {big[-1] * 100:.1f} % ({len(big)} predictions)")
+                     f"worst {big[-1] * 100:.1f} % ({_n(len(big), 'prediction')})")
     return "\n".join(lines)
 
 

@@ -135,3 +135,53 @@ def test_a_figures_folder_that_cannot_be_made_is_one_line_before_any_table(valid
     assert res.exit_code == 2 and res.stdout == ""
     assert res.output.startswith("error: --figures: cannot write into '/proc/x'")
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_compressor_the_run_did_not_measure_warns_and_marks_its_speedup_an_upper_bound():
+    run = RUNS / "run-heldout"            # ran spar@12.8% and full-bf16: no topk, so no topk encode/replay
+    res = project("--from", run, "--method", "topk,spar")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip() == (f"warning: {run} did not measure topk@12.8%: its encode/decode/replay cost taken "
+                                  "as 0, the speedup an upper bound (give --encode-s and --replay-s, or --from a run "
+                                  "that ran it)")
+    rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines() if line.count("│") > 10}
+    assert "<=" in rows["topk@12.8%"] and "<=" not in rows["spar@12.8%"]   # the measured one stays as it is
+    doc = json.loads(project("--from", run, "--method", "topk,spar", "--json").stdout)
+    marked = {r["variant"]: r.get("codec_measured") for r in doc["methods"]}
+    assert marked == {"topk@12.8%": False, "spar@12.8%": None, "full-bf16": None}
+    given = project("--from", run, "--method", "topk", "--encode-s", "0.01", "--replay-s", "0.01")
+    assert given.exit_code == 0 and given.stderr == "" and "<=" not in given.stdout
+
+
+@pytest.mark.parametrize("args", [["--from", RUNS / "run-heldout"], ["--compute-s", "1"]], ids=["from", "given"])
+@pytest.mark.parametrize("flag", ["--method", "--baseline"])
+def test_a_data_parallel_method_is_one_line_naming_it_and_where_its_bytes_are(args, flag):
+    res = project(*args, flag, "lordo-global")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.output.strip() == (f"error: {flag}: lordo-global is data-parallel: the cost model projects HiLo "
+                                  "methods only (a data-parallel method's bytes per step are in its run's report, "
+                                  "harness/projection/dpbytes.py)")
+
+
+def test_validate_on_data_parallel_runs_only_is_one_line_and_exit_2():
+    res = project("--from", RUNS / "run-heldout", "--validate", RUNS / "dp-vs-ddp")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.output.strip() == ("error: --validate: nothing to validate for data-parallel runs: dp-vs-ddp "
+                                  "(lordo-global) ran data-parallel methods only (the cost model predicts HiLo's "
+                                  "round; a data-parallel run's bytes per step are in its report)")
+    mixed = project("--from", PAPER_RATIO, "--validate", RUNS / "dp-vs-ddp", "--validate", RUNS / "run-heldout")
+    assert mixed.exit_code == 0 and "| run-heldout | spar@12.8% |" in mixed.stdout
+    assert "warning: --validate: left out, data-parallel only: dp-vs-ddp (lordo-global)" in mixed.stderr
+
+
+def test_validate_states_no_error_for_a_receive_of_about_zero_and_counts_in_words():
+    from harness.projection.validate import Check, validation_table
+
+    def check(variant, receive_s):
+        return Check("r", variant, 1, None, 0.0, 0.0, 0, 0.08, 0.1, receive_s, 0.0, 0.05, 0.05)
+
+    text = validation_table([check("full-bf16", 0.0002), check("spar", 0.2)])
+    rows = [line for line in text.splitlines() if line.startswith("| r |")]
+    assert rows[0].endswith("| 0.000 | 0.000 | - | 1.00 |")            # not -100.0 %
+    assert rows[1].endswith("| 0.200 | 0.000 | -100.0 % | 1.00 |")     # a receive the model missed still counts
+    assert "(2 predictions)" in text and "(1 prediction)" in text and "(1 predictions)" not in text
