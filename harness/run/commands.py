@@ -86,8 +86,10 @@ class Live:
         info = "waiting for workers"
         if rows:
             spu = sorted(r["seconds_per_update"] for r in rows)[len(rows) // 2]
-            down = sum((rows[-1].get("update_frame_bytes") or {}).values())
-            info = f"{spu:.3f} s/update (median), {down:,} B/update down"
+            # the mean over the updates so far: a data-parallel method sends nothing on most steps and a sync
+            # on some, so the last update's bytes swing between 0 and a whole sync (the report's figure is the mean)
+            down = sum(sum((r.get("update_frame_bytes") or {}).values()) for r in rows) / len(rows)
+            info = f"{spu:.3f} s/update (median), {down:,.0f} B/update down (mean)"
         self.progress.update(self.tasks[cell.name], completed=len(rows), info=info)
 
 
