@@ -93,7 +93,7 @@ def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
     ax_rate.set_ylabel("Mbit/s")
     ax_rate.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
     ax_spu.set_ylabel("seconds per update")
-    ax_spu.set_xlabel("seconds into the trace (each cell replays it from 0 at its first update)")
+    ax_spu.set_xlabel("seconds into the trace (each cell's own replay of it, from 0)")
     ax_spu.legend(fontsize=7)
     caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
                "counters), and each method's seconds per update at the time the update finished (first seed).")
