@@ -246,13 +246,14 @@ class Shaper:
         self.teardown()
 
     def run_schedule(self, profile: Profile, topo: Topology, stop: threading.Event,
-                     log: Path | None = None) -> threading.Thread:
-        """Apply the profile's scheduled changes and trace steps at their times, counted from now
-        (a daemon thread; set ``stop``). Each step is a row of ``log`` (CSV, :data:`STEP_FIELDS`)
+                     log: Path | None = None, start: float | None = None) -> threading.Thread:
+        """Apply the profile's scheduled changes and trace steps at their times, counted from ``start``
+        (time.monotonic() seconds; None: now; a moment already past plays the steps due since then at
+        once) (a daemon thread; set ``stop``). Each step is a row of ``log`` (CSV, :data:`STEP_FIELDS`)
         per link direction it changed: when it was due and when the kernel had it (``lag_s``).
         A step that is already late when the next one is due too is skipped (logged ``skipped``):
         the link follows the trace's time, not a backlog."""
-        start = self.schedule_start = time.monotonic()
+        start = self.schedule_start = time.monotonic() if start is None else start
         steps = StepLog(log, start, link_states(profile, topo, 0.0)) if log is not None else None
 
         def loop() -> None:
@@ -274,13 +275,20 @@ class Shaper:
         thread.start()
         return thread
 
-    def restart_schedule(self, profile: Profile, topo: Topology, log: Path | None = None) -> None:
-        """Back to the links at time 0 and play the schedule and traces again from now (each cell
-        of a run starts here, so every method meets the same link over its own time)."""
-        self.stop_schedule()
-        self.update(build_plan(profile, topo, self.plan.backend, at_s=0.0))
+    def restart_schedule(self, profile: Profile, topo: Topology, log: Path | None = None,
+                         start: float | None = None) -> None:
+        """Back to the links at time 0 and play the schedule and traces again from ``start`` (None: now;
+        see run_schedule)."""
+        self.hold_schedule(profile, topo)
         stop = threading.Event()
-        self._schedule = (stop, self.run_schedule(profile, topo, stop, log))
+        self._schedule = (stop, self.run_schedule(profile, topo, stop, log, start))
+
+    def hold_schedule(self, profile: Profile, topo: Topology) -> None:
+        """Stop the schedule and hold the links at its time 0 until ``restart_schedule`` starts its clock
+        (a cell holds them while its processes start and its workers join: harness/run/launch.py)."""
+        self.stop_schedule()
+        self.schedule_start = None
+        self.update(build_plan(profile, topo, self.plan.backend, at_s=0.0))
 
     def stop_schedule(self) -> None:
         if self._schedule is not None:
@@ -367,15 +375,34 @@ def emulate(profile: Profile, n_workers: int, run_id: str | None = None,
 _ACTIVE: dict[str, tuple[Shaper, Profile, Topology]] = {}   # run id -> what `emulate` is shaping now
 
 
-def restart_schedule(run_id: str, log: Path) -> bool:
-    """Play the schedule and traces of the run ``emulate`` shapes from time 0 again, logging each
-    step to ``log`` (a cell's ``schedule.csv``); False (nothing done) when its links never change."""
+def _changing(run_id: str) -> tuple[Shaper, Profile, Topology] | None:
+    """What ``emulate`` shapes for the run, where its links change over time (a schedule or a trace)."""
     if run_id not in _ACTIVE:
-        return False
+        return None
     shp, profile, topo = _ACTIVE[run_id]
     if not profile.change_times() and not profile.trace_intervals(list(topo.nodes)):
+        return None
+    return shp, profile, topo
+
+
+def restart_schedule(run_id: str, log: Path, start: float | None = None) -> bool:
+    """Play the schedule and traces of the run ``emulate`` shapes from time 0 again, counted from ``start``
+    (time.monotonic() seconds, may be past; None: now), logging each step to ``log`` (a cell's
+    ``schedule.csv``); False (nothing done) when its links never change."""
+    if (active := _changing(run_id)) is None:
         return False
-    shp.restart_schedule(profile, topo, log)
+    shp, profile, topo = active
+    shp.restart_schedule(profile, topo, log, start)
+    return True
+
+
+def hold_schedule(run_id: str) -> bool:
+    """The run's links back at their time 0 and held there, the clock stopped, until ``restart_schedule``;
+    False (nothing done) when its links never change."""
+    if (active := _changing(run_id)) is None:
+        return False
+    shp, profile, topo = active
+    shp.hold_schedule(profile, topo)
     return True
 
 

@@ -30,9 +30,14 @@ def _links(doc: dict) -> str | None:
 
 
 def _factor(doc: dict) -> float | None:
-    """The factor `--comm-ratio paper` would scale the links by (None where no factor reaches it)."""
+    """The factor that places full sync at the paper's ratio (None where no factor reaches it)."""
     f = doc.get("paper_factor")
     return float(f) if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 else None
+
+
+# `--comm-ratio paper` cannot be combined with --trace or --bw (both set the rate: the CLI refuses the pair), so
+# the sentence names what the flag does rather than offering it as a change to this run's command
+_HOW_PAPER = " (`--comm-ratio paper` does so from the profile's own rates; a --trace or --bw run keeps its literal rates)"
 
 
 def words(doc: dict) -> str:
@@ -60,9 +65,9 @@ def words(doc: dict) -> str:
     text += (f" at {links}" if links else f" at a literal {_mbit(doc.get('rate_bit_s'))}")
     text += f"; in the paper it carries {doc['paper_share']:.0%} ({paper})"
     if links and _factor(doc):
-        text += f": `--comm-ratio paper` would scale these links x{_factor(doc):.3g}"
+        text += f": placing full sync at the paper's ratio would scale these links x{_factor(doc):.3g}{_HOW_PAPER}"
     elif doc.get("paper_rate_bit_s"):
-        text += f": `--comm-ratio paper` would use {_mbit(doc['paper_rate_bit_s'])}"
+        text += f": placing full sync at the paper's ratio would take {_mbit(doc['paper_rate_bit_s'])}{_HOW_PAPER}"
     if ratio < COMPUTE_BOUND:
         text += ". Compute-bound: whatever a method saves on the link is a small part of an update"
     return text

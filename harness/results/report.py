@@ -105,7 +105,7 @@ def _run_header(run: Run, runs: list[Run] = ()) -> list[str]:
     if meta.get("status_note"):
         flag += f" ({meta['status_note']})"
     pk = meta.get("packages") if isinstance(meta.get("packages"), dict) else {}
-    lines = [f"- `{run_name(run.dir, [r.dir for r in runs])}`: status {status}{flag}; profile `{meta.get('profile')}`, backend "
+    lines = [f"- `{run_name(run.dir, [r.dir for r in runs])}`: status {status}{flag}; profile `{meta.get('profile')}`{_overridden(run.config)}, backend "
              f"`{meta.get('backend')}`, emulation {'on' if meta.get('emulation') else 'off (localhost, unshaped)'}; "
              f"git {str(meta.get('git_sha'))[:10]}{' (dirty)' if meta.get('git_dirty') else ''}, kernel "
              f"{meta.get('kernel')}, torch {pk.get('torch')}, host {meta.get('host')}"]
@@ -123,6 +123,18 @@ def _run_header(run: Run, runs: list[Run] = ()) -> list[str]:
     for err in errors if isinstance(errors, list) else [errors]:  # e.g. a link sampler that failed
         lines.append(f"  - **error**: {' '.join(str(err).split())}")
     return lines
+
+
+_OVERRIDE_FLAGS = {"rate": "--bw", "delay": "--delay", "jitter": "--jitter", "loss": "--loss", "trace": "--trace"}
+
+
+def _overridden(cfg: dict) -> str:
+    """' with --bw 1mbit' (each link flag the run gave over its profile, from config.json's overrides; a trace
+    by its file name): the profile's name alone would claim its own rates; "" without any."""
+    given = cfg.get("overrides") if isinstance(cfg, dict) and isinstance(cfg.get("overrides"), dict) else {}
+    flags = [f"{_OVERRIDE_FLAGS[k]} {Path(str(v)).name if k == 'trace' else v}"
+             for k, v in given.items() if k in _OVERRIDE_FLAGS and v not in (None, "")]
+    return f" with {' '.join(flags)}" if flags else ""
 
 
 def _setup(cfg: dict) -> str:

@@ -1,7 +1,9 @@
 """The trace figure of a run whose links followed a schedule or a trace (harness/net/traces.py):
 for each method, the rate the shaper applied to w1's links (each cell's schedule.csv), the rate
 w1's links achieved (the link counters, links.csv) and the seconds per update at the time each
-update finished, on the cell's own clock (every cell replays the trace from its start).
+update finished, on the trace's clock (every cell replays the trace from the start of its first update:
+harness/run/launch.py ScheduleClock; a run recorded before that started it with the cell, and is drawn
+on the same clock all the same, each cell shifted by when its schedule started).
 
 Returns (name, figure, caption) tuples; plots.py wraps them (this module imports no other results
 module but tables and style, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
@@ -34,9 +36,9 @@ def _t0(cell_dir: Path) -> float | None:
 
 
 def schedule(run: Run) -> pd.DataFrame:
-    """Every cell's applied steps of w1's links: cell, direction, t_s (cell clock: its learner's first
-    event), rate_bit_s, and offset_s = when the cell's schedule started on that clock (<= 0: the
-    trace starts with the cell, before its learner has built its model)."""
+    """Every cell's applied steps of w1's links: cell, direction, at_s (the step's time in the trace),
+    t_s (cell clock: its learner's first event), rate_bit_s, and offset_s = when the cell's schedule
+    started on that clock (at its first update; <= 0 in runs that started it with the cell)."""
     frames = []
     for path in sorted((Path(run.dir) / "cells").glob("*/schedule.csv")):
         t0 = _t0(path.parent)
@@ -48,7 +50,7 @@ def schedule(run: Run) -> pd.DataFrame:
             continue
         start = df["due_t_s"].iloc[0] - df["at_s"].iloc[0] - t0
         df = df[(df["node"] == NODE) & (df["skipped"].astype(str) != "True")]
-        frames.append(pd.DataFrame({"cell": path.parent.name, "direction": df["direction"],
+        frames.append(pd.DataFrame({"cell": path.parent.name, "direction": df["direction"], "at_s": df["at_s"],
                                     "t_s": df["applied_t_s"] - t0, "rate_bit_s": df["rate_bit_s"],
                                     "offset_s": start}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -67,6 +69,7 @@ def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
     if not links.empty:
         links = links[(links["node"] == NODE) & (links["direction"] == "down") & (links["seed"] == seed)]
     fig, (ax_rate, ax_spu) = plt.subplots(2, 1, figsize=(7.0, 4.6), sharex=True, height_ratios=[3, 2])
+    end = 0.0     # the last moment any cell ran, in seconds of the trace
     for variant, g in u.groupby("variant", sort=False):
         colour, marker = style(str(g["method"].iloc[0]))
         cell = f"{spec.variant_slug(str(variant))}-s{seed}"      # the cell folder (harness/run/launch.py Cell.name)
@@ -75,21 +78,39 @@ def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
         shift = -float(mine["offset_s"].iloc[0])
         ax_spu.plot(g["t_end_s"] + shift, g["seconds_per_update"], color=colour, marker=marker, ms=3, lw=1,
                     label=variant)
+        end = max(end, float((g["t_end_s"] + shift).max()))
         if not links.empty:
             lg = links[links["variant"] == variant]
             ax_rate.plot(lg["t_s"] + shift, lg["throughput_bit_s"] / 1e6, color=colour, lw=0.8, alpha=0.8,
                          label=f"{variant}: achieved ({NODE} down, 0.5 s)")
-    first = sched[(sched["cell"] == sched["cell"].iloc[0]) & (sched["direction"] == "down")].sort_values("t_s")
-    ax_rate.step(first["t_s"] - first["offset_s"], first["rate_bit_s"] / 1e6, where="post", color="black", lw=1.2,
-                 label=f"trace as applied ({NODE} down)")
+            if not lg.empty:
+                end = max(end, float((lg["t_s"] + shift).max()))
+    steps = applied_steps(sched, "down")
+    x, rate = list(steps["t_s"]), list(steps["rate_bit_s"] / 1e6)
+    if x and end > x[-1]:                # the last step held until the last cell stopped
+        x, rate = x + [end], rate + [rate[-1]]
+    ax_rate.step(x, rate, where="post", color="black", lw=1.2, label=f"trace as applied ({NODE} down)")
     ax_rate.set_ylabel("Mbit/s")
     ax_rate.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
     ax_spu.set_ylabel("seconds per update")
-    ax_spu.set_xlabel("seconds into the trace (each cell replays it from 0 when the cell starts)")
+    ax_spu.set_xlabel("seconds into the trace (each cell's own replay of it, from 0)")
     ax_spu.legend(fontsize=7)
     caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
                "counters), and each method's seconds per update at the time the update finished (first seed).")
     return [("trace", fig, caption)]
+
+
+def applied_steps(sched: pd.DataFrame, direction: str) -> pd.DataFrame:
+    """The steps the shaper applied to w1's `direction` in any cell, on the trace's clock (t_s: when the
+    step took hold, its lag included), one row per step of the looped trace: a step every cell applied is
+    drawn once (the first cell's, by name), one only a longer cell reached is drawn too."""
+    mine = sched[sched["direction"] == direction]
+    if mine.empty:
+        return pd.DataFrame({"at_s": [], "t_s": [], "rate_bit_s": []})
+    rows = pd.DataFrame({"at_s": mine["at_s"], "t_s": mine["t_s"] - mine["offset_s"], "rate_bit_s": mine["rate_bit_s"],
+                         "cell": mine["cell"]})
+    rows = rows.sort_values(["at_s", "cell"]).drop_duplicates("at_s")
+    return rows[["at_s", "t_s", "rate_bit_s"]].reset_index(drop=True)
 
 
 # ---- the link_throughput figure's capacity, for links that followed a trace or schedule ---------------

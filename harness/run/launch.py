@@ -31,6 +31,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -669,15 +670,63 @@ def _run_one(cfg: RunConfig, cell: Cell, run_dir: Path, topo, token: str, progre
     from harness.net.linkstats import LinkSampler
 
     listen = f"{topo.nodes['learner'].address}:{LEARNER_PORT}"
-    # every cell meets the schedule and traces from their start (each step logged: due vs applied)
-    shaper.restart_schedule(topo.run_id, cell_dir / "schedule.csv")
+    # every cell meets the schedule and traces from the start of its first update (each step logged: due vs applied)
+    clock = None
+    if shaper.hold_schedule(topo.run_id):
+        clock = ScheduleClock(cell_dir / "events-learner.jsonl", cfg.workers,
+                              lambda t: shaper.restart_schedule(topo.run_id, cell_dir / "schedule.csv", t))
     sampler = LinkSampler(topo, cell_dir / "links.csv", interval_s=0.5)  # failures also go to stderr
     try:
         with sampler:
             return run_cell(cfg, cell, cell_dir, spawner(topo, server), listen, token, progress)
     finally:
+        if clock is not None:
+            clock.stop()
         if errors is not None:
             errors.extend(f"{cell.name}: {line}" for line in sampler.errors)
+
+
+SCHEDULE_POLL_S = 0.05   # how often a cell's learner events are read for its first update's start
+
+
+class ScheduleClock:
+    """Starts a cell's link schedule (a trace, a profile's `schedule:`) at the same point of every cell: the
+    start of the learner's first update, i.e. its row for the last of the cell's workers to join (or, where an
+    update row comes first, a worker that never joined, that update's earliest phase). Until then the links
+    are held at the schedule's time 0, so the processes' start-up and model loads, which differ by method and
+    by the cell's place in the run, take none of the trace's time. The clock is set to the row's own time
+    (the services' clock is time.monotonic(), the shaper's), so the poll's delay shifts no step: those already
+    due are applied at once, their lag logged in schedule.csv."""
+
+    def __init__(self, events: Path, workers: int, start: Callable[[float], object]):
+        self.events, self.workers, self.start = events, workers, start
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="schedule-clock", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        offset, joined = 0, set()
+        while not self.stopped.wait(SCHEDULE_POLL_S):
+            rows, offset = tail_events(self.events, offset)
+            for r in rows:
+                if r.get("kind") == "joined":
+                    joined.add(r.get("worker"))
+                at = (r.get("t") if r.get("kind") == "joined" and len(joined) >= self.workers else
+                      first_phase(r) if r.get("kind") == "update" else None)
+                if isinstance(at, (int, float)) and not isinstance(at, bool):
+                    self.start(float(at))
+                    return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def first_phase(update: dict) -> float | None:
+    """The earliest phase start of an update row (its idle wait for rollouts comes first), else its time."""
+    starts = [p[0] for p in (update.get("phases") or {}).values()
+              if isinstance(p, list) and p and isinstance(p[0], (int, float))]
+    return min(starts) if starts else update.get("t")
 
 
 SHAPES_TIMEOUT_S = 120.0    # the adapter's sizing on the meta device: ~0.1 s for micro, seconds for a 7B shape

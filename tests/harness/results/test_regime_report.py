@@ -36,7 +36,9 @@ def test_a_literal_rate_says_what_the_paper_regime_would_use():
            "paper_rate_bit_s": 2.3e6}
     words = regime_report.words(doc)
     assert "carries 5% of its update here" in words and "in the paper it carries 57%" in words
-    assert "`--comm-ratio paper` would use 2.3 Mbit/s" in words and "Compute-bound" in words
+    assert "placing full sync at the paper's ratio would take 2.3 Mbit/s" in words and "Compute-bound" in words
+    # the flag is named for what it does, never as an addition to a --trace/--bw command (the CLI refuses the pair)
+    assert "a --trace or --bw run keeps its literal rates" in words and "`--comm-ratio paper` would" not in words
     unshaped = regime_report.words({**doc, "ratio": None})
     assert unshaped.startswith("localhost, unshaped") and "--comm-ratio paper" in unshaped
 
@@ -147,6 +149,7 @@ def _traced_copy(tmp_path: Path) -> tuple[Path, dict]:
     shutil.copytree(HELDOUT, run)
     cfg = json.loads((run / "config.json").read_text())
     cfg["profile_doc"]["defaults"] = {"trace": str(trace)}
+    cfg["overrides"] = {"trace": str(trace)}       # as config.build records the flag
     (run / "config.json").write_text(json.dumps(cfg))
     return run, cfg
 
@@ -164,8 +167,9 @@ def test_a_traced_run_names_its_trace_with_its_mean_and_range_not_its_first_step
     prof = profiles.from_doc(cfg["profile_doc"], cfg["profile_name"])
     doc = commratio.achieved(tables.read(run).updates, "full-bf16", prof, 2, "cubic")
     words = regime_report.words(doc)
-    assert " at trace t.csv, mean 9 Mbit/s (2-20);" in words and "literal" not in words
-    assert f"`--comm-ratio paper` would scale these links x{doc['paper_factor']:.3g}" in words
+    assert " at trace t.csv, mean 9 Mbit/s (2-20);" in words and "at a literal" not in words
+    assert f"the paper's ratio would scale these links x{doc['paper_factor']:.3g}" in words
+    assert "`--comm-ratio paper` would" not in words
     link = prediction.network(cfg, 2)[1]
     assert link == "profile paper-62.5mbit, trace t.csv, mean 9 Mbit/s (2-20) (a trace modelled at its mean)"
     (run / "prediction.json").write_text(json.dumps({"model": "m", "link": link, "variants": {}, "regime": doc}))
@@ -192,3 +196,15 @@ def test_unequal_worker_links_are_each_named_not_w1s_rate():
     assert "worker links at 40" not in words
     assert commratio.link_words(hetero, 8) == "worker links 10-50 Mbit/s down, 5-50 up"
     assert commratio.link_words(profiles.load("paper-62.5mbit"), 2) is None       # one flat rate: said as before
+
+
+def test_the_run_header_names_the_link_flags_given_over_the_profile(tmp_path):
+    """A `--trace` or `--bw` run's header said "profile paper-62.5mbit" alone: the profile's own 62.5 Mbit/s."""
+    import json
+
+    run, cfg = _traced_copy(tmp_path)
+    assert "profile `paper-62.5mbit` with --trace t.csv, backend" in report.build(tables.read(run))[0]
+    (run / "config.json").write_text(json.dumps({**cfg, "overrides": {"rate": "1mbit", "delay": "20ms"}}))
+    assert "profile `paper-62.5mbit` with --bw 1mbit --delay 20ms, backend" in report.build(tables.read(run))[0]
+    (run / "config.json").write_text(json.dumps({**cfg, "overrides": {}}))
+    assert "profile `paper-62.5mbit`, backend" in report.build(tables.read(run))[0]

@@ -83,3 +83,20 @@ def test_static_and_unshaped_runs_keep_their_captions(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(FIXTURE, run)
     assert "no capacity line: the links were not shaped" in _link_caption(_profile(run, {"defaults": {"delay": "5ms"}}))
+
+
+def test_the_trace_is_drawn_over_every_step_any_cell_applied_and_until_the_last_cell_stopped(tmp_path):
+    """trace.png drew only the first cell's steps (by name: a cell that ran 2 s of a looped trace), so
+    the steps a longer cell met later were missing and the line stopped where that cell did."""
+    run = _with_schedules(tmp_path)
+    t0 = json.loads((run / "cells" / "full-s1" / "events-learner.jsonl").open().readline())["t"]
+    short = [f"{k},{t0 + k},{t0 + k + 0.002},0.002,False,w1,down,{rate},0.0,0.0\n" for k, rate in ((0, 20e6), (1, 5e6))]
+    (run / "cells" / "full-s1" / "schedule.csv").write_text(HEAD + "".join(short))
+    t = tables.read(run)
+    figs = trace_plots.figures(t)
+    line = next(ln for ln in figs[0][1].axes[0].get_lines() if ln.get_label() == "trace as applied (w1 down)")
+    x, y = list(line.get_xdata()), list(line.get_ydata())
+    assert [round(v, 3) for v in x[:3]] == [0.002, 1.002, 3.002] and len(x) == 4
+    assert y == [20.0, 5.0, 20.0, 20.0]         # spar's cell applied the loop's step at 3 s; full-s1 stopped at 1 s
+    first_seed = t.updates[t.updates["seed"] == t.updates["seed"].min()]
+    assert x[-1] >= first_seed["t_end_s"].max() - 0.01    # held until the last cell of the figure stopped
