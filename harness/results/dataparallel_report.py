@@ -97,8 +97,8 @@ def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per (coordinates, method, seed): byte totals per worker and per optimizer step, over
     whole sync windows (`tail` = the steps of a last partial window, left out of the bytes; `steps` = 0
-    and the bytes blank where the seed ran no whole window, `total_steps` its steps, `lordo_k` its K),
-    and the held-out perplexity of its last step, whatever the window."""
+    and the bytes blank where the seed ran no whole window, `total_steps` its steps, `k` its --lordo-k),
+    and its seconds per step (over every step) and held-out perplexity (of its last step), whatever the window."""
     df = updates[updates["method"].map(spec.is_data_parallel) & updates.get("claimed_bytes_up", pd.Series(dtype=float)).notna()]
     if df.empty:
         return df
@@ -110,15 +110,16 @@ def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     tail = tail_steps(df, keys)
     every = df.groupby(keys, dropna=False).agg(tail=("update_index", lambda s: int(tail[s.index].sum())),
                                                total_steps=("update_index", "count"),
+                                               s_per_step=("seconds_per_update", "mean"),
                                                heldout_ppl=("heldout_ppl", "last"))
     if "lordo_k" in df:
         every = every.join(df.groupby(keys, dropna=False)["lordo_k"].first().rename("k"))
     g = df[~tail].groupby(keys, dropna=False)
     whole = g.agg(steps=("update_index", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
                   payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
-                  payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"),
-                  s_per_step=("seconds_per_update", "mean"))
-    # a seed with no whole window keeps its row (its held-out perplexity), its bytes blank
+                  payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"))
+    # a seed with no whole window keeps its row (its seconds per step and held-out perplexity, over every
+    # step: only the bytes per step are counted over whole windows), its bytes blank
     out = every.join(whole).reset_index()
     out["steps"] = out["steps"].fillna(0)
     workers = out["workers"].astype(float)
@@ -138,11 +139,12 @@ def table(updates: pd.DataFrame) -> pd.DataFrame:
     link = present_keys(seeds)
     keys = link + ["method"]
     cols = ["steps", "claimed_up", "payload_up", "wire_up", "claimed_down", "payload_down", "wire_down",
-            "measured", "s_per_step"]
+            "measured"]
     rows = []
     for key, g in seeds.groupby(keys, dropna=False, sort=False):
         w = g[g["steps"] > 0]   # the seeds with a whole sync window: the bytes are theirs
         row = dict(zip(keys, key), seeds=len(g), tail=int(g["tail"].max()), **{c: w[c].mean() for c in cols},
+                   s_per_step=g["s_per_step"].mean(),
                    no_window=len(g) - len(w), total_steps=g["total_steps"].max(),
                    k=g["k"].iloc[0] if "k" in g else None)
         row["steps"] = row["steps"] if len(w) else 0
@@ -217,7 +219,8 @@ def section(updates: pd.DataFrame) -> list[str]:
              "the method's formula (fp32 tensor data); payload = the SYNC tensor-table body as written; wire = "
              "+ frame header. K-step methods (diloco, lordo-*) are counted over whole sync windows: the steps of "
              "a last partial window (a run not a multiple of --lordo-k) are left out and named; a seed with no whole window "
-             "has no bytes per step (said in its row) but keeps its held-out perplexity, that of its last step. A "
+             "has no bytes per step (said in its row) but keeps its held-out perplexity, that of its last step; s/step "
+             "is over every step. A "
              "sweep's points (any run parameter that differs between the runs) are rows of their own, named after the "
              "method. Ratios: measured payload (up + down) / that of each baseline under the same coordinates and "
              "number of optimizer steps (- where the run has none): "
@@ -233,7 +236,6 @@ def section(updates: pd.DataFrame) -> list[str]:
             note = no_window(r["total_steps"], r["k"])
             steps = f"{r['seeds']} x {r['total_steps']:.0f}"
             byte_cells = [note, *["-"] * (6 + len(REFERENCES))]
-            s_step = "-"
         else:
             steps = f"{r['seeds'] - r['no_window']} x {r['steps']:.0f}" + (
                 f" (+{r['tail']} tail steps left out)" if r["tail"] else "") + (
@@ -242,7 +244,7 @@ def section(updates: pd.DataFrame) -> list[str]:
                           _b(r["payload_down"]), _b(r["wire_down"]),
                           f"{r['measured'] / claimed:.4f}" if claimed else "-",
                           *(_x(r[f"vs_{ref}"]) for ref in REFERENCES)]
-            s_step = "-" if pd.isna(r["s_per_step"]) else f"{r['s_per_step']:.3f}"
+        s_step = "-" if pd.isna(r["s_per_step"]) else f"{r['s_per_step']:.3f}"
         cells = [str(int(r["workers"])), label(r, vary), steps, *byte_cells, s_step, ppl]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""] + overlap_lines(updates) + baseline_pair_lines(updates)

@@ -101,6 +101,7 @@ def test_fewer_steps_than_lordo_k_keeps_the_held_out_perplexity_and_says_why_no_
     row = next(line for line in md.split("## Data-parallel bytes")[1].splitlines()
                if line.startswith("| 2 | lordo-global |"))
     assert "| 3 x 8 | no whole sync window in 8 steps (--lordo-k 16) |" in row
+    assert "| - | - | - | - | - | - | - | - | - | - |" not in row and row.count("| - ") == 9   # s/step is there
     mean, half = ci95([final_ppl(f"lordo-global-s{s}") for s in (1, 2, 3)])
     assert row.endswith(f"| {mean:.3f} ± {half:.3f} |")
     name, fig, caption = equal_bytes.draw_dp_equal_bytes(t.updates)
