@@ -62,16 +62,8 @@ def figure(folder: str | Path) -> list[Path]:
 
 
 def _label(key: tuple, keys: list[str], vary: list[str]) -> str:
-    """The method, plus the link coordinates that differ between the runs plotted (a sweep)."""
-    d = dict(zip(keys, key))
-    fmt = {"rate_bit_s": lambda v: f"{v / 1e6:g} Mbit/s", "delay_s": lambda v: f"{v * 1e3:g} ms",
-           "loss_frac": lambda v: f"{v * 100:g}% loss", "workers": lambda v: f"{v:g} workers"}
-    extra = [fmt[k](d[k]) for k in vary if k in fmt and not pd.isna(d[k])]
-    return d["method"] + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _varying(df: pd.DataFrame) -> list[str]:
-    return [k for k in dataparallel_report.KEYS if k in df and df[k].nunique(dropna=False) > 1]
+    """The method, plus the coordinates that differ between the runs plotted (a sweep point)."""
+    return dataparallel_report.label(dict(zip(keys, key)), vary)
 
 
 def ppl_points(updates: pd.DataFrame) -> pd.DataFrame:
@@ -81,12 +73,12 @@ def ppl_points(updates: pd.DataFrame) -> pd.DataFrame:
     if seeds.empty:
         return pd.DataFrame()
     seeds = seeds.assign(bytes=seeds["wire_up"] + seeds["wire_down"])
-    keys = [k for k in dataparallel_report.KEYS if k in seeds] + ["method"]
+    keys = dataparallel_report.present_keys(seeds) + ["method"]
     rows = []
     for key, g in seeds.groupby(keys, dropna=False, sort=False):
         mean, ci = ci95(g["heldout_ppl"])
         rows.append({**dict(zip(keys, key)), "seeds": len(g), "bytes": g["bytes"].mean(), "ppl_mean": mean,
-                     "ppl_ci95": ci})
+                     "ppl_ci95": ci})   # bytes: NaN where no seed ran a whole sync window
     return pd.DataFrame(rows)
 
 
@@ -95,7 +87,7 @@ def overlap_bands(updates: pd.DataFrame) -> pd.DataFrame:
     if "overlap" not in updates or "method" not in updates:
         return pd.DataFrame()
     df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
-    keys = [k for k in dataparallel_report.KEYS if k in df] + ["method", "update_index"]
+    keys = dataparallel_report.group_keys(updates) + ["method", "update_index"]
     rows = []
     for key, g in df.groupby(keys, dropna=False, sort=False):
         mean, ci = ci95(g["overlap"])
@@ -109,7 +101,7 @@ def draw_dp_overlap(updates: pd.DataFrame) -> tuple[str, Figure, str] | None:
     b = overlap_bands(updates)
     if b.empty:
         return None
-    keys, vary = [k for k in dataparallel_report.KEYS if k in b] + ["method"], _varying(b)
+    keys, vary = dataparallel_report.present_keys(b) + ["method"], dataparallel_report.varying(updates)
     fig, ax = plt.subplots(figsize=(4.2, 3))
     for key, g in b.groupby(keys, dropna=False, sort=False):
         g = g.sort_values("update_index")

@@ -1,6 +1,7 @@
 """The data-parallel family's "claimed vs measured bytes" section of report.md (torch-free).
 
-Per variant (link coordinates, workers, method), over each seed's optimizer steps: bytes per
+Per variant (link coordinates, workers, every run parameter that differs between the runs, e.g. lordo_k
+in a sweep over --lordo-k: `group_keys`; method), over each seed's optimizer steps: bytes per
 optimizer step per worker, each direction, as the method's analytic formula claims (tensor data,
 4 bytes per fp32 element) and as measured where written (payload = the SYNC tensor-table body;
 wire = + the 44-byte frame header), the framing overhead (measured payload / claimed), and the
@@ -17,10 +18,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.results import compare
 from harness.results.quality import ci95
 from trainers import cards, spec
 
-KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]
+KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]   # within one run (a sweep: group_keys)
+# Every column a grouping may key on: the comparison's coordinates, any run parameter (a sweep over
+# --lordo-k makes lordo_k one) and the run (when two runs repeat a variant: compare.coords).
+_COORD_NAMES = {*compare.COORDS, *(p.name for p in spec.PARAMS), "run_id"}
 # The baselines each ratio is against: column suffix -> (the methods that are it, what it sends).
 REFERENCES = {
     "lowrank-ddp-dense": (("lowrank-ddp-dense",), "the review's low-rank DDP: dense gradients every step"),
@@ -32,6 +37,47 @@ REFERENCES = {
 # The columns the section reads from the updates table beyond the coordinates.
 MEASURED = ("claimed_bytes_up", "claimed_bytes_down", "payload_bytes_up", "wire_bytes_up", "payload_bytes_down",
             "wire_bytes_down", "seconds_per_update", "heldout_ppl")
+
+
+def group_keys(updates: pd.DataFrame) -> list[str]:
+    """The coordinates the data-parallel rows of `updates` are grouped on (besides method and seed): the
+    comparison's (compare.coords: the link, the workers, and every run parameter that differs between the
+    runs, e.g. lordo_k in a sweep over --lordo-k), so two sweep points never merge into one row."""
+    df = updates[updates["method"].map(spec.is_data_parallel)] if "method" in updates else updates
+    return [k for k in compare.coords(df) if k in df and k not in ("method", "seed")]
+
+
+def present_keys(df: pd.DataFrame) -> list[str]:
+    """The coordinate columns of a table grouped by `keys` (per_seed's, table's, baseline_pairs'), in order."""
+    return [c for c in df.columns if c in _COORD_NAMES and c not in ("method", "seed")]
+
+
+def varying(updates: pd.DataFrame, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The coordinates that differ between the data-parallel rows of `updates` (what a label must name, in
+    every table and figure alike, even one that shows some of the rows)."""
+    df = updates[updates["method"].map(spec.is_data_parallel)] if "method" in updates else updates
+    return [k for k in group_keys(updates) if k not in exclude and df[k].nunique(dropna=False) > 1]
+
+
+_FORMAT = {"rate_bit_s": lambda v: f"{v / 1e6:g} Mbit/s", "delay_s": lambda v: f"{v * 1e3:g} ms",
+           "loss_frac": lambda v: f"{v * 100:g}% loss", "workers": lambda v: f"{v:g} workers",
+           "run_id": lambda v: f"run {v}"}
+
+
+def label(row, vary: list[str]) -> str:
+    """The method, plus the coordinates that differ between the rows shown: "lordo-global (lordo_k 2)"."""
+    def fmt(k, v):
+        if k in _FORMAT:
+            return _FORMAT[k](v)
+        return f"{k} {v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} {v}"
+    extra = [fmt(k, row[k]) for k in vary if k in row and not pd.isna(row[k])]
+    return str(row["method"]) + (f" ({', '.join(extra)})" if extra else "")
+
+
+def no_window(steps, k) -> str:
+    """What a bytes cell says for a seed without one whole sync window."""
+    k = "" if k is None or pd.isna(k) else f" (--lordo-k {k:g})"
+    return f"no whole sync window in {steps:.0f} steps{k}"
 
 
 def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -50,22 +96,32 @@ def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
 
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per (coordinates, method, seed): byte totals per worker and per optimizer step, over
-    whole sync windows (`tail` = the steps of a last partial window, left out of the bytes)."""
+    whole sync windows (`tail` = the steps of a last partial window, left out of the bytes; `steps` = 0
+    and the bytes blank where the seed ran no whole window, `total_steps` its steps, `k` its --lordo-k),
+    and its seconds per step (over every step) and held-out perplexity (of its last step), whatever the window."""
     df = updates[updates["method"].map(spec.is_data_parallel) & updates.get("claimed_bytes_up", pd.Series(dtype=float)).notna()]
     if df.empty:
         return df
     # A cell cut short (its aggregator or a worker killed) never wrote its held-out row, and may lack the
     # down-link columns: what it did write is still reported, the missing figures as blanks.
     df = df.reindex(columns=[*df.columns, *(c for c in MEASURED if c not in df.columns)])
-    keys = [k for k in KEYS if k in df] + ["method", "seed"]
+    df = df.sort_values("update_index", kind="stable")
+    keys = [*group_keys(updates), "method", "seed"]
     tail = tail_steps(df, keys)
     every = df.groupby(keys, dropna=False).agg(tail=("update_index", lambda s: int(tail[s.index].sum())),
+                                               total_steps=("update_index", "count"),
+                                               s_per_step=("seconds_per_update", "mean"),
                                                heldout_ppl=("heldout_ppl", "last"))
+    if "lordo_k" in df:
+        every = every.join(df.groupby(keys, dropna=False)["lordo_k"].first().rename("k"))
     g = df[~tail].groupby(keys, dropna=False)
-    out = g.agg(steps=("update_index", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
-                payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
-                payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"),
-                s_per_step=("seconds_per_update", "mean")).join(every).reset_index()
+    whole = g.agg(steps=("update_index", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
+                  payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
+                  payload_down=("payload_bytes_down", "sum"), wire_down_all=("wire_bytes_down", "sum"))
+    # a seed with no whole window keeps its row (its seconds per step and held-out perplexity, over every
+    # step: only the bytes per step are counted over whole windows), its bytes blank
+    out = every.join(whole).reset_index()
+    out["steps"] = out["steps"].fillna(0)
     workers = out["workers"].astype(float)
     for col in ("payload_up", "wire_up", "wire_down"):
         out[col] = out[f"{col}_all"] / workers
@@ -80,16 +136,21 @@ def table(updates: pd.DataFrame) -> pd.DataFrame:
     seeds = per_seed(updates)
     if seeds.empty:
         return seeds
-    keys = [k for k in KEYS if k in seeds] + ["method"]
+    link = present_keys(seeds)
+    keys = link + ["method"]
     cols = ["steps", "claimed_up", "payload_up", "wire_up", "claimed_down", "payload_down", "wire_down",
-            "measured", "s_per_step"]
+            "measured"]
     rows = []
     for key, g in seeds.groupby(keys, dropna=False, sort=False):
-        row = dict(zip(keys, key), seeds=len(g), tail=int(g["tail"].max()), **{c: g[c].mean() for c in cols})
+        w = g[g["steps"] > 0]   # the seeds with a whole sync window: the bytes are theirs
+        row = dict(zip(keys, key), seeds=len(g), tail=int(g["tail"].max()), **{c: w[c].mean() for c in cols},
+                   s_per_step=g["s_per_step"].mean(),
+                   no_window=len(g) - len(w), total_steps=g["total_steps"].max(),
+                   k=g["k"].iloc[0] if "k" in g else None)
+        row["steps"] = row["steps"] if len(w) else 0
         row["ppl_mean"], row["ppl_ci95"] = ci95(g["heldout_ppl"])
         rows.append(row)
     out = pd.DataFrame(rows)
-    link = [k for k in KEYS if k in out]
     for ref, (names, _) in REFERENCES.items():
         base = out[out["method"].isin(names)].drop_duplicates(link)[link + ["measured", "steps"]].rename(
             columns={"measured": f"{ref}_measured", "steps": f"{ref}_steps"})
@@ -107,7 +168,7 @@ def overlap_table(updates: pd.DataFrame) -> pd.DataFrame:
     df = updates[updates["method"].map(spec.is_data_parallel) & updates["overlap"].notna()]
     if df.empty:
         return pd.DataFrame()
-    keys = [k for k in KEYS if k in df] + ["method"]
+    keys = [*group_keys(updates), "method"]
     rows = []
     for key, g in df.groupby(keys, dropna=False, sort=False):
         seeds = g.groupby("seed")["overlap"]
@@ -122,6 +183,7 @@ def overlap_lines(updates: pd.DataFrame) -> list[str]:
     if t.empty:
         return []
     head = ["workers", "method", "seeds x syncs", "overlap mean (± 95% CI over seeds)", "min", "max"]
+    vary = varying(updates, ("workers",))
     lines = ["### Subspace overlap per sync", "",
              "mean(σ²(Q_{t+1}ᵀ Q_t)) at each sync that refreshed the projection (mean over workers): 1 = the "
              "new subspace is the old one (the review's stagnation without full-rank QHM); lower = Q moves. "
@@ -131,7 +193,7 @@ def overlap_lines(updates: pd.DataFrame) -> list[str]:
         mean = f"{r['overlap_mean']:.4f}" + (f" ± {r['overlap_ci95']:.4f}" if r["overlap_ci95"] is not None
                                              and not pd.isna(r["overlap_ci95"]) else "")
         workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
-        lines.append("| " + " | ".join([workers, r["method"], f"{r['seeds']} x {r['syncs']:g}", mean,
+        lines.append("| " + " | ".join([workers, label(r, vary), f"{r['seeds']} x {r['syncs']:g}", mean,
                                         f"{r['overlap_min']:.4f}", f"{r['overlap_max']:.4f}"]) + " |")
     return lines + [""]
 
@@ -156,20 +218,34 @@ def section(updates: pd.DataFrame) -> list[str]:
              "Bytes per optimizer step per worker (mean over the steps of each seed, then over seeds). Claimed = "
              "the method's formula (fp32 tensor data); payload = the SYNC tensor-table body as written; wire = "
              "+ frame header. K-step methods (diloco, lordo-*) are counted over whole sync windows: the steps of "
-             "a last partial window (a run not a multiple of --lordo-k) are left out and named. Ratios: measured payload (up + down) / that of each baseline under the same link and "
+             "a last partial window (a run not a multiple of --lordo-k) are left out and named; a seed with no whole window "
+             "has no bytes per step (said in its row) but keeps its held-out perplexity, that of its last step; s/step "
+             "is over every step. A "
+             "sweep's points (any run parameter that differs between the runs) are rows of their own, named after the "
+             "method. Ratios: measured payload (up + down) / that of each baseline under the same coordinates and "
              "number of optimizer steps (- where the run has none): "
              + "; ".join(f"`{ref}` = {text}" for ref, (_, text) in REFERENCES.items())
              + ". The LoRDO review's ~10x claim is against `lowrank-ddp-dense`.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    vary = varying(updates, ("workers",))
     for _, r in t.iterrows():
         claimed = r["claimed_up"] + r["claimed_down"]
-        ppl = "-" if r["ppl_mean"] is None else f"{r['ppl_mean']:.3f}" + (
-            f" ± {r['ppl_ci95']:.3f}" if r["ppl_ci95"] is not None else "")
-        steps = f"{r['seeds']} x {r['steps']:.0f}" + (f" (+{r['tail']} tail steps left out)" if r["tail"] else "")
-        cells = [str(int(r["workers"])), r["method"], steps, _b(r["claimed_up"]),
-                 _b(r["payload_up"]), _b(r["wire_up"]), _b(r["claimed_down"]), _b(r["payload_down"]),
-                 _b(r["wire_down"]), f"{r['measured'] / claimed:.4f}" if claimed else "-",
-                 *(_x(r[f"vs_{ref}"]) for ref in REFERENCES), f"{r['s_per_step']:.3f}", ppl]
+        ppl = "-" if r["ppl_mean"] is None or pd.isna(r["ppl_mean"]) else f"{r['ppl_mean']:.3f}" + (
+            f" ± {r['ppl_ci95']:.3f}" if r["ppl_ci95"] is not None and not pd.isna(r["ppl_ci95"]) else "")
+        if not r["steps"]:   # no seed ran a whole sync window: no bytes per step to count, said so
+            note = no_window(r["total_steps"], r["k"])
+            steps = f"{r['seeds']} x {r['total_steps']:.0f}"
+            byte_cells = [note, *["-"] * (6 + len(REFERENCES))]
+        else:
+            steps = f"{r['seeds'] - r['no_window']} x {r['steps']:.0f}" + (
+                f" (+{r['tail']} tail steps left out)" if r["tail"] else "") + (
+                f" ({r['no_window']} seeds: {no_window(r['total_steps'], r['k'])})" if r["no_window"] else "")
+            byte_cells = [_b(r["claimed_up"]), _b(r["payload_up"]), _b(r["wire_up"]), _b(r["claimed_down"]),
+                          _b(r["payload_down"]), _b(r["wire_down"]),
+                          f"{r['measured'] / claimed:.4f}" if claimed else "-",
+                          *(_x(r[f"vs_{ref}"]) for ref in REFERENCES)]
+        s_step = "-" if pd.isna(r["s_per_step"]) else f"{r['s_per_step']:.3f}"
+        cells = [str(int(r["workers"])), label(r, vary), steps, *byte_cells, s_step, ppl]
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""] + overlap_lines(updates) + baseline_pair_lines(updates)
 
@@ -186,7 +262,7 @@ def baseline_pairs(updates: pd.DataFrame) -> pd.DataFrame:
     seeds = per_seed(updates)
     if seeds.empty or not (seeds["method"] == base[0]).any():
         return pd.DataFrame()
-    link = [k for k in KEYS if k in seeds]
+    link = present_keys(seeds)
     if "overlap" in updates:
         over = updates[updates["overlap"].notna()].groupby(link + ["method", "seed"], dropna=False)["overlap"].mean()
         seeds = seeds.merge(over.rename("overlap").reset_index(), on=link + ["method", "seed"], how="left")
@@ -216,9 +292,10 @@ def baseline_pair_lines(updates: pd.DataFrame) -> list[str]:
              "mean ± 95 % CI (Student's t) of the differences; a CI needs >= 2 pairs. Overlap: the mean over each "
              "seed's syncs, averaged over the pairs (1 = the subspace never moved).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    vary = varying(updates, ("workers",))
     for _, r in t.iterrows():
         workers = "-" if pd.isna(r.get("workers")) else str(int(r["workers"]))
-        lines.append("| " + " | ".join([workers, r["method"], str(r["pairs"]), f"{r['ppl']:.3f}", f"{r['ppl_base']:.3f}",
+        lines.append("| " + " | ".join([workers, label(r, vary), str(r["pairs"]), f"{r['ppl']:.3f}", f"{r['ppl_base']:.3f}",
                                         _pm(r["diff"], r["diff_ci95"], "+.3f"), _pm(r["overlap"], None),
                                         _pm(r["overlap_base"], None)]) + " |")
     return lines + [""]

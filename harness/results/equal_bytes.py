@@ -138,7 +138,7 @@ def dp_cumulative(updates: pd.DataFrame) -> pd.DataFrame:
     df = updates[updates["method"].map(spec.is_data_parallel)].sort_values("update_index")
     if df.empty:
         return pd.DataFrame()
-    keys = [k for k in dataparallel_report.KEYS if k in df] + ["method"]
+    keys = dataparallel_report.group_keys(updates) + ["method"]
     per_worker = (df["wire_bytes_up"].fillna(0) + df["wire_bytes_down"].fillna(0)) / df["workers"].astype(float)
     df = df.assign(cum_bytes=per_worker.groupby([df[k] for k in keys + ["seed"]], dropna=False).cumsum())
     rows = []
@@ -155,15 +155,18 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
     cum = dp_cumulative(updates)
     if pts.empty and cum.empty:
         return None
-    keys = [k for k in dataparallel_report.KEYS if k in updates]
-    vary = _varying(pts if len(pts) else cum, keys)
+    keys = dataparallel_report.group_keys(updates)
+    vary = dataparallel_report.varying(updates)
     fig, (ax_u, ax_c) = plt.subplots(1, 2, figsize=(8.4, 3.1))
-    for _, r in (pts.dropna(subset=["ppl_mean"]).iterrows() if len(pts) else []):
+    # a method whose seeds ran no whole sync window has a perplexity but no bytes per step: named in the caption
+    unplaced = [dataparallel_report.label(r, vary) for _, r in pts.iterrows()
+                if pd.isna(r["bytes"]) and not pd.isna(r["ppl_mean"])] if len(pts) else []
+    for _, r in (pts.dropna(subset=["ppl_mean", "bytes"]).iterrows() if len(pts) else []):
         colour, marker = style(str(r["method"]))
         n = int(r["seeds"])
         bar = r["ppl_ci95"] if n >= CI_MIN_SEEDS and r["ppl_ci95"] is not None and not pd.isna(r["ppl_ci95"]) else 0
         ax_u.errorbar(r["bytes"], r["ppl_mean"], yerr=bar, color=colour, marker=marker, capsize=2,
-                      label=_label(f"{r['method']} (n={n})", r, vary))
+                      label=f"{dataparallel_report.label(r, vary)} (n={n})")
     cum = cum[cum["cum_bytes"] > 0] if len(cum) else cum
     for key, g in (cum.groupby([k for k in keys if k in cum] + ["method"], dropna=False, sort=False) if len(cum) else []):
         g = g.sort_values("update_index")
@@ -171,7 +174,7 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
         colour, marker = style(str(method))
         n = int(g["seeds"].min())
         ax_c.plot(g["cum_bytes"], g["loss"], color=colour, marker=marker, markersize=2, linewidth=0.8,
-                  label=_label(f"{method} (n={n})", g.iloc[0], vary))
+                  label=f"{dataparallel_report.label(g.iloc[0], vary)} (n={n})")
         _band(ax_c, g["cum_bytes"], g["loss"], g["ci95"], n, colour)
     ax_u.set(xlabel="bytes per optimizer step per worker (wire, up + down)", ylabel="held-out perplexity")
     ax_c.set(xlabel="cumulative bytes per worker (wire, up + down)", ylabel="training-batch loss (nats/token)")
@@ -189,7 +192,9 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
             "the step; mean over workers, then over seeds) against the wire bytes per worker sent up to that step "
             "(mean over seeds); local steps send nothing, so a K-step method's curve falls at constant x between "
             f"syncs; steps before the first sync are left out of the log axis. {BARS}."
-            + (" Left is empty: no seed ran a whole sync window." if empty else ""))
+            + (" Left is empty: no seed ran a whole sync window." if empty else "")
+            + (f" Left leaves out {', '.join(unplaced)}: no seed ran a whole sync window (held-out perplexity in the "
+               "report's data-parallel table)." if unplaced and not empty else ""))
 
 
 def figures(updates: pd.DataFrame, evals: pd.DataFrame, comp: pd.DataFrame) -> list[tuple[str, Figure, str]]:

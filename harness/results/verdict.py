@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import compare, ledger, regime_report, tables
+from harness.results import compare, dataparallel_report, ledger, regime_report, tables
 from harness.results.quality import baseline_learned, baseline_missing
 from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, none as _none
 from harness.results.wording import num as _num, run_name
@@ -162,7 +162,8 @@ def dp_quality(r, pairs: pd.DataFrame | None, base_name: str) -> tuple[str, str]
     if pairs is None or pairs.empty:
         return None
     match = pairs[pairs["method"].astype(str) == str(r["method"])]
-    for k in [k for k in pairs if k in r and k not in ("method", "baseline")]:   # the link and the workers
+    # every coordinate the pairs are grouped on: the link, the workers, a swept run parameter (lordo_k)
+    for k in [k for k in dataparallel_report.present_keys(pairs) if k in r and k != "baseline"]:
         match = match[match[k].isna()] if pd.isna(r[k]) else match[match[k].astype(str) == str(r[k])]
     if len(match) != 1:
         return None

@@ -144,9 +144,11 @@ def service_modules(method: str) -> tuple[str, str]:
     return "trainers.hilo.learner", "trainers.hilo.worker"
 
 
-# the signals a centre service catches to write its summary naming them (trainers/hilo/learner.py);
+# the signals a centre service catches to write its summary naming them (trainers/hilo/learner.py,
+# trainers/dataparallel/aggregator.py);
 # any other centre, and any other signal, is stopped with SIGTERM
-NAMES_ITS_SIGNAL = {"trainers.hilo.learner": (signal.SIGTERM, signal.SIGINT)}
+NAMES_ITS_SIGNAL = {"trainers.hilo.learner": (signal.SIGTERM, signal.SIGINT),
+                    "trainers.dataparallel.aggregator": (signal.SIGTERM, signal.SIGINT)}
 
 
 class Processes:

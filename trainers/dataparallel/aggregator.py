@@ -475,8 +475,19 @@ class Aggregator:
         self.events.close()
 
 
-def _terminate(signum, _frame):
-    raise SystemExit(128 + signum)
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT (the harness passes on the one it received: harness/run/launch.py NAMES_ITS_SIGNAL):
+    stop and write an incomplete summary whose status names the signal, as trainers/hilo/learner.py does
+    ("interrupted: SIGINT", not "failed: SystemExit: 143"). A BaseException, so that no `except Exception`
+    swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted(signum)
 
 
 # the aggregator's plumbing flags (trainers/spec.py SERVICE_PARAMS); the run's parameters come beside them
@@ -492,7 +503,8 @@ def main(argv=None) -> int:
     except ValueError as err:
         p.error(str(err))
     set_threads(1)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     agg = Aggregator(params, args.token, args.run_dir, args.listen, args.worker_timeout, args.liveness)
     atomic_write_text(f"{args.run_dir}/learner.addr", f"{agg.address[0]}:{agg.address[1]}\n")
     log(PROCESS, f"aggregator on {agg.address[0]}:{agg.address[1]}, method {params.method}, {params.workers} workers")
@@ -501,6 +513,11 @@ def main(argv=None) -> int:
         agg.accept(args.join_timeout)
         summary = agg.run()
         return 0 if summary["consistent"] else 3
+    except Interrupted as err:
+        log(PROCESS, f"stopped early: {err}")
+        agg.events.write("interrupted", reason=str(err))
+        agg.write_summary(False, f"interrupted: {err}")
+        return 128 + err.signum   # the exit a process the signal ended would have had
     except BaseException as err:
         agg.write_summary(False, f"failed: {type(err).__name__}: {err}")
         if isinstance(err, Exception):
