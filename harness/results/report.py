@@ -44,9 +44,13 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             f"train-batch metric (last {QUALITY_LAST}, mean ± sd)", "pipeline",
             "lag median / max", "consistent", "complete"]
     rows = []
+    # a swept run parameter (--lordo-k 2,4) tells rows apart that link and workers leave alike: named by the method
+    swept = [k for k in compare.coords(comp) if k in comp and k != "workers"] if len(comp) else []
     for _, r in comp.iterrows():
         link = _link(r)
-        rows.append([link, _fmt(r.get("workers")), r["variant"], _seeds_x_updates(r),
+        extra = verdict.beyond_link(r, comp, swept)
+        rows.append([link, _fmt(r.get("workers")), r["variant"] + (f" ({', '.join(extra)})" if extra else ""),
+                     _seeds_x_updates(r),
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
                      _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),

@@ -360,7 +360,7 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
-def _beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
+def beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
     workers of two runs at one link, a swept run parameter), each where it varies and this row has
     it (a run without --straggler beside one with it is not 'straggler nan')."""
@@ -402,7 +402,7 @@ def verdict(comp: pd.DataFrame, runs: list[tables.Run], cells: pd.DataFrame | No
     blocks = []
     alone = comp["baseline"].astype(str).eq(NO_BASELINE)
     for _, r in comp[comp["method"] != comp["baseline"]].iterrows():
-        where = f" ({', '.join([link(r), *_beyond_link(r, comp, keys)])})" if len(links) > 1 else ""
+        where = f" ({', '.join([link(r), *beyond_link(r, comp, keys)])})" if len(links) > 1 else ""
         blocks += alone_block(r, where) if str(r["baseline"]) == NO_BASELINE else \
             method_block(r, str(r["baseline"]), where, dp_pairs)
     if not blocks:

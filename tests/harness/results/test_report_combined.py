@@ -274,3 +274,17 @@ def test_seeds_that_ran_different_numbers_of_updates_show_the_range(tmp_path, he
     head, rows = report.table_rows(comp)
     col = head.index("seeds x updates")
     assert {r[2]: r[col] for r in rows} == {"spar@12.8%": "3 x 5-12", "full-bf16": "3 x 12"}
+
+
+def test_the_main_table_names_a_swept_run_parameter(tmp_path):
+    """A --lordo-k 2,4 sweep: the main table's rows read "lordo-global" twice at one link and worker count."""
+    for k in (2, 4):
+        shutil.copytree(FIXTURES / "dp-vs-ddp", tmp_path / f"k{k}")
+        cfg = json.loads((tmp_path / f"k{k}" / "config.json").read_text())
+        cfg["lordo_k"] = k
+        (tmp_path / f"k{k}" / "config.json").write_text(json.dumps(cfg))
+    head, rows = report.table_rows(compare.comparison(*(lambda t: (t.updates, t.cells, t.evals))(
+        tables.read([tmp_path / "k2", tmp_path / "k4"]))))
+    methods = [r[head.index("method")] for r in rows]
+    assert sorted(methods) == ["ddp (lordo_k 2)", "ddp (lordo_k 4)", "lordo-global (lordo_k 2)",
+                               "lordo-global (lordo_k 4)"]
