@@ -183,7 +183,15 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
     if not ax_u.get_lines() and not ax_c.get_lines():
         plt.close(fig)
         return None                 # no sync yet and no whole window: nothing at any byte count
-    empty = _say_empty(ax_u, "no point: no seed ran a whole sync window\n(bytes per step are counted over whole windows)")
+    # why the left panel is empty: no whole sync window to count bytes over, or no held-out perplexity (it is
+    # evaluated after the last step: a run that stopped first has none)
+    no_ppl = len(pts) == 0 or pts["ppl_mean"].isna().all()
+    no_window = len(pts) == 0 or pts["bytes"].isna().all()
+    why = "; ".join([*(["no seed ran a whole sync window"] if no_window else []),
+                     *(["no seed recorded a held-out perplexity (evaluated after the last step: the run stopped "
+                        "first)"] if no_ppl else [])])
+    empty = _say_empty(ax_u, f"no point: {why}" + ("\n(bytes per step are counted over whole windows)"
+                                                   if no_window and not no_ppl else ""))
     _log_bytes_axes(fig, (ax_u, ax_c))
     return ("dp_equal_bytes", fig,
             "Data-parallel methods at equal bytes. Left (per step): held-out perplexity after the last step (mean over seeds) "
@@ -192,7 +200,7 @@ def draw_dp_equal_bytes(updates: pd.DataFrame) -> tuple[str, Figure, str] | None
             "the step; mean over workers, then over seeds) against the wire bytes per worker sent up to that step "
             "(mean over seeds); local steps send nothing, so a K-step method's curve falls at constant x between "
             f"syncs; steps before the first sync are left out of the log axis. {BARS}."
-            + (" Left is empty: no seed ran a whole sync window." if empty else "")
+            + (f" Left is empty: {why}." if empty else "")
             + (f" Left leaves out {', '.join(unplaced)}: no seed ran a whole sync window (held-out perplexity in the "
                "report's data-parallel table)." if unplaced and not empty else ""))
 

@@ -220,10 +220,14 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             name = r.get(f"diff_{m}_name") or m
             lo, hi = r.get(f"gain_kept_{m}_lo"), r.get(f"gain_kept_{m}_hi")
             share = r.get(f"gain_kept_{m}")
-            unbounded = (_none(lo) or _none(hi)) and int(r[f"diff_{m}_n"]) >= 2   # the baseline's gain not above 0
-            kept = "-" if _none(share) else NO_SHARE if unbounded else f"{100 * share:.0f} %" + (
-                f" [{100 * lo:.0f}, {100 * hi:.0f}]" if not (_none(lo) or _none(hi)) else "")
-            share_verdict = "-" if unbounded else r.get(f"gain_kept_{m}_verdict") or "-"
+            n = int(r[f"diff_{m}_n"])
+            # no share where the verdict gives none: the baseline's gain not resolved above 0 (no interval), or the
+            # deciding figure of a baseline that did not learn measurably, or one paired seed (no interval at all)
+            unbounded = (_none(lo) or _none(hi)) and n >= 2 or (m == r.get("heldout_metric")
+                                                                  and quality.baseline_unlearned(r))
+            kept = ("-" if _none(share) else NO_SHARE if unbounded else "no share: one paired seed, no interval"
+                    if n < 2 else f"{100 * share:.0f} % [{100 * lo:.0f}, {100 * hi:.0f}]")
+            share_verdict = "-" if unbounded or n < 2 else r.get(f"gain_kept_{m}_verdict") or "-"
             if share_verdict == "keeps all of it" and share_unresolved(lo, hi, share_verdict):
                 share_verdict = "not resolved"   # as the verdict words it: an interval past 100 % ± SHARE_RESOLVED
             rows.append([_link(r), r["variant"], name + (" (decides)" if m == r.get("heldout_metric") else ""),

@@ -15,6 +15,7 @@ import json
 import secrets
 import shutil
 import shlex
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ class Live:
             self.tasks[cell.name] = self.progress.add_task(cell.name, total=self.cfg.updates, info="starting")
         info = "waiting for workers"
         if rows:
-            spu = sorted(r["seconds_per_update"] for r in rows)[len(rows) // 2]
+            spu = statistics.median(r["seconds_per_update"] for r in rows)   # the report's median (even counts too)
             # the mean over the updates so far: a data-parallel method sends nothing on most steps and a sync
             # on some, so the last update's bytes swing between 0 and a whole sync (the report's figure is the mean)
             down = sum(sum((r.get("update_frame_bytes") or {}).values()) for r in rows) / len(rows)
@@ -259,12 +260,14 @@ def check_results_folder(out: Path) -> None:
     nearest = next((p for p in (out, *out.parents) if p.exists()), None)   # the folder it would be made in
     if nearest is not None and not nearest.is_dir():
         raise ConfigError(f"--out: {nearest} exists and is not a folder; name a folder for the results")
-    if (out / "sweep.json").is_file():
-        raise ConfigError(f"--out: {out} is a sweep's folder: a run there would be read as one of its points; name "
-                          f"another folder (`harness sweep --out {out}` resumes the sweep)")
-    if (out / "config.json").is_file() and (out / "cells").is_dir():
-        raise ConfigError(f"--out: {out} is a run's folder: a run inside it would be reported with it; name "
-                          "another folder")
+    for folder in (out, *out.parents):   # the folder itself, or one it sits in (a sweep's runs/, a run's cells/)
+        inside = "" if folder == out else f" (inside {folder})"
+        if (folder / "sweep.json").is_file():
+            raise ConfigError(f"--out: {out} is in a sweep's folder{inside}: a run there would be read as one of its "
+                              f"points; name another folder (`harness sweep --out {folder}` resumes the sweep)")
+        if (folder / "config.json").is_file() and (folder / "cells").is_dir():
+            raise ConfigError(f"--out: {out} is in a run's folder{inside}: a run inside it would be reported with "
+                              "it (or break its tables); name another folder")
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:

@@ -138,6 +138,7 @@ def test_a_dp_run_shorter_than_its_sync_window_says_why_its_left_panel_is_empty(
     and matplotlib warned that its legend had nothing to show. With no sync at all, no figure."""
     t = tables.read(DP)
     short = t.updates[t.updates["update_index"] <= 33].assign(lordo_k=64)
+    short.loc[short["update_index"] == 33, "heldout_ppl"] = 100.0   # evaluated after its last step, as a run is
     name, fig, caption = equal_bytes.draw_dp_equal_bytes(short)
     ax_u, ax_c = fig.axes
     assert not error_bars(ax_u) and ax_u.get_legend() is None
@@ -159,3 +160,15 @@ def test_a_byte_axis_within_a_factor_of_two_is_linear_with_byte_ticks():
     assert ax_u.get_xscale() == "linear" and ax_c.get_xscale() == "log"     # the cumulative bytes span decades
     labels = [x.get_text() for x in ax_u.get_xticklabels() if x.get_text()]
     assert labels and all(label.endswith(" MB") for label in labels) and len(labels) <= 5
+
+
+def test_a_run_stopped_before_its_held_out_evaluation_says_so_not_no_window():
+    """SIGTERM at step 62 of a K = 2 run: bytes were counted over 31 whole windows, yet the empty left panel said
+    "no seed ran a whole sync window"; the perplexity (evaluated after the last step) is what is missing."""
+    t = tables.read(FIXTURES / "dp-vs-ddp")
+    stopped = t.updates.assign(heldout_ppl=float("nan"))
+    _, fig, caption = equal_bytes.draw_dp_equal_bytes(stopped)
+    assert [x.get_text() for x in fig.axes[0].texts] == [
+        "no point: no seed recorded a held-out perplexity (evaluated after the last step: the run stopped first)"]
+    assert caption.endswith("Left is empty: no seed recorded a held-out perplexity (evaluated after the last step: "
+                            "the run stopped first).")

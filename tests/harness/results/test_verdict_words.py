@@ -393,3 +393,13 @@ def test_a_run_without_a_straggler_is_not_labelled_straggler_nan(tmp_path):
     md, _ = report.build(tables.read([plain, tmp_path / "fixed"]))
     blocks = [line for line in md.split("## Verdict", 1)[1].splitlines() if line.startswith("- **")]
     assert len(blocks) == 2 and sum("straggler w2:fixed:100ms" in b for b in blocks) == 1
+
+
+def test_one_paired_seed_gives_no_share_in_the_table_either():
+    """One seed: the verdict said "no share of its gain to keep" while the table printed "59 %"."""
+    t, ev = _learning_evals({**BASE_GAINS, ("spar@12.8%", 1): 0.06, ("spar@12.8%", 2): 0.1, ("spar@12.8%", 3): 0.1})
+    ev = ev[ev["seed"] == 1]
+    r, text = _verdict_of(t, ev)
+    rows = [line for line in "\n".join(quality_report.metrics_table(pd.DataFrame([r]))).splitlines()
+            if line.startswith("| ") and "pass@" in line]
+    assert rows and all(" | no share: " in row and " % [" not in row for row in rows)

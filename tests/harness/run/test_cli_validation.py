@@ -175,9 +175,13 @@ def test_out_must_be_a_folder_that_holds_runs(tmp_path):
     sweep = tmp_path / "sw"
     sweep.mkdir()
     (sweep / "sweep.json").write_text('{"runs": []}')
-    for out, words in ((tmp_path / "afile", "exists and is not a folder"),
+    run = tmp_path / "r"
+    (run / "cells").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for out, words in ((run / "cells", f"is in a run's folder (inside {run})"),(tmp_path / "afile", "exists and is not a folder"),
                        (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} exists and is not a folder"),
-                       (sweep, "is a sweep's folder: a run there would be read as one of its points")):
+                       (sweep, "is in a sweep's folder: a run there would be read as one of its points"),
+                       (sweep / "runs", f"is in a sweep's folder (inside {sweep})")):
         res = CliRunner().invoke(app, ["run", "--out", str(out), "--no-emulation", "--model", "micro"])
         assert res.exit_code == 2 and words in res.stderr, res.output
     assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]
