@@ -256,8 +256,12 @@ def baseline_pairs(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per variant other than the run's --baseline, when that baseline is a data-parallel method:
     held-out perplexity minus the baseline's, seed by seed (same seed: same data, corpus and initial
     replica), over the seeds both have, mean and 95 % CI; plus the mean overlap per seed of each side."""
-    base = updates["baseline"].dropna().astype(str).unique() if "baseline" in updates else []
-    if len(base) != 1 or not spec.is_data_parallel(base[0]):
+    if "baseline" not in updates:
+        return pd.DataFrame()
+    # the runs compared against a data-parallel baseline (a combined report may hold HiLo runs beside them)
+    updates = updates[updates["baseline"].map(lambda b: isinstance(b, str) and spec.is_data_parallel(b))]
+    base = updates["baseline"].astype(str).unique()
+    if len(base) != 1:
         return pd.DataFrame()
     seeds = per_seed(updates)
     if seeds.empty or not (seeds["method"] == base[0]).any():

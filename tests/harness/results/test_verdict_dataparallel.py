@@ -41,3 +41,16 @@ def test_the_regime_and_setup_lines_say_what_a_data_parallel_run_is():
     assert ("  - setup: model `micro`, the generated corpus pre-trained (--dp-train full), 2 workers, 8 optimizer "
             "steps x seeds 1, 2, 3\n") in md
     assert "task `digits`" not in md
+
+
+def test_a_combined_report_with_a_hilo_run_keeps_the_data_parallel_quality_line(tmp_path):
+    """lordo-global against ddp combined with a HiLo run (baseline full-bf16): the data-parallel bullet read
+    "quality: not evaluated on held-out problems" and "`ddp` has no held-out figure"."""
+    import shutil
+
+    hilo = tmp_path / "hilo"
+    shutil.copytree(RUN.parent / "run-heldout", hilo)
+    md, _ = report.build(tables.read([RUN, hilo]))
+    block = md.split("## Runs")[0]
+    assert "held-out perplexity (lower is better): 85.124 against `ddp`'s 71.096" in block
+    assert "not evaluated on held-out problems" not in block
