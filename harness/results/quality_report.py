@@ -18,10 +18,10 @@ import math
 
 import pandas as pd
 
-from harness.results import quality
+from harness.results import compare, quality
 from harness.results.compare import CI_MIN_SEEDS
 from harness.results.quality import SIGNAL_SD, TTQ_FRACTIONS
-from harness.results.verdict import SHARE_RESOLVED, share_unresolved
+from harness.results.verdict import SHARE_RESOLVED, beyond_link, share_unresolved
 from harness.results.wording import count as _count, interval as _interval, link as _link, markdown_table
 from harness.results.wording import figure, fmt, none as _none, pm as _pm
 from trainers.spec import NO_BASELINE
@@ -41,11 +41,19 @@ def _methods(comp: pd.DataFrame) -> pd.DataFrame:
     return comp[(comp["method"] != comp["baseline"]) & comp["heldout_mean"].notna()]
 
 
+def method_cell(comp: pd.DataFrame, r) -> str:
+    """A table row's method, with what else tells it apart from the report's other rows beside its link
+    column (a swept run parameter, the workers of runs at one link: verdict.beyond_link)."""
+    extra = beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
+    return r["variant"] + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _who(comp: pd.DataFrame, r) -> str:
-    """A line's method, with its link where the report holds more than one (two runs or a sweep: the same
-    method twice would read alike)."""
+    """A line's method, with its link where the report holds more than one and what else tells it apart (two
+    runs or a sweep: the same method twice would read alike)."""
     links = {_link(row) for _, row in comp.iterrows()}
-    return f"`{r['variant']}`" + (f" ({_link(r)})" if len(links) > 1 else "")
+    extra = ([_link(r)] if len(links) > 1 else []) + beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
+    return f"`{r['variant']}`" + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _clock(basis) -> str:
@@ -74,7 +82,7 @@ def quality_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 f"{_count(r.get('ttq_reached'))} / {_count(r.get('heldout_seeds'))}",
                 _pm(r.get("ttq_seconds_mean"), r.get("ttq_seconds_ci95"), ".2f", n=r.get("ttq_reached")),
                 _pm(r.get("ttq_updates_mean"), None, ".1f")])
-        rows.append([_link(r), r["variant"], _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
+        rows.append([_link(r), method_cell(comp, r), _pm(r.get("pass_at_1_mean"), r.get("pass_at_1_ci95"), n=n),
                      _pm(r.get("pass_at_k_mean"), r.get("pass_at_k_ci95"), n=n),
                      *([_pm(r.get("gold_prob_mean"), r.get("gold_prob_ci95"), n=n)] if gold else []),
                      f"{obj} {_pm(r.get('objective_mean'), r.get('objective_ci95'), n=n)}", *ttq,
@@ -230,7 +238,7 @@ def metrics_table(comp: pd.DataFrame) -> list[str]:
             share_verdict = "-" if unbounded or n < 2 else r.get(f"gain_kept_{m}_verdict") or "-"
             if share_verdict == "keeps all of it" and share_unresolved(lo, hi, share_verdict):
                 share_verdict = "not resolved"   # as the verdict words it: an interval past 100 % ± SHARE_RESOLVED
-            rows.append([_link(r), r["variant"], name + (" (decides)" if m == r.get("heldout_metric") else ""),
+            rows.append([_link(r), method_cell(comp, r), name + (" (decides)" if m == r.get("heldout_metric") else ""),
                          _pm(r.get(f"diff_{m}_mean"), r.get(f"diff_{m}_ci95"), "+.3f") + f" ({int(r[f'diff_{m}_n'])})",
                          "-" if _none(r.get(f"diff_{m}_resolution")) else figure(r[f'diff_{m}_resolution']),
                          r.get(f"diff_{m}_verdict") or "-", kept, share_verdict])
@@ -272,7 +280,7 @@ def ttq_table(comp: pd.DataFrame) -> list[str]:
             ratio = "-" if base or _none(r.get(p + "ratio")) else NOT_MEASURABLE if unlearned else (
                 _x(r[p + "ratio"]) + _interval(r.get(p + "ratio_lo"), r.get(p + "ratio_hi"))
                 + f" ({int(r[p + 'ratio_n'])})")
-            rows.append([_link(r), r["variant"], f"{100 * f:g} %: {r['heldout_name']} {figure(r[p + 'target'])}",
+            rows.append([_link(r), method_cell(comp, r), f"{100 * f:g} %: {r['heldout_name']} {figure(r[p + 'target'])}",
                          f"{_count(r.get(p + 'reached'))} / {_count(r.get(p + 'censored'))}",
                          _pm(r.get(p + "seconds_mean"), None, ".1f"), ratio,
                          "-" if base or unlearned else _x(r.get(p + "ratio_wall")),

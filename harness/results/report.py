@@ -185,7 +185,7 @@ def _load_section(comp: pd.DataFrame) -> list[str]:
     rows, busy = [], []
     for _, r in comp.iterrows():
         flag = r.get("contended")
-        rows.append([_link(r), r["variant"],
+        rows.append([_link(r), quality_report.method_cell(comp, r),
                      _fmt(r["speedup_seed_mean"], "x") + _ci(r, "speedup_ci") + f" ({r['speedup_seeds']} seeds)",
                      _fmt(r.get("speedup_cpu"), "x") + _ci(r, "speedup_cpu"), _headline(r),
                      _fmt(r.get("load_per_core"), "s"), _fmt(r.get("steal_frac"), "%"), _fmt(r.get("train_cpu_wall"), "s"),

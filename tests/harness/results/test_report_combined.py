@@ -288,3 +288,20 @@ def test_the_main_table_names_a_swept_run_parameter(tmp_path):
     methods = [r[head.index("method")] for r in rows]
     assert sorted(methods) == ["ddp (lordo_k 2)", "ddp (lordo_k 4)", "lordo-global (lordo_k 2)",
                                "lordo-global (lordo_k 4)"]
+
+
+def test_every_quality_table_names_a_swept_run_parameter(tmp_path, heldout_copy):
+    """A --lora-rank 4,8 sweep: the speedup, quality and time-to-quality tables each showed two identical
+    `localhost | topk@12.8%` rows."""
+    runs = []
+    for rank in (4, 8):
+        run = heldout_copy(tmp_path / f"r{rank}")
+        cfg = json.loads((run / "config.json").read_text())
+        cfg["lora_rank"] = rank
+        (run / "config.json").write_text(json.dumps(cfg))
+        runs.append(run)
+    md, _ = report.build(tables.read(runs))
+    for section in ("## Speedup over seeds and machine load", "## Held-out quality and time to quality",
+                    "## Every held-out figure, side by side"):
+        body = md.split(section, 1)[1].split("\n## ", 1)[0]
+        assert "| spar@12.8% (lora_rank 4) |" in body and "| spar@12.8% (lora_rank 8) |" in body, section
