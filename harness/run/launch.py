@@ -767,9 +767,11 @@ class AdapterShapes:
 
     def finish(self, wait_s: float) -> None:
         """Wait up to `wait_s` for the children (then kill them) and keep the shapes they wrote in the cache."""
+        children, self.children = self.children, []
+        if not children:   # nothing to import for: a run stopped mid-import (pandas half-loaded) must not retry it
+            return
         from harness.projection import prediction
 
-        children, self.children = self.children, []
         for proc, pending, key in children:
             try:
                 code = proc.wait(timeout=wait_s)

@@ -84,3 +84,14 @@ def test_what_runs_before_the_fork_server_starts_leaves_its_heavy_imports_for_la
     done = subprocess.run([sys.executable, "-c", probe], cwd=launch.ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "-"
+
+
+def test_finishing_no_shape_child_imports_nothing():
+    """A run stopped by SIGTERM during its report imports (pandas half-loaded) then failed its wind-up with
+    "could not write the partial results: ImportError: ... numpy": finishing the shape children imported the
+    cost model (and pandas) again although there was no child."""
+    probe = ("import sys; from harness.run import launch; launch.AdapterShapes().finish(wait_s=0.0); "
+             "print('pandas' in sys.modules, 'harness.projection.prediction' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "False"]
