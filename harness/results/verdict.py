@@ -29,6 +29,7 @@ from harness.results import compare, dataparallel_report, ledger, regime_report,
 from harness.results.quality import baseline_learned, baseline_missing
 from harness.results.wording import CI_MIN_SEEDS, LINK_WORDS, figure as _fig, interval as _ci, link, none as _none
 from harness.results.wording import num as _num, run_name
+from trainers import spec
 from trainers.spec import NO_BASELINE, is_data_parallel
 
 NO_REGIME = ("**Regime**: not recorded (this run's prediction.json predates the comm ratio, or it has no full-sync "
@@ -299,7 +300,8 @@ def method_block(r, base_name: str, where: str, dp_pairs: pd.DataFrame | None = 
     q_line, q_clause = (_num(r.get("heldout_mean")) is None and dp_quality(r, dp_pairs, base_name)) \
         or quality_(r, base_name)
     t_line, t_clause = ttq(r, base_name)
-    if not t_line and is_data_parallel(str(r["method"])):
+    if is_data_parallel(str(r["method"])):   # beside HiLo runs its row carries their time-to-quality columns too
+        t_clause = ""
         t_line = ("time to quality: not measured: a data-parallel cell evaluates held-out perplexity once, after its "
                   "last step (the training batch's loss per step is in the data-parallel figures)")
     clauses = [c for c in (s_clause, q_clause, t_clause) if c]
@@ -360,14 +362,23 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
+# run parameters only one family reads (the data-parallel loop's; the HiLo compressors', task's and objective's)
+DP_ONLY = frozenset(p.name for p in spec.PARAMS if p.name.startswith(("lordo_", "diloco_", "lowrank_", "dp_")))
+HILO_ONLY = frozenset(p.name for p in spec.PARAMS if p.group == "compressor" or p.name in (
+    "budget", "pipeline", "task", "task_options", "base_steps", "objective", "objective_options", "teacher_steps",
+    "problems_per_worker", "group_size", "max_new_tokens", "temperature", "eval_problems", "eval_samples", "pass_k"))
+
+
 def beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
     workers of two runs at one link, a swept run parameter), each where it varies and this row has
     it (a run without --straggler beside one with it is not 'straggler nan')."""
     out = []
+    dp = is_data_parallel(str(r.get("method")))
+    kin = comp[comp["method"].astype(str).map(is_data_parallel) == dp]   # its own family's rows tell it apart
     for k in keys:
-        if k in LINK_WORDS or comp[k].nunique(dropna=False) < 2 or _none(r[k]):
-            continue
+        if k in LINK_WORDS or kin[k].nunique(dropna=False) < 2 or _none(r[k]) or k in (DP_ONLY, HILO_ONLY)[dp]:
+            continue   # a parameter of the other family's methods says nothing about this row
         out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
     return out
 

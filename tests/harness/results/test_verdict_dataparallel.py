@@ -54,3 +54,14 @@ def test_a_combined_report_with_a_hilo_run_keeps_the_data_parallel_quality_line(
     block = md.split("## Runs")[0]
     assert "held-out perplexity (lower is better): 85.124 against `ddp`'s 71.096" in block
     assert "not evaluated on held-out problems" not in block
+
+
+def test_a_label_leaves_out_the_other_familys_parameters(tmp_path):
+    """A HiLo run combined with a data-parallel one: the HiLo rows were labelled "(… dp_batch 8, dp_seq_len 64,
+    dp_heldout 64)", parameters only the data-parallel loop reads."""
+    import shutil
+
+    hilo = tmp_path / "hilo"
+    shutil.copytree(RUN.parent / "run-heldout", hilo)
+    md, _ = report.build(tables.read([RUN, hilo]))
+    assert "dp_batch" not in md.split("## Runs")[0] and "dp_seq_len 64" not in md
