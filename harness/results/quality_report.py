@@ -41,18 +41,23 @@ def _methods(comp: pd.DataFrame) -> pd.DataFrame:
     return comp[(comp["method"] != comp["baseline"]) & comp["heldout_mean"].notna()]
 
 
+def _apart(comp: pd.DataFrame, r) -> list[str]:
+    """What tells a row apart from the report's other rows beside its link (a swept run parameter, the
+    workers of runs at one link: verdict.beyond_link)."""
+    return beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
+
+
 def method_cell(comp: pd.DataFrame, r) -> str:
-    """A table row's method, with what else tells it apart from the report's other rows beside its link
-    column (a swept run parameter, the workers of runs at one link: verdict.beyond_link)."""
-    extra = beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
+    """A table row's method, with what tells it apart beside its link column (`_apart`)."""
+    extra = _apart(comp, r)
     return r["variant"] + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _who(comp: pd.DataFrame, r) -> str:
     """A line's method, with its link where the report holds more than one and what else tells it apart (two
     runs or a sweep: the same method twice would read alike)."""
-    links = {_link(row) for _, row in comp.iterrows()}
-    extra = ([_link(r)] if len(links) > 1 else []) + beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
+    several = len({_link(row) for _, row in comp.iterrows()}) > 1
+    extra = ([_link(r)] if several else []) + _apart(comp, r)
     return f"`{r['variant']}`" + (f" ({', '.join(extra)})" if extra else "")
 
 

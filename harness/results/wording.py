@@ -4,6 +4,7 @@ appears. Pure formatting; imports no other results module, and pandas only when 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 CI_MIN_SEEDS = 3   # a 95 % CI over fewer seeds (t = 12.7 at n = 2) is printed as n, not as an interval
 
@@ -148,8 +149,6 @@ def seconds_by_part(parts: dict) -> str:
 def run_name(run_dir, run_dirs) -> str:
     """A run folder's name as a report shows it: its own name, or as many parent folders as tell it apart
     from the other runs shown with the same name (two sweeps' `default` points: `a/runs/default`)."""
-    from pathlib import Path
-
     parts = Path(run_dir).parts
     others = [Path(d).parts for d in run_dirs if Path(d) != Path(run_dir)]
     for k in range(1, len(parts) + 1):
