@@ -5,7 +5,8 @@ surface is derived from this table, so a new parameter is one line here:
 
 - `harness run` / `harness sweep` flags (`harness/cli.py` builds them from `PARAMS`);
 - `RunConfig` and `config.json` (`harness/run/config.py`);
-- the learner's argv and the worker's optional checks (`add_run_args`, `to_argv`);
+- the learner's argv and the worker's optional checks (`add_run_args`; a cell spells its flags with each
+  `Param.service_flag` and `Param.spell`, harness/run/config.py `Cell.argv`);
 - :class:`RunParams`, which the learner sends to every worker in WELCOME;
 - the columns of the results tables (`harness/results/tables.py` reads them from config.json);
 - the keys of a sweep grid.
@@ -128,6 +129,15 @@ class Param:
     @property
     def flag(self) -> str:
         return "--" + (self.flag_name or self.name).replace("_", "-")
+
+    @property
+    def service_flag(self) -> str:
+        """The flag a service takes it as (a cell is one value: --seed, where the harness's is --seeds)."""
+        return "--" + self.name.replace("_", "-")
+
+    def spell(self, value: Any) -> str:
+        """One parsed value as a service's argv carries it (`parse` reads it back)."""
+        return str(value).lower() if isinstance(value, bool) else str(value)
 
     @property
     def service_default(self) -> Any:
@@ -763,22 +773,11 @@ class RunParams:
         return dict(self._options)
 
 
-def to_argv(values: dict[str, Any]) -> list[str]:
-    """Service parameter values -> the learner's flags (every one, so the spec's default never
-    silently stands in for the harness's)."""
-    argv = []
-    for p in params("service"):
-        v = values[p.name]
-        if v is not None:
-            argv += [("--" + p.name.replace("_", "-")), str(v).lower() if isinstance(v, bool) else str(v)]
-    return argv
-
-
 def add_run_args(parser, required: bool) -> None:
     """argparse flags for the service parameters (learner: defaults from the spec; worker: all
     optional, each a check against the learner's value)."""
     for p in params("service"):
-        parser.add_argument("--" + p.name.replace("_", "-"), dest=p.name, type=str,
+        parser.add_argument(p.service_flag, dest=p.name, type=str,
                             default=p.service_default if required else None,
                             help=p.help_text().replace("%", "%%"))   # argparse %-formats help: '% of' was a crash
 

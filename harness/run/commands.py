@@ -215,7 +215,8 @@ def run(cfg: RunConfig, quiet: bool, as_json: bool, dry_run: bool, log: str | No
             say = (lambda line: None) if quiet or as_json else (lambda line: print(line, file=sys.stderr))
             run_dir = launch.execute(cfg, progress=lambda cell, d: (live(cell, d), logger(cell, d)), started=started,
                                      clock=clock, finishing=live.stop,
-                                     place=functools.partial(regime.place, say=say))
+                                     place=None if cfg.comm_ratio_target is None else   # literal rates: nothing to place
+                                     functools.partial(regime.place, say=say))
         finally:
             live.stop()
     except launch.PreflightFailed as err:  # nothing was built or written

@@ -56,8 +56,10 @@ class Cell:
 
     @property
     def argv(self) -> list[str]:
-        """The learner's flags for this cell: every service parameter, explicitly."""
-        return spec.to_argv(self.values)
+        """The learner's flags for this cell: every service parameter, explicitly (so the spec's default
+        never silently stands in for the harness's value)."""
+        return [arg for p in spec.params("service") if (v := self.values[p.name]) is not None
+                for arg in (p.service_flag, p.spell(v))]
 
 
 @dataclass(frozen=True)

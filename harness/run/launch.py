@@ -464,7 +464,7 @@ def check_privileges(cfg: RunConfig) -> None:
 def models_to_build(cfg: RunConfig) -> list[dict]:
     """One cell's service values per distinct pre-trained model set the run loads: the student's base
     (`PRETRAINED_MODELS` with `base_steps` > 0) and the teacher of an objective whose card needs one. Neither depends on the
-    method, budget or seed (trainers/model/run_models.py), so a 3-seed, 3-variant run needs one entry."""
+    method, budget or seed (trainers/hilo/stack.py), so a 3-seed, 3-variant run needs one entry."""
     out, seen = [], set()
     for cell in cfg.cells:
         values = cell.values
@@ -479,7 +479,7 @@ def models_to_build(cfg: RunConfig) -> list[dict]:
     return out
 
 
-MODELS_MODULE = "trainers.model.run_models"
+MODELS_MODULE = "trainers.hilo.stack"
 SHAPES_MODULE = "trainers.model.shapes"   # the adapter's shapes for the cost model (AdapterShapes)
 
 
@@ -513,14 +513,15 @@ def prepare_models(cfg: RunConfig, cache: Path, server: ForkServer | None = None
 
 def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d: None, net=None,
             started: Callable[[], None] = lambda: None, artefacts: bool = True,
-            place: Callable[[RunConfig], RunConfig] = lambda cfg: cfg,
+            place: Callable[[RunConfig], RunConfig] | None = None,
             clock: fixed_cost.Stopwatch | None = None, finishing: Callable[[], None] = lambda: None) -> Path:
     """Run every cell of `cfg`; returns the run folder. Raises KeyboardInterrupt/SystemExit after
     tearing down and writing partial results when interrupted. The preflight runs here, once
     (PreflightFailed before anything is built or written); `started()` right after it.
     `net(cfg)`: the network context (default `network`; harness/run/containers.py passes the containers' one).
     `artefacts=False`: the tables only, no summary, prediction, report or figures (the regime pilot).
-    `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`).
+    `place(cfg)`: the config the cells run, after the preflight (harness/run/regime.py's `--comm-ratio`;
+    None: the links run at the rates given).
     `clock`: times the run's fixed cost by part (meta.json "overhead"; a fresh one when None).
     `finishing()`: after the cells, before finalize (commands.run stops its live display there: with no
     thread but ours, finalize's figures are written by two processes, style.save_all).
@@ -532,8 +533,9 @@ def execute(cfg: RunConfig, progress: Callable[[Cell, Path], None] = lambda c, d
     clock = clock or fixed_cost.Stopwatch()
     with clock.part("preflight"):
         check_privileges(cfg)
-    with clock.part("regime (cached ratio, or its pilot run)"):
-        cfg = place(cfg)
+    if place is not None:
+        with clock.part("regime (cached ratio, or its pilot run)"):
+            cfg = place(cfg)
     limits.raise_open_files(cfg.workers)  # the centre holds a socket per worker; services inherit it
     started()
     run_dir = cfg.run_dir.resolve()  # the services run with cwd = the repository: give them absolute paths

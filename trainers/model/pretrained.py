@@ -21,7 +21,7 @@ written atomically. The first process to need a file trains it under an exclusiv
 of them trains while the others wait and then load the same bytes. Training prints a progress
 line to stderr every ~10 % of its steps.
 
-Which base and teacher a run loads is `trainers/model/run_models.py` (also the command that builds
+Which base and teacher a run loads is `trainers/hilo/stack.py` (also the command that builds
 them ahead of a run).
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ def build_base(task, model: str = "tiny", steps: int = 300, seed: int = BASE_SEE
                role: str = "base"):
     """The student's frozen base for `task`: random (steps 0), or trained on gold and cached.
     `role` names the model in the progress lines only ("teacher" when the same recipe, run
-    longer, is a run's teacher: trainers/model/run_models.py); the cache key does not depend on it."""
+    longer, is a run's teacher: trainers/hilo/stack.py); the cache key does not depend on it."""
     if steps < 0:
         raise ValueError(f"base steps must be >= 0, got {steps}")
     model_ = build_base_model(model, seed=seed)

@@ -16,7 +16,7 @@ CPU recipe (tests/benchmarks/heldout_curves.py measures it):
 - A LoRA-only student on a *random* base cannot fit a sharp teacher: the frozen random LM
   head caps the logits (about +-1.3 for "micro"). A run's policy therefore starts from a
   pre-trained base (`trainers.model.pretrained.build_base`, spec `base_steps`), and a run's teacher
-  is the same recipe run longer (`trainers.model.run_models.teacher_for`, spec `teacher_steps`):
+  is the same recipe run longer (`trainers.hilo.stack.teacher_for`, spec `teacher_steps`):
   both "tiny", lr 1e-3, batch 32, seed 0 (one base and one teacher for every run seed).
 - "micro" (hidden 64) learns very little through LoRA in a few hundred steps; use "tiny"
   for quality curves and "micro" for plumbing (runs never pre-train a micro base).

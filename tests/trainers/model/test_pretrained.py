@@ -14,7 +14,7 @@ from trainers.tasks.heldout import heldout_problems
 from trainers.model.models import build_base_model, build_tokenizer
 from trainers import tasks
 from trainers.model.pretrained import build_base, gold_batch, gold_nll
-from trainers.model.run_models import base_for
+from trainers.hilo.stack import base_for
 from trainers.spec import RunParams
 from trainers.tasks import get_task, parse_task_options
 
@@ -144,7 +144,7 @@ def test_run_params_mode_builds_the_runs_base_and_teacher_once(tmp_path):
     params = RunParams(method="full", model="tiny", base_steps=TINY_STEPS, teacher_steps=TINY_STEPS + 1,
                        objective="distill", task="digits", task_options="ops=copy,max_len=2")
     env = dict(os.environ, WAN_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "trainers.model.run_models", "--run-params", json.dumps(params.to_json())]
+    argv = [sys.executable, "-m", "trainers.hilo.stack", "--run-params", json.dumps(params.to_json())]
     first = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     assert f"step {TINY_STEPS}/{TINY_STEPS}" in first.stderr and f"step {TINY_STEPS + 1}/{TINY_STEPS + 1}" in first.stderr
