@@ -110,6 +110,13 @@ def method_card(name: str) -> tuple[cards.Card, dict[str, Any]] | None:
     return cards.match(("method", "compressor", "dataparallel"), name)
 
 
+# The two families of methods (`method_family`): HiLo's learner + workers (spar, full-bf16, the compressors) and the
+# data-parallel aggregator + dp workers (ddp, diloco, lordo-*, lowrank-ddp). A Param's `family` names the one that
+# alone reads it, so a label or a check about one family's method can leave the other's parameters out.
+HILO, DP = "hilo", "dp"
+FAMILIES = ("", HILO, DP)   # "": every method reads it
+
+
 @dataclass(frozen=True)
 class Param:
     name: str                       # python / config.json / results name; the flag is --name-with-dashes
@@ -125,6 +132,7 @@ class Param:
     flag_name: str | None = None    # the CLI flag where it differs from the name (seed -> --seeds)
     optional: bool = False          # None is a valid value ("not set": profile, budget_bytes)
     group: str = ""                 # the help panel: "" (by `where`) or "compressor"
+    family: str = ""                # the family of methods that alone reads it: "" both, HILO or DP (FAMILIES)
 
     @property
     def flag(self) -> str:
@@ -271,13 +279,14 @@ def _compressor_params() -> list[Param]:
                  "budgeted compressors: the dtype of the full adapter that a budget is a fraction of",
                  choices=FLOAT_DTYPES)]
     out += _card_params("compressor")
-    return [dataclasses.replace(p, group="compressor") for p in out]
+    return [dataclasses.replace(p, group="compressor", family=HILO) for p in out]
 
 
 def _card_params(kind: str) -> list[Param]:
-    """The options of every card of one kind, each a run parameter `<card>_<option>` (`--delta-codec`)."""
+    """The options of every card of one kind (a HiLo method's or a compressor's), each a run parameter
+    `<card>_<option>` (`--delta-codec`)."""
     return [Param(f"{card.name}_{opt}", o.type, o.default, f"{card.name}: {o.help}", unit=o.unit, lo=o.lo, hi=o.hi,
-                  choices=o.choices, optional=o.optional, group="compressor")
+                  choices=o.choices, optional=o.optional, group="compressor", family=HILO)
             for card in cards.of(kind) for opt, o in card.options.items()]
 
 
@@ -295,7 +304,7 @@ PARAMS: list[Param] = [
           "(" + ", ".join(sorted(COMPRESSOR_OPTIONS)) + "), a data-parallel method, or an installed plugin's "
           "(docs/PLUGINS.md)", many=True),
     Param("budget", str, (RUN_BUDGET,), "budget(s) of budgeted compressors (" + ", ".join(BUDGETED)
-          + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True),
+          + "), comma list, % of the full adapter in --reference-dtype", unit="%", many=True, family=HILO),
     Param("seed", int, (1, 2, 3), "the seeds to run, a comma list of values (1,2,3: three seeds; 2 alone: one "
           "seed, seed 2); every method runs every seed", lo=0, hi=2**31 - 1, many=True, flag_name="seeds"),
     Param("preset", str, None, f"a named preset from presets/ ({_shipped_presets()}or a YAML path) whose values "
@@ -315,9 +324,9 @@ PARAMS: list[Param] = [
           "pass_at_k, pass_at_1, gold_prob (the exact probability that one sample is the gold answer: no sampling "
           "noise, a lower bound of pass@1; trainers/hilo/evaluate.py), or objective (reverse KL to the teacher for "
           "distill, lower is better; mean reward for grpo)",
-          choices=QUALITY_METRICS, where="harness"),
+          choices=QUALITY_METRICS, where="harness", family=HILO),
     Param("quality_target", float, 0.9, "time-to-quality target: this fraction of the baseline's final held-out "
-          "improvement (mean over seeds)", lo=0.01, hi=1.0, where="harness"),
+          "improvement (mean over seeds)", lo=0.01, hi=1.0, where="harness", family=HILO),
     Param("schedule", str, "interleaved", "order of the cells: interleaved (seed by seed, the variants' order "
           "reversed every other seed, so a drift in the machine's load hits every method alike) or sequential "
           "(each variant's seeds back to back)", choices=("interleaved", "sequential"), where="harness"),
@@ -330,48 +339,50 @@ PARAMS: list[Param] = [
     # the training run every replica agrees on
     Param("workers", int, 2, "worker processes (one namespace each)", lo=1, hi=1024),
     Param("updates", int, 40, "updates per method and seed", lo=1, hi=1_000_000),
-    Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1),
+    Param("pipeline", int, 0, "pipelining depth: 0 synchronous, 1 one-step overlap", lo=0, hi=1, family=HILO),
     Param("model", str, "tiny", "micro | tiny | small (tiny, built on the CPU), a real model's shape built from its "
           "config with random weights (" + ", ".join(MODEL_NAMES[3:]) + ": sizes and times real, quality "
           "meaningless), or a local folder holding config.json (with weights: loaded; without: random init)"),
     Param("lora_rank", int, 8, "LoRA rank of the adapter (rank-R methods override it)", lo=1, hi=4096),
     Param("lr", float, 2e-3, "AdamW learning rate", lo=1e-9, hi=10.0),
     # Replayed by every replica (trainers/model/replica.py, bit-identical at any thread count); off by default.
-    Param("weight_decay", float, 0.0, "AdamW decoupled weight decay of the adapter (0: off)", lo=0.0, hi=1.0),
+    Param("weight_decay", float, 0.0, "AdamW decoupled weight decay of the adapter (0: off)", lo=0.0, hi=1.0,
+          family=HILO),
     Param("max_grad_norm", float, 0.0, "clip the decoded gradient's global L2 norm to this before AdamW, on every "
-          "replica (0: off)", lo=0.0, hi=1e6),
+          "replica (0: off)", lo=0.0, hi=1e6, family=HILO),
     Param("task", str, "digits", "task name (" + ", ".join(c.name for c in cards.in_tree("task"))
-          + ", or an installed plugin's)"),
+          + ", or an installed plugin's)", family=HILO),
     Param("task_options", str, "", "the task's constructor options, key=value comma list (e.g. max_people=3 "
-          "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)"),
+          "for knights_knaves, count=3,max_number=9 for countdown; empty: the task's defaults)", family=HILO),
     Param("base_steps", int, 100, "supervised steps on gold answers of the student's base (trained here once, "
-          "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000),
+          "cached; the LoRA student starts from it); 0: a random base (plumbing tests)", lo=0, hi=1_000_000,
+          family=HILO),
     Param("objective", str, "distill", "distill (to a small teacher trained here, cached) | grpo | an installed "
-          "plugin's objective", choices=objective_names()),
+          "plugin's objective", choices=objective_names(), family=HILO),
     Param("objective_options", str, "", "the objective's options, key=value comma list (e.g. kl_coef=0.05 for "
-          "grpo, estimator=sampled for distill; empty: the objective's defaults)"),
+          "grpo, estimator=sampled for distill; empty: the objective's defaults)", family=HILO),
     Param("teacher_steps", int, 300, "distill: supervised steps of the teacher trained here (the base's recipe "
           "run longer; cached on disk, one teacher for every seed)",
-          lo=1, hi=1_000_000),
-    Param("problems_per_worker", int, 16, "problems per worker per update", lo=1, hi=4096),
+          lo=1, hi=1_000_000, family=HILO),
+    Param("problems_per_worker", int, 16, "problems per worker per update", lo=1, hi=4096, family=HILO),
     Param("group_size", int, None, "samples per problem (the GRPO group); unset: 1 for distill (the teacher "
           "scores every sample, and distinct problems teach more than repeats), 2 for grpo", lo=1, hi=1024,
-          optional=True),
-    Param("max_new_tokens", int, 8, "tokens sampled per rollout", unit="tokens", lo=1, hi=4096),
-    Param("temperature", float, 1.0, "sampling temperature", lo=1e-3, hi=100.0),
+          optional=True, family=HILO),
+    Param("max_new_tokens", int, 8, "tokens sampled per rollout", unit="tokens", lo=1, hi=4096, family=HILO),
+    Param("temperature", float, 1.0, "sampling temperature", lo=1e-3, hi=100.0, family=HILO),
     Param("hash_every", int, 1, "compare replica hashes every K versions (and always at the end)",
-          unit="versions", lo=1, hi=1_000_000),
+          unit="versions", lo=1, hi=1_000_000, family=HILO),
     Param("snapshot_every", int, 10, "the learner snapshots adapter + optimizer every S versions (catch-up)",
-          unit="versions", lo=1, hi=1_000_000),
+          unit="versions", lo=1, hi=1_000_000, family=HILO),
     # held-out quality (trainers/tasks/heldout.py; evaluated by the learner after its loop, never timed as an update)
     Param("eval_every", int, 10, "evaluate the policy on the held-out problems every E versions (and always at "
-          "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000),
+          "versions 0 and the last; 0: only those two)", unit="versions", lo=0, hi=1_000_000, family=HILO),
     Param("eval_problems", int, 64, "held-out problems per evaluation (disjoint from every training problem); 0: "
           "no held-out evaluation (e.g. a real model's shape with random weights: its quality means nothing)",
-          lo=0, hi=100_000),
+          lo=0, hi=100_000, family=HILO),
     Param("eval_samples", int, 8, "samples per held-out problem (n of pass@k; at least 2 x --pass-k)",
-          lo=1, hi=1024),
-    Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512),
+          lo=1, hi=1024, family=HILO),
+    Param("pass_k", int, 4, "k of the held-out pass@k", lo=1, hi=512, family=HILO),
     Param("straggler", str, None, "extra delay per update of named workers, from a stated distribution seeded by "
           "(seed, worker, batch): wN:exp:MEAN (exponential) or wN:fixed:SECONDS, comma list, e.g. w2:exp:2s; "
           "the worker sleeps it after computing each batch (events: the straggle phase)", optional=True),
@@ -379,40 +390,41 @@ PARAMS: list[Param] = [
     *_card_params("method"),   # delta's --delta-codec, --delta-dtype (trainers/cards/methods.py)
     # the data-parallel family (trainers/dataparallel, trainers/optim/lordo.py); --updates counts optimizer steps
     Param("lordo_k", int, 8, "data-parallel: local steps between syncs (diloco, lordo)", unit="steps", lo=1,
-          hi=1_000_000),
+          hi=1_000_000, family=DP),
     Param("lordo_k_states", int, None, "lordo: steps between optimizer-state syncs, a multiple of --lordo-k "
-          "(unset: --lordo-k)", unit="steps", lo=1, hi=1_000_000, optional=True),
+          "(unset: --lordo-k)", unit="steps", lo=1, hi=1_000_000, optional=True, family=DP),
     Param("lowrank_ddp_refresh", int, 200, "lowrank-ddp: steps between projection refreshes (GaLore's update gap; "
-          "a refresh step exchanges the full gradient)", unit="steps", lo=1, hi=1_000_000),
+          "a refresh step exchanges the full gradient)", unit="steps", lo=1, hi=1_000_000, family=DP),
     Param("lordo_rank", int, 8, "lordo, lowrank-ddp: rank r of the projection of attention + MLP matrices",
-          lo=1, hi=4096),
+          lo=1, hi=4096, family=DP),
     Param("lordo_qhm", str, "full-rank", "lordo: quasi-hyperbolic momentum term (a lordo-*-none|lowrank|fullrank "
-          "name overrides it)", choices=("none", "low-rank", "full-rank")),
+          "name overrides it)", choices=("none", "low-rank", "full-rank"), family=DP),
     Param("lordo_qhm_residual", str, "reduced", "lordo full-rank QHM: what its term applies: reduced (G + E, E "
           "reduced by what the term applied: each residual once), gradient (this step's) or reapplied (G + E with E "
           "kept: an earlier version of the code); a lordo-*-fullrank-<reading> name overrides it",
-          choices=("reduced", "gradient", "reapplied")),
-    Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0),
-    Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step"),
-    Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed"),
+          choices=("reduced", "gradient", "reapplied"), family=DP),
+    Param("lordo_omega", float, 0.97, "lordo: weight omega of the low-rank momentum term", lo=0.0, hi=1.0, family=DP),
+    Param("lordo_error_feedback", bool, True, "lordo: carry the projection residual into the next step", family=DP),
+    Param("lordo_rotation", bool, True, "lordo: rotate the moments into the new basis when Q is refreshed", family=DP),
     Param("lordo_initial_q", str, "pseudo-gradient", "lordo-global: the first Q: pseudo-gradient (top-r of the first "
           "averaged pseudo-gradient, after a first window at Q = I whose sync ships dense tensors) or random (a "
-          "seeded random basis, no bytes)", choices=("pseudo-gradient", "random")),
-    Param("diloco_outer_lr", float, 0.7, "diloco: outer Nesterov SGD learning rate", lo=0.0, hi=10.0),
-    Param("diloco_outer_momentum", float, 0.9, "diloco: outer Nesterov momentum", lo=0.0, hi=0.999),
+          "seeded random basis, no bytes)", choices=("pseudo-gradient", "random"), family=DP),
+    Param("diloco_outer_lr", float, 0.7, "diloco: outer Nesterov SGD learning rate", lo=0.0, hi=10.0, family=DP),
+    Param("diloco_outer_momentum", float, 0.9, "diloco: outer Nesterov momentum", lo=0.0, hi=0.999, family=DP),
     Param("dp_train", str, "full", "data-parallel: what each replica trains: every parameter (full) or a "
           "PEFT LoRA adapter of --lora-rank on the attention + MLP projections (lora; the base stays frozen "
-          "and only the adapter's factors are synchronised)", choices=("full", "lora")),
-    Param("dp_batch", int, 8, "data-parallel: sequences per worker per step", lo=1, hi=4096),
+          "and only the adapter's factors are synchronised)", choices=("full", "lora"), family=DP),
+    Param("dp_batch", int, 8, "data-parallel: sequences per worker per step", lo=1, hi=4096, family=DP),
     Param("dp_seq_len", int, 64, "data-parallel: tokens (bytes) per sequence of the generated corpus",
-          unit="tokens", lo=8, hi=4096),
-    Param("dp_heldout", int, 64, "data-parallel: held-out sequences for the final perplexity", lo=1, hi=100_000),
+          unit="tokens", lo=8, hi=4096, family=DP),
+    Param("dp_heldout", int, 64, "data-parallel: held-out sequences for the final perplexity", lo=1, hi=100_000,
+          family=DP),
     # partial participation (docs/FAULTS.md, "Quorum and catch-up")
     Param("quorum", int, 0, "the learner (aggregator) proceeds with the first K contributions of an update (a "
           "sync); late ones are dropped, their staleness logged; 0: every member's", lo=0, hi=4096),
     Param("catch_up", str, "replay", "how a joining worker reaches the current version: replay (the newest "
           "snapshot and every logged update after it, in order) or resync (the learner's whole replica at "
-          "once); full-sync methods always ship the newest adapter", choices=("replay", "resync")),
+          "once); full-sync methods always ship the newest adapter", choices=("replay", "resync"), family=HILO),
     # the emulated network
     Param("profile", str, "paper-62.5mbit", "WAN profile: a name in netem_profiles/ or a YAML path; the link "
           "flags below override its worker defaults", where="link"),
@@ -429,7 +441,7 @@ PARAMS: list[Param] = [
           "compute second per update (paper = the HiLo paper's 18.9 s / 14.1 s = 1.34; a number; off: the profile's "
           "own rates). A pilot measures full sync's compute per update here (CPU time, cached) and every link rate is "
           "scaled to match. Unset: paper when no rate is given (profile paper-62.5mbit, no --bw or --trace), else off",
-          where="link", optional=True),
+          where="link", optional=True, family=HILO),
     Param("worker_cpu", str, None, "CPU share of each worker's service process, comma list w1 first (one value: "
           "every worker), in CPUs: 1,1,0.5,0.25 gives w4 a quarter of one core (a cgroup CFS quota each, "
           "harness/net/cgroups.py; root); overrides the profile's per-worker cpu key", unit="CPUs", where="link",
@@ -627,6 +639,16 @@ def dp_method_names() -> list[str]:
 def is_data_parallel(name: str) -> bool:
     """A data-parallel method (aggregator + dp workers instead of learner + workers)."""
     return cards.match("dataparallel", name) is not None or name in plugins.names("dataparallel")
+
+
+def method_family(method: str) -> str:
+    """DP for a data-parallel method, else HILO: the family whose parameters it reads (`Param.family`)."""
+    return DP if is_data_parallel(method) else HILO
+
+
+def params_unread_by(method: str) -> frozenset[str]:
+    """The run parameters `method` never reads: those the other family of methods alone reads."""
+    return frozenset(p.name for p in PARAMS if p.family not in ("", method_family(method)))
 
 
 def check_method(name: str) -> str:

@@ -362,23 +362,17 @@ def quorum(cells: pd.DataFrame | None) -> str:
     return "**Quorum**: " + "; ".join(groups) + "."
 
 
-# run parameters only one family reads (the data-parallel loop's; the HiLo compressors', task's and objective's)
-DP_ONLY = frozenset(p.name for p in spec.PARAMS if p.name.startswith(("lordo_", "diloco_", "lowrank_", "dp_")))
-HILO_ONLY = frozenset(p.name for p in spec.PARAMS if p.group == "compressor" or p.name in (
-    "budget", "pipeline", "task", "task_options", "base_steps", "objective", "objective_options", "teacher_steps",
-    "problems_per_worker", "group_size", "max_new_tokens", "temperature", "eval_problems", "eval_samples", "pass_k"))
-
-
 def beyond_link(r, comp: pd.DataFrame, keys: list[str]) -> list[str]:
     """The coordinates that tell this row's block apart and that its link's words leave out (the
     workers of two runs at one link, a swept run parameter), each where it varies and this row has
     it (a run without --straggler beside one with it is not 'straggler nan')."""
     out = []
-    dp = is_data_parallel(str(r.get("method")))
-    kin = comp[comp["method"].astype(str).map(is_data_parallel) == dp]   # its own family's rows tell it apart
+    method = str(r.get("method"))
+    family, unread = spec.method_family(method), spec.params_unread_by(method)
+    kin = comp[comp["method"].astype(str).map(spec.method_family) == family]   # its own family's rows tell it apart
     for k in keys:
-        if k in LINK_WORDS or kin[k].nunique(dropna=False) < 2 or _none(r[k]) or k in (DP_ONLY, HILO_ONLY)[dp]:
-            continue   # a parameter of the other family's methods says nothing about this row
+        if k in LINK_WORDS or kin[k].nunique(dropna=False) < 2 or _none(r[k]) or k in unread:
+            continue   # a parameter of the other family's methods (Param.family) says nothing about this row
         out.append(f"{int(r[k])} worker{'s' if int(r[k]) != 1 else ''}" if k == "workers" else f"{k} {r[k]}")
     return out
 

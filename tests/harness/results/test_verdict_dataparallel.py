@@ -65,3 +65,23 @@ def test_a_label_leaves_out_the_other_familys_parameters(tmp_path):
     shutil.copytree(RUN.parent / "run-heldout", hilo)
     md, _ = report.build(tables.read([RUN, hilo]))
     assert "dp_batch" not in md.split("## Runs")[0] and "dp_seq_len 64" not in md
+
+
+def test_a_label_leaves_out_a_hilo_parameter_that_differs_between_data_parallel_runs(tmp_path):
+    """Two data-parallel runs at --lordo-k 2 and 4, the second also given --weight-decay 0.1 and --hash-every 2
+    (a HiLo preset's, say): the data-parallel loop reads neither (trainers/dataparallel), yet the rows were
+    labelled "lordo-global (lordo_k 4, weight_decay 0.1, hash_every 2)"."""
+    import shutil
+
+    from harness.results import compare
+
+    for k, extra in ((2, {}), (4, {"weight_decay": 0.1, "hash_every": 2})):
+        shutil.copytree(RUN, tmp_path / f"k{k}")
+        cfg = json.loads((tmp_path / f"k{k}" / "config.json").read_text())
+        (tmp_path / f"k{k}" / "config.json").write_text(json.dumps({**cfg, "lordo_k": k, **extra}))
+    t = tables.read([tmp_path / "k2", tmp_path / "k4"])
+    head, rows = report.table_rows(compare.comparison(t.updates, t.cells, t.evals))
+    assert sorted(r[head.index("method")] for r in rows) == [
+        "ddp (lordo_k 2)", "ddp (lordo_k 4)", "lordo-global (lordo_k 2)", "lordo-global (lordo_k 4)"]
+    verdict = report.build(t)[0].split("## Runs")[0]
+    assert "lordo_k 4" in verdict and "weight_decay" not in verdict and "hash_every" not in verdict
