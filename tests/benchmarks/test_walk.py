@@ -84,8 +84,8 @@ def test_no_trip_in_the_house_is_longer_than_its_goal(walks):
 @pytest.mark.parametrize("walk", [
     "cli",
     pytest.param("profile", marks=pytest.mark.xfail(strict=True, reason="5 returns: the profile is parsed "
-                                                    "(config <-> profiles), the regime rebuilds it at its scaled "
-                                                    "rates after the preflight (launch <-> profiles), the shaper "
-                                                    "builds the plan"))])
+                                                    "(config <-> profiles), the regime builds a second one at "
+                                                    "its scaled rates, from the first's delays and the pilot's "
+                                                    "compute (launch <-> profiles), the shaper builds the plan"))])
 def test_the_walk_meets_its_goal(walks, walk):
     assert walks[walk]["any depth"]["returns"] < GOALS[walk]
