@@ -20,7 +20,8 @@ import pandas as pd
 
 from harness.results import compare
 from harness.results.quality import ci95
-from trainers import cards, spec
+from harness.results.windows import no_window, tail_steps
+from trainers import spec
 
 KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]   # within one run (a sweep: group_keys)
 # Every column a grouping may key on: the comparison's coordinates, any run parameter (a sweep over
@@ -72,26 +73,6 @@ def label(row, vary: list[str]) -> str:
         return f"{k} {v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k} {v}"
     extra = [fmt(k, row[k]) for k in vary if k in row and not pd.isna(row[k])]
     return str(row["method"]) + (f" ({', '.join(extra)})" if extra else "")
-
-
-def no_window(steps, k) -> str:
-    """What a bytes cell says for a seed without one whole sync window."""
-    k = "" if k is None or pd.isna(k) else f" (--lordo-k {k:g})"
-    return f"no whole sync window in {steps:.0f} steps{k}"
-
-
-def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """True on the steps after a K-step method's last whole window: a run whose steps are not a
-    multiple of K ends with a partial window whose sync would be spread over fewer steps (measured
-    ~20 % more bytes per step at 20 steps, K = 8), so per-step bytes are counted over whole windows."""
-    if "lordo_k" not in df:
-        return pd.Series(False, index=df.index)
-    k = df["lordo_k"].astype(float)
-    last = df.groupby(keys, dropna=False)["update_index"].transform("max")
-    methods = df["method"].astype(str)
-    every_k = methods.map({m: (found := cards.match("dataparallel", m)) is not None and found[0].every_k
-                           for m in methods.unique()})   # the card: syncs every --lordo-k steps
-    return every_k & (df["update_index"] > (last // k) * k)
 
 
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
