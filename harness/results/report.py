@@ -54,12 +54,23 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
                      _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
-                     _fmt(r["fraction_of_full"], "%"), _bytes_check(r),
+                     _fraction_cell(r), _bytes_check(r),
                      _heldout(r), f"{r['train_metric_name']} {r['train_metric_mean']:.4g} ± {r['train_metric_sd']:.2g}",
                      _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
                      consistency(r),
                      ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])
     return head, rows
+
+
+def _fraction_cell(r) -> str:
+    """The "% of baseline" cell: the payload's fraction of the baseline's; for a data-parallel row whose
+    bytes were counted over whole sync windows, the steps left out, and where no seed ran a whole window,
+    that instead of a figure (compare._sync_windows)."""
+    if r.get("no_whole_window") == True:   # noqa: E712  (NaN on HiLo rows)
+        k = _num(r.get("window_k"))
+        return f"- (no whole sync window in {r['updates_most']} steps" + (f", --lordo-k {k:g})" if k else ")")
+    tail = _num(r.get("window_tail_steps"))
+    return _fmt(r["fraction_of_full"], "%") + (f" (whole sync windows: {tail:g} tail steps left out)" if tail else "")
 
 
 def _bytes_check(r) -> str:
@@ -295,7 +306,10 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
             "machine was contended: the load section below). " if names else
             "No speedup: no baseline ran (`--baseline none`). ") +
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
-           "the worker links carried (IP packets). Held-out quality: the final figure on problems never trained on "
+           "the worker links carried (IP packets). A data-parallel method's bytes are the mean per optimizer step, a "
+           "K-step method's (diloco, lordo-*) over whole sync windows only, as in the data-parallel section: the "
+           "steps of a last partial window are left out of its bytes and its % of baseline (named in that cell), and "
+           "a run shorter than --lordo-k has none to count. Held-out quality: the final figure on problems never trained on "
            f"(mean ± 95 % CI over seeds, n shown below {CI_MIN_SEEDS}); train-batch metric: the training batch's own "
            "figure (the distillation loss for distill, the mean reward for grpo, the LM loss for data-parallel "
            "methods; not held-out quality), mean ± sd over seeds "
