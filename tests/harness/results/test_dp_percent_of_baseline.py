@@ -61,3 +61,15 @@ def test_a_run_shorter_than_lordo_k_has_no_percent_of_baseline_and_says_why(tmp_
     assert cells["% of baseline"] == "- (no whole sync window in 8 steps, --lordo-k 16)"
     assert cells["payload B/update down (1 worker)"] == "-"
     assert comp.set_index("method").loc["lordo-global", "no_whole_window"]
+
+
+def test_the_claimed_vs_measured_ratio_says_why_it_is_blank():
+    """That table compares only equal counted steps: lordo's 8 (the partial window left out) against ddp's
+    10 is no ratio, and the cell says both counts instead of a bare '-' ("- where the run has none")."""
+    from harness.results import dataparallel_report
+
+    updates = pd.DataFrame([r for s in (1, 2) for r in rows("lordo-global", s, {4, 8, 10}, 1700, 10)
+                            + rows("ddp", s, set(range(1, 11)), 1000, 10)])
+    updates["claimed_bytes_up"] = updates["claimed_bytes_down"] = updates["payload_bytes_down"]
+    lordo = next(line for line in dataparallel_report.section(updates) if line.startswith("| 2 | lordo-global |"))
+    assert "| - (8 steps, ddp 10: not comparable) |" in lordo
