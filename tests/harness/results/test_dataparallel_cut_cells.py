@@ -1,13 +1,14 @@
-"""How a data-parallel run's report treats a cell cut short.
+"""How a data-parallel run's report treats a cell cut short and a cell never started.
 
 Built on tests/fixtures/runs/dp-vs-ddp (lordo-global against ddp, micro model, 2 workers, 3 seeds x 8
 steps, --lordo-k 2), copied and edited the way a real run leaves its folder (checked against real runs:
 a SIGTERM during a cell leaves its learner's update rows up to where it stopped, an "interrupted" row, a
-summary saying "interrupted: SIGTERM" with no held-out figure).
+summary saying "interrupted: SIGTERM" with no held-out figure, and no folder for the cells after it).
 
 1. A seed cut short was averaged into its variant's row: "3 x 7" steps (8, 8, 5), its bytes and seconds per
    step in the means, and its missing held-out figure left its partner's in the baseline's paired mean
    (the verdict then quoted 3 paired seeds over 2 differences).
+2. A cell that never started (the run stopped before it) was missing from the Cells table.
 """
 import json
 import shutil
@@ -101,3 +102,32 @@ def test_every_seed_cut_short_keeps_the_row_and_says_so(tmp_path):
         cut(run, f"ddp-s{seed}", steps)
     section = "\n".join(dataparallel_report.section(tables.read(run).updates))
     assert "| 2 | ddp | 3 x 4-6 (every seed cut short of 8 steps) |" in section
+
+
+# ---- 2. a cell that never started ----------------------------------------------------------------
+
+def test_a_cell_never_started_is_listed_with_why(tmp_path):
+    run = copy(tmp_path / "stopped")
+    cut(run, "lordo-global-s3", 6)
+    shutil.rmtree(run / "cells" / "ddp-s3")          # the run stopped before its last cell
+    md, _ = report.build(tables.read(run))
+    cells = md.split("## Cells")[1]
+    assert "| stopped | lordo-global-s3 | interrupted: SIGTERM | 6 / 8 |" in cells
+    assert "| stopped | ddp-s3 | not started (the run ended interrupted before it) | 0 / 8 | - | - | - |  |" in cells
+
+
+def test_a_cell_whose_processes_could_not_start_says_so_not_interrupted(tmp_path):
+    run = copy(tmp_path / "nostart")
+    shutil.rmtree(run / "cells" / "ddp-s3")
+    (run / "cells" / "ddp-s3").mkdir()            # launch made its folder, then could not start it
+    reason = "the fork server could not start it (it died)"
+    edit_meta(run, cells_complete=lambda done: [c for c in done if c != "ddp-s3"], status="failed", complete=False,
+              errors=[f"ddp-s3: not started: {reason}"])
+    cells = report.build(tables.read(run))[0].split("## Cells")[1]
+    assert f"| nostart | ddp-s3 | not started: {reason} | 0 / " in cells
+
+
+def test_the_hilo_family_lists_its_never_started_cell_too():
+    """Not a data-parallel matter: run-interrupted (spar vs full, SIGTERM in the first cell) never listed full-s1."""
+    md, _ = report.build(tables.read(RUN.parent / "run-interrupted"))
+    assert "| run-interrupted | full-s1 | not started (the run ended interrupted before it) | 0 / 20 |" in md.split("## Cells")[1]
