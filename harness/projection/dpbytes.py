@@ -5,7 +5,7 @@ synchronised tensors are `tensors` ((name, shape), the whole model under --dp-tr
 factors under lora): each method's rule is on its card (trainers/cards/dataparallel.py, which states
 the formulas), applied to the run's settings (`Sync`) with what the method's name implies (the lordo-*
 QHM readings). A method's bytes per step is the mean over the run's whole sync windows (a partial window
-at the end is left out, as the report counts it: harness/results/dataparallel_report.py `tail_steps`).
+at the end is left out, as the report counts it: harness/results/windows.py `tail_steps`).
 The test (tests/harness/projection/test_dpbytes.py) holds the rules equal to the methods' `claimed_bytes`
 step by step.
 """

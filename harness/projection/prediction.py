@@ -30,7 +30,7 @@ from harness.net import profiles
 from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_rank, dp_tensors, host_cc, plugin_bytes
-from harness.results import compare, dataparallel_report
+from harness.results import compare, dataparallel_report, windows
 from harness.results.tables import RunTables, read
 from trainers import spec
 
@@ -294,7 +294,7 @@ def dataparallel(u, cfg: dict, tensors: cm.Tensors) -> dict:
     table, its header included)."""
     sync = dpbytes.Sync.from_config(cfg)
     df = u[u["claimed_bytes_up"].notna()] if "claimed_bytes_up" in u else u.iloc[:0]
-    df = df[~dataparallel_report.tail_steps(df, [k for k in dataparallel_report.KEYS if k in df] + ["method", "seed"])]
+    df = df[~windows.tail_steps(df, [k for k in dataparallel_report.KEYS if k in df] + ["method", "seed"])]
     out = {}
     for method, g in df.groupby("method", sort=False):
         model = [dpbytes.step_bytes(method, tensors, int(step), sync) for step in g["update_index"]]

@@ -69,8 +69,10 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
     done = cells["updates_done"].sum() if len(cells) else 0
     # Bytes per update: the median (every HiLo update ships one message). A data-parallel method
     # that syncs every K steps ships nothing on most steps: its median would read 0, so it gets
-    # the mean per optimizer step (what dataparallel_report's claimed-vs-measured table counts).
-    per = (lambda c: g[c].mean()) if spec.is_data_parallel(str(g["method"].iloc[0])) else (lambda c: g[c].median())
+    # the mean per optimizer step over whole sync windows (windows.py: a last partial window, or a
+    # run shorter than K, would spread a sync over fewer steps), as the claimed-vs-measured table counts.
+    windows = _sync_windows(g) if spec.is_data_parallel(str(g["method"].iloc[0])) else None
+    per = (lambda c: g[c].median()) if windows is None else (lambda c: g.loc[windows["whole"], c].mean())
     return {"method": g["method"].iloc[0], "budget_frac": g["budget_frac"].iloc[0],
             "seeds": int(g["seed"].nunique()), "update_rows": int(len(g)),
             "updates_least": int(g.groupby("seed").size().min()), "updates_most": int(g.groupby("seed").size().max()),
@@ -87,8 +89,24 @@ def _method_row(g: pd.DataFrame, cells: pd.DataFrame) -> dict:
             "hash_mismatches": int(cells["hash_mismatches"].sum()) if "hash_mismatches" in cells else 0,
             "complete": bool(len(cells) and cells["complete"].all()),
             "degraded": bool(len(cells) and "degraded" in cells and cells["degraded"].any()),
+            **(windows or {}).get("columns", {}),
             **_cpu_quartiles(cpu_charged(g)), **_contention(g), "slowed": slowed_on_purpose(g),
             "_seed_spu": _seed_medians(g, spu), "_seed_spu_cpu": _seed_medians(g, cpu_charged(g))}
+
+
+def _sync_windows(g: pd.DataFrame) -> dict:
+    """The rows of a data-parallel variant its bytes per step are counted over (`whole`: a boolean mask,
+    every seed's whole sync windows) and what the report says about the rest (`columns`):
+    `window_tail_steps`, the most steps of one seed's last partial window left out; `no_whole_window`,
+    True where no seed ran one (its bytes per step then blank); `window_k`, the run's --lordo-k, for those words."""
+    from harness.results import windows   # pandas and the method cards: only where a comparison is made
+
+    tail = windows.tail_steps(g, [k for k in ("run_id", "seed") if k in g])
+    per_seed = tail.groupby([g[k] for k in ("run_id", "seed") if k in g]).sum() if len(g) else tail
+    k = g["lordo_k"].iloc[0] if "lordo_k" in g else None
+    return {"whole": ~tail, "columns": {"window_tail_steps": int(per_seed.max()) if len(per_seed) else 0,
+                                        "no_whole_window": bool(tail.all()) and len(g) > 0,
+                                        "window_k": None if k is None or k != k else float(k)}}
 
 
 def slowed_on_purpose(g: pd.DataFrame) -> bool:

@@ -20,7 +20,8 @@ import pandas as pd
 
 from harness.results import compare
 from harness.results.quality import ci95
-from trainers import cards, spec
+from harness.results.windows import no_window, tail_steps
+from trainers import spec
 
 KEYS = ["profile", "rate_bit_s", "delay_s", "loss_frac", "workers"]   # within one run (a sweep: group_keys)
 # Every column a grouping may key on: the comparison's coordinates, any run parameter (a sweep over
@@ -74,31 +75,12 @@ def label(row, vary: list[str]) -> str:
     return str(row["method"]) + (f" ({', '.join(extra)})" if extra else "")
 
 
-def no_window(steps, k) -> str:
-    """What a bytes cell says for a seed without one whole sync window."""
-    k = "" if k is None or pd.isna(k) else f" (--lordo-k {k:g})"
-    return f"no whole sync window in {steps:.0f} steps{k}"
-
-
-def tail_steps(df: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """True on the steps after a K-step method's last whole window: a run whose steps are not a
-    multiple of K ends with a partial window whose sync would be spread over fewer steps (measured
-    ~20 % more bytes per step at 20 steps, K = 8), so per-step bytes are counted over whole windows."""
-    if "lordo_k" not in df:
-        return pd.Series(False, index=df.index)
-    k = df["lordo_k"].astype(float)
-    last = df.groupby(keys, dropna=False)["update_index"].transform("max")
-    methods = df["method"].astype(str)
-    every_k = methods.map({m: (found := cards.match("dataparallel", m)) is not None and found[0].every_k
-                           for m in methods.unique()})   # the card: syncs every --lordo-k steps
-    return every_k & (df["update_index"] > (last // k) * k)
-
-
 def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per (coordinates, method, seed): byte totals per worker and per optimizer step, over
     whole sync windows (`tail` = the steps of a last partial window, left out of the bytes; `steps` = 0
     and the bytes blank where the seed ran no whole window, `total_steps` its steps, `k` its --lordo-k),
-    and its seconds per step (over every step) and held-out perplexity (of its last step), whatever the window."""
+    and its seconds per step (over every step) and held-out perplexity (of its last step), whatever the window;
+    `planned`: the steps the run planned per cell (--updates), where the table has them."""
     df = updates[updates["method"].map(spec.is_data_parallel) & updates.get("claimed_bytes_up", pd.Series(dtype=float)).notna()]
     if df.empty:
         return df
@@ -114,6 +96,8 @@ def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
                                                heldout_ppl=("heldout_ppl", "last"))
     if "lordo_k" in df:
         every = every.join(df.groupby(keys, dropna=False)["lordo_k"].first().rename("k"))
+    if "updates" in df:   # the steps the run planned per cell (--updates): a seed with fewer was cut short
+        every = every.join(df.groupby(keys, dropna=False)["updates"].first().rename("planned"))
     g = df[~tail].groupby(keys, dropna=False)
     whole = g.agg(steps=("update_index", "count"), claimed_up=("claimed_bytes_up", "sum"), claimed_down=("claimed_bytes_down", "sum"),
                   payload_up_all=("payload_bytes_up", "sum"), wire_up_all=("wire_bytes_up", "sum"),
@@ -131,8 +115,20 @@ def per_seed(updates: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def cut_short(g: pd.DataFrame) -> pd.Series:
+    """True on the seeds (per_seed rows of one variant) that ran fewer steps than the run planned (an
+    interrupted or failed cell), or, without the plan, fewer than the variant's longest seed."""
+    most = g["total_steps"].max()
+    planned = g["planned"].fillna(most) if "planned" in g else pd.Series(most, index=g.index)
+    return g["total_steps"] < planned
+
+
 def table(updates: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: per-step bytes (mean over seeds), ratios, seconds, perplexity."""
+    """One row per variant: per-step bytes (mean over seeds), ratios, seconds, perplexity. A seed cut
+    short is left out of every figure of its row while another seed ran whole (its bytes per step would
+    weigh its first, dense sync more, its perplexity is of fewer steps, if it has one), and named:
+    `cut` = 'seed 2 at 24' per such seed, `planned` = the steps they fell short of; where every seed was
+    cut short, the row is over all of them (`all_cut`) and `steps_least` - `steps_most` is their range."""
     seeds = per_seed(updates)
     if seeds.empty:
         return seeds
@@ -142,13 +138,22 @@ def table(updates: pd.DataFrame) -> pd.DataFrame:
             "measured"]
     rows = []
     for key, g in seeds.groupby(keys, dropna=False, sort=False):
+        cut = cut_short(g)
+        all_cut = bool(cut.all())
+        named = g[cut].sort_values("seed") if not all_cut else g.iloc[:0]
+        planned = g["planned"].max() if "planned" in g else g["total_steps"].max()
+        g = g if all_cut else g[~cut]   # the seeds the row's figures are over
         w = g[g["steps"] > 0]   # the seeds with a whole sync window: the bytes are theirs
         row = dict(zip(keys, key), seeds=len(g), tail=int(g["tail"].max()), **{c: w[c].mean() for c in cols},
                    s_per_step=g["s_per_step"].mean(),
                    no_window=len(g) - len(w), total_steps=g["total_steps"].max(),
-                   k=g["k"].iloc[0] if "k" in g else None)
+                   k=g["k"].iloc[0] if "k" in g else None,
+                   steps_least=w["steps"].min() if len(w) else 0, steps_most=w["steps"].max() if len(w) else 0,
+                   all_cut=all_cut, planned=planned,
+                   cut=[f"seed {s:g} at {n:.0f}" for s, n in zip(named["seed"], named["total_steps"])])
         row["steps"] = row["steps"] if len(w) else 0
         row["ppl_mean"], row["ppl_ci95"] = ci95(g["heldout_ppl"])
+        row["ppl_seeds"] = int(g["heldout_ppl"].notna().sum())
         rows.append(row)
     out = pd.DataFrame(rows)
     for ref, (names, _) in REFERENCES.items():
@@ -206,6 +211,22 @@ def _x(v) -> str:
     return "-" if v is None or pd.isna(v) else f"{v:.3f}x"
 
 
+def _ratio_cell(r, ref: str) -> str:
+    """A "vs <baseline>" cell: the ratio; where the baseline ran but over another number of counted steps
+    (a last partial sync window left out of this row's, a seed cut short), both step counts instead."""
+    theirs = r.get(f"{ref}_steps")
+    if pd.isna(r[f"vs_{ref}"]) and theirs is not None and not pd.isna(theirs) and theirs != r["steps"]:
+        return f"- ({r['steps']:.0f} steps, {ref} {theirs:.0f}: not comparable)"
+    return _x(r[f"vs_{ref}"])
+
+
+def _cut_note(r) -> str:
+    """' (seed 2 at 24 of 200 steps: cut short, left out)', or where every seed was cut short, said so."""
+    if r["all_cut"]:
+        return f" (every seed cut short of {r['planned']:.0f} steps)"
+    return f" ({', '.join(r['cut'])} of {r['planned']:.0f} steps: cut short, left out)" if r["cut"] else ""
+
+
 def section(updates: pd.DataFrame) -> list[str]:
     """Markdown lines (empty when the run has no data-parallel cell)."""
     t = table(updates) if "method" in updates else pd.DataFrame()
@@ -220,10 +241,12 @@ def section(updates: pd.DataFrame) -> list[str]:
              "+ frame header. K-step methods (diloco, lordo-*) are counted over whole sync windows: the steps of "
              "a last partial window (a run not a multiple of --lordo-k) are left out and named; a seed with no whole window "
              "has no bytes per step (said in its row) but keeps its held-out perplexity, that of its last step; s/step "
-             "is over every step. A "
+             "is over every step. A seed cut short (fewer steps than the run planned: an interrupted or failed cell) is "
+             "left out of its row's figures and named in its seeds x steps cell, unless every seed was (then the "
+             "row is over all of them, its steps a range). A "
              "sweep's points (any run parameter that differs between the runs) are rows of their own, named after the "
              "method. Ratios: measured payload (up + down) / that of each baseline under the same coordinates and "
-             "number of optimizer steps (- where the run has none): "
+             "number of counted optimizer steps (- where the run has none; both counts where they differ): "
              + "; ".join(f"`{ref}` = {text}" for ref, (_, text) in REFERENCES.items())
              + ". The LoRDO review's ~10x claim is against `lowrank-ddp-dense`.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -231,19 +254,21 @@ def section(updates: pd.DataFrame) -> list[str]:
     for _, r in t.iterrows():
         claimed = r["claimed_up"] + r["claimed_down"]
         ppl = "-" if r["ppl_mean"] is None or pd.isna(r["ppl_mean"]) else f"{r['ppl_mean']:.3f}" + (
-            f" ± {r['ppl_ci95']:.3f}" if r["ppl_ci95"] is not None and not pd.isna(r["ppl_ci95"]) else "")
+            f" ± {r['ppl_ci95']:.3f}" if r["ppl_ci95"] is not None and not pd.isna(r["ppl_ci95"]) else "") + (
+            f" (n={r['ppl_seeds']})" if r["ppl_seeds"] < r["seeds"] else "")
         if not r["steps"]:   # no seed ran a whole sync window: no bytes per step to count, said so
             note = no_window(r["total_steps"], r["k"])
-            steps = f"{r['seeds']} x {r['total_steps']:.0f}"
+            steps = f"{r['seeds']} x {r['total_steps']:.0f}" + _cut_note(r)
             byte_cells = [note, *["-"] * (6 + len(REFERENCES))]
         else:
-            steps = f"{r['seeds'] - r['no_window']} x {r['steps']:.0f}" + (
+            least, most = r["steps_least"], r["steps_most"]
+            steps = f"{r['seeds'] - r['no_window']} x {least:.0f}" + (f"-{most:.0f}" if most != least else "") + (
                 f" (+{r['tail']} tail steps left out)" if r["tail"] else "") + (
-                f" ({r['no_window']} seeds: {no_window(r['total_steps'], r['k'])})" if r["no_window"] else "")
+                f" ({r['no_window']} seeds: {no_window(r['total_steps'], r['k'])})" if r["no_window"] else "") + _cut_note(r)
             byte_cells = [_b(r["claimed_up"]), _b(r["payload_up"]), _b(r["wire_up"]), _b(r["claimed_down"]),
                           _b(r["payload_down"]), _b(r["wire_down"]),
                           f"{r['measured'] / claimed:.4f}" if claimed else "-",
-                          *(_x(r[f"vs_{ref}"]) for ref in REFERENCES)]
+                          *(_ratio_cell(r, ref) for ref in REFERENCES)]
         s_step = "-" if pd.isna(r["s_per_step"]) else f"{r['s_per_step']:.3f}"
         cells = [str(int(r["workers"])), label(r, vary), steps, *byte_cells, s_step, ppl]
         lines.append("| " + " | ".join(cells) + " |")
@@ -255,7 +280,8 @@ def section(updates: pd.DataFrame) -> list[str]:
 def baseline_pairs(updates: pd.DataFrame) -> pd.DataFrame:
     """One row per variant other than the run's --baseline, when that baseline is a data-parallel method:
     held-out perplexity minus the baseline's, seed by seed (same seed: same data, corpus and initial
-    replica), over the seeds both have, mean and 95 % CI; plus the mean overlap per seed of each side."""
+    replica), over the seeds both have a held-out figure for, mean and 95 % CI; plus the mean overlap per
+    seed of each side."""
     if "baseline" not in updates:
         return pd.DataFrame()
     # the runs compared against a data-parallel baseline (a combined report may hold HiLo runs beside them)
@@ -276,6 +302,11 @@ def baseline_pairs(updates: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, g in seeds[seeds["method"] != base[0]].groupby(link + ["method"], dropna=False, sort=False):
         both = g.merge(ref, on=link + ["seed"], suffixes=("", "_base"))
+        # a seed cut short on either side has no held-out figure: no pair (its partner's figure would
+        # otherwise stay in that side's mean, and the pairs be over-counted)
+        both = both.dropna(subset=["heldout_ppl", "heldout_ppl_base"])
+        if both.empty:
+            continue
         diff, half = ci95(both["heldout_ppl"] - both["heldout_ppl_base"])
         rows.append({**dict(zip(link + ["method"], key)), "baseline": base[0], "pairs": len(both),
                      "ppl": both["heldout_ppl"].mean(), "ppl_base": both["heldout_ppl_base"].mean(),

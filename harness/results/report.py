@@ -12,7 +12,8 @@ the objective's metric; seconds and updates to the baseline-derived target; spee
 next to speedup per update, and a line for every method whose per-update speedup does not carry
 over); then one line per run (status, git, kernel, versions, the errors
 its samplers recorded), one per cell (status, updates, fewest workers, what happened to its
-workers), and one per degraded cell (which worker was lost at which version, how many remained).
+workers; a planned cell the run never reached too, "not started" and why), and one per degraded
+cell (which worker was lost at which version, how many remained).
 Numbers come from compare.py; this module only formats them.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from harness.results import compare, dataparallel_report, ledger, quality_report
 from harness.results import verdict, workers_report
 from harness.results.compare import BASELINE, CI_MIN_SEEDS, QUALITY_LAST
 from harness.results.files import ResultsError, sweep_extras, sweep_gaps
-from harness.results.tables import Run, RunTables, read
+from harness.results.tables import Run, RunTables, planned_cells, read
 from harness.results.wording import count as _count, fmt as _fmt, link as _link, markdown_table, pm as _pm
 from harness.results.wording import consistency, num as _num, run_name, seconds_by_part
 from trainers import spec
@@ -54,12 +55,23 @@ def table_rows(comp: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      f"{_fmt(r['s_per_update_median'], 's')} [{_fmt(r['s_per_update_q1'], 's')}, {_fmt(r['s_per_update_q3'], 's')}]",
                      _fmt(r["speedup"], "x"), _fmt(r["payload_bytes_down"], "bytes"), _fmt(r["wire_bytes_down"], "bytes"),
                      _fmt(r["wire_bytes_up"], "bytes"), _fmt(r["link_bytes_down_per_update"], "bytes"),
-                     _fmt(r["fraction_of_full"], "%"), _bytes_check(r),
+                     _fraction_cell(r), _bytes_check(r),
                      _heldout(r), f"{r['train_metric_name']} {r['train_metric_mean']:.4g} ± {r['train_metric_sd']:.2g}",
                      _count(r.get("pipeline")), f"{_count(r.get('lag_median'))} / {_count(r.get('lag_max'))}",
                      consistency(r),
                      ("yes" if r["complete"] else "INCOMPLETE") + (", DEGRADED" if r.get("degraded") else "")])
     return head, rows
+
+
+def _fraction_cell(r) -> str:
+    """The "% of baseline" cell: the payload's fraction of the baseline's; for a data-parallel row whose
+    bytes were counted over whole sync windows, the steps left out, and where no seed ran a whole window,
+    that instead of a figure (compare._sync_windows)."""
+    if r.get("no_whole_window") == True:   # noqa: E712  (NaN on HiLo rows)
+        k = _num(r.get("window_k"))
+        return f"- (no whole sync window in {r['updates_most']} steps" + (f", --lordo-k {k:g})" if k else ")")
+    tail = _num(r.get("window_tail_steps"))
+    return _fmt(r["fraction_of_full"], "%") + (f" (whole sync windows: {tail:g} tail steps left out)" if tail else "")
 
 
 def _bytes_check(r) -> str:
@@ -161,6 +173,35 @@ def _setup(cfg: dict) -> str:
              *([f"LoRA rank {cfg['lora_rank']}"] if cfg.get("lora_rank") and not (dp and all(dp) and
                                                                                cfg.get("dp_train") != "lora") else [])]
     return ", ".join(parts)
+
+
+def cell_rows(runs: list[Run], cells: pd.DataFrame) -> list[list[str]]:
+    """The Cells table: a row per cell folder, and per planned cell (meta.json's `cells`, config.json's
+    variants x seeds) that has none (the run stopped before it: interrupted, failed), so a cell that
+    never started is listed with why. A folder with no update whose meta.json `errors` line says it was
+    not started (its processes could not be started) carries that line, not "interrupted"."""
+    rows = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
+             str(c["hash_checks"]), consistency(c), _count(c.get("workers_min")), c.get("note") or ""]
+            for _, c in cells.iterrows()]
+    for run in runs:
+        name = run.dir.name
+        errors = run.meta.get("errors") if isinstance(run.meta.get("errors"), list) else []
+        own = {cell: " ".join(str(e)[len(cell) + 2:].split()) for cell in planned_cells(run.config, run.meta)
+               for e in errors if str(e).startswith(f"{cell}: ")}
+        for row in rows:
+            if row[0] == name and own.get(row[1], "").startswith("not started") and row[3].startswith("0 /"):
+                row[2] = own[row[1]]
+        have = {row[1] for row in rows if row[0] == name}
+        status = str(run.meta.get("status", "unknown"))
+        for cell in planned_cells(run.config, run.meta):
+            if cell in have:
+                continue
+            why = own.get(cell) or ""
+            why = (why if why.startswith("not started") else f"not started: {why}" if why else
+                   "not started yet (the run is still going)" if status == "running" else
+                   f"not started (the run ended {status} before it)")
+            rows.append([name, cell, why, f"0 / {_count(run.config.get('updates'))}", "-", "-", "-", ""])
+    return rows
 
 
 def _degraded(cells: pd.DataFrame) -> list[str]:
@@ -295,7 +336,10 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
             "machine was contended: the load section below). " if names else
             "No speedup: no baseline ran (`--baseline none`). ") +
            "Payload = the update message body; wire = framed bytes written to the sockets; link = bytes "
-           "the worker links carried (IP packets). Held-out quality: the final figure on problems never trained on "
+           "the worker links carried (IP packets). A data-parallel method's bytes are the mean per optimizer step, a "
+           "K-step method's (diloco, lordo-*) over whole sync windows only, as in the data-parallel section: the "
+           "steps of a last partial window are left out of its bytes and its % of baseline (named in that cell), and "
+           "a run shorter than --lordo-k has none to count. Held-out quality: the final figure on problems never trained on "
            f"(mean ± 95 % CI over seeds, n shown below {CI_MIN_SEEDS}); train-batch metric: the training batch's own "
            "figure (the distillation loss for distill, the mean reward for grpo, the LM loss for data-parallel "
            "methods; not held-out quality), mean ± sd over seeds "
@@ -306,10 +350,7 @@ def build(tables: RunTables, captions: list[tuple[str, str]] = (),
            *dataparallel_report.section(tables.updates), *ledger.section(tables.updates),
            *ledger.model_section(tables.runs), *workers_report.section(tables.runs), "## Cells", ""]
     ch = ["run", "cell", "status", "updates done / planned", "hash checks", "consistent", "fewest workers", "notes"]
-    crow = [[c["run_id"], c["cell"], c["status"], f"{_count(c['updates_done'])} / {_count(c['updates_planned'])}",
-             str(c["hash_checks"]), consistency(c), _count(c.get("workers_min")),
-             c.get("note") or ""] for _, c in cells.iterrows()]
-    md += [markdown_table(ch, crow), "", *_degraded(cells)]
+    md += [markdown_table(ch, cell_rows(tables.runs, cells)), "", *_degraded(cells)]
     for r in tables.runs:
         md += _measured_links(r.calibration)
     md += figures_section(list(captions))
