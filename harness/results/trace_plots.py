@@ -7,33 +7,23 @@ on the same clock all the same, each cell shifted by when its schedule started).
 trace's time 0: the hold before it (the links at the trace's first step while the services start) is not drawn.
 
 Returns (name, figure, caption) tuples; plots.py wraps them (this module imports no other results
-module but tables and style, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
+module but tables, style and trace_clock, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
 link_throughput figure's capacity for such a run: its links had no one capacity to draw, and were shaped.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.results.files import ResultsError
+from harness.results import trace_clock
 from harness.results.tables import Run, RunTables
 from harness.results.style import style
 from trainers import spec
 
 NODE = "w1"
-
-
-def _t0(cell_dir: Path) -> float | None:
-    """The cell's time origin (its learner's first event, monotonic seconds), as files.CellFiles.t0."""
-    path = cell_dir / "events-learner.jsonl"
-    try:
-        with path.open() as fh:
-            return float(json.loads(fh.readline())["t"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def schedule(run: Run) -> pd.DataFrame:
@@ -42,7 +32,7 @@ def schedule(run: Run) -> pd.DataFrame:
     started on that clock (at its first update; <= 0 in runs that started it with the cell)."""
     frames = []
     for path in sorted((Path(run.dir) / "cells").glob("*/schedule.csv")):
-        t0 = _t0(path.parent)
+        t0 = trace_clock.cell_t0(path.parent)
         try:
             df = pd.read_csv(path)
         except (OSError, ValueError, pd.errors.EmptyDataError) as err:
