@@ -80,7 +80,10 @@ class Measured:
     up_bytes: float          # one worker's rollout frame
 
 
-def measure(updates, skip_first: int = 1) -> Measured | None:
+WARM_UP = 1     # full sync's first update is left out of what it measured (its start-up: caches, slow start)
+
+
+def measure(updates, skip_first: int = WARM_UP) -> Measured | None:
     """Measured of one variant's rows of an `updates` table (harness/results/tables.py), medians over
     the updates after the first `skip_first` (warm-up); None without the CPU columns."""
     df = updates[updates["update_index"] > skip_first] if "update_index" in updates else updates
@@ -134,18 +137,25 @@ def factor_bounds(profile: profiles.Profile, workers: int) -> tuple[float, float
     return lo, hi
 
 
-def network_at(profile: profiles.Profile, workers: int, cc: str | None = None) -> Callable[[float], cm.Network]:
-    """f -> the cost model's network of `profile` with every rate scaled by f (a trace at its mean rate);
-    `cc`: the congestion control (default: this host's)."""
-    return cm.Network.from_profile(profile, workers, cc=cc or host_cc()).scaled   # the profile's links read once
+def network_at(profile: profiles.Profile, workers: int, cc: str | None = None,
+               window: tuple[float, float] | None = None) -> Callable[[float], cm.Network]:
+    """f -> the cost model's network of `profile` with every rate scaled by f (a trace at its mean rate:
+    over `window`, seconds into the trace, where given); `cc`: the congestion control (default: this host's)."""
+    return cm.Network.from_profile(profile, workers, window, cc=cc or host_cc()).scaled   # the links read once
 
 
-def _direction(d) -> tuple:
-    """One link direction for the words: ("trace", file name, mean, lowest, highest step) or ("rate", bit/s)."""
-    if d.trace is not None:
-        t = d.trace.load()
-        return ("trace", Path(d.trace.file).name, t.stats()["mean_bit_s"], min(t.rate_bit_s), max(t.rate_bit_s))
-    return ("rate", d.rate_bit_s)
+def _direction(d, window: tuple[float, float] | None = None) -> tuple:
+    """One link direction for the words: ("trace", file name, mean, lowest, highest step, span) or ("rate",
+    bit/s). Over `window` (seconds into the trace): the mean and lowest and highest 1 s means there, and
+    span = (start, end, the loop's seconds, the whole loop's mean, lowest, highest); else span None."""
+    if d.trace is None:
+        return ("rate", d.rate_bit_s)
+    t = d.trace.load()
+    whole = ("trace", Path(d.trace.file).name, t.stats()["mean_bit_s"], min(t.rate_bit_s), max(t.rate_bit_s))
+    if window is None:
+        return (*whole, None)
+    part = t.stats(*window)
+    return (*whole[:2], part["mean_bit_s"], part["min_bit_s"], part["max_bit_s"], (*window, t.period_s, *whole[2:]))
 
 
 def _mbit(bit_s) -> str:
@@ -155,20 +165,31 @@ def _mbit(bit_s) -> str:
 def _said(x: tuple, short: bool = False) -> str:
     if x[0] == "rate":
         return _mbit(x[1]) + ("" if short or not x[1] else " Mbit/s")
-    return (f"trace {x[1]} (mean {_mbit(x[2])})" if short else
-            f"trace {x[1]}, mean {_mbit(x[2])} Mbit/s ({_mbit(x[3])}-{_mbit(x[4])})")
+    span = x[5]
+    if span is None:
+        return (f"trace {x[1]} (mean {_mbit(x[2])})" if short else
+                f"trace {x[1]}, mean {_mbit(x[2])} Mbit/s ({_mbit(x[3])}-{_mbit(x[4])})")
+    start, end, period, whole, lo, hi = span
+    seconds = f"{start:.3g}-{end:.3g} s of its {period:.3g} s"
+    if short:
+        return f"trace {x[1]} (mean {_mbit(x[2])} over {seconds})"
+    spread = "" if _mbit(x[3]) == _mbit(x[4]) else f"{_mbit(x[3])}-{_mbit(x[4])}; "
+    return (f"trace {x[1]} over {seconds}, mean {_mbit(x[2])} Mbit/s there ({spread}the whole trace: mean "
+            f"{_mbit(whole)} Mbit/s, {_mbit(lo)}-{_mbit(hi)})")
 
 
 PER_WORKER_WORDS = 4    # up to this many workers are named one by one; more are said as ranges
 
 
-def link_words(profile: profiles.Profile, workers: int) -> str | None:
+def link_words(profile: profiles.Profile, workers: int, window: tuple[float, float] | None = None) -> str | None:
     """The worker links at the start, in a few words, where one rate would not say them: None for
     one flat rate on every worker link both ways; 'trace t.csv, mean 9 Mbit/s (2-20)' for one trace
     on all of them; else each worker's ('worker links w1 40.3, w2 8, w3 40.3/4 up Mbit/s': down, and up where it
     differs), or for more than PER_WORKER_WORDS workers the ranges ('worker links 8-40.3 Mbit/s down,
-    4-40.3 up', a trace at its mean)."""
-    links = [(_direction(profile.link(f"w{i}").down), _direction(profile.link(f"w{i}").up))
+    4-40.3 up', a trace at its mean). `window`: (start, end) seconds into the trace; a trace is said at
+    its mean over them beside the whole trace's ('trace t.csv over 0.4-2.9 s of its 120 s, mean 31 Mbit/s
+    there (25-35; the whole trace: mean 24 Mbit/s, 3.6-42)')."""
+    links = [(_direction(profile.link(f"w{i}").down, window), _direction(profile.link(f"w{i}").up, window))
              for i in range(1, workers + 1)]
     kinds = {d for pair in links for d in pair}
     if len(kinds) == 1:
@@ -179,19 +200,28 @@ def link_words(profile: profiles.Profile, workers: int) -> str | None:
             mbit = sorted((d[2] if d[0] == "trace" else d[1]) or math.inf for d in ds)
             lo, hi = (_mbit(v if v != math.inf else None) for v in (mbit[0], mbit[-1]))
             return lo if lo == hi else f"{lo}-{hi}"
-        traced = " (traces at their mean)" if any(d[0] == "trace" for d in kinds) else ""
+        traced = ("" if not any(d[0] == "trace" for d in kinds) else " (traces at their mean)" if window is None
+                  else f" (traces at their mean over {window[0]:.3g}-{window[1]:.3g} s of them)")
         return f"worker links {span(p[0] for p in links)} Mbit/s down, {span(p[1] for p in links)} up{traced}"
     each = [f"w{i} {_said(down, True)}" + ("" if up == down else f"/{_said(up, True)} up")
             for i, (down, up) in enumerate(links, 1)]
     return "worker links " + ", ".join(each) + " Mbit/s"
 
 
+def full_sync(updates, baseline: str) -> str:
+    """The method whose ratio is the run's: FULL_SYNC where the run has it, else its baseline."""
+    return FULL_SYNC if "method" in updates and (updates["method"] == FULL_SYNC).any() else baseline
+
+
 def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: int, cc: str,
-             placed: dict | None = None) -> dict:
-    """prediction.json's `regime`: the ratio this run's full sync (FULL_SYNC where the run has it, else
-    its baseline) achieved (its own compute and bytes measured in the run, at its links), the target it was placed at (config.json `regime`, or none: a
-    literal rate), and the rate `--comm-ratio paper` would have used; {} without baseline rows."""
-    method = FULL_SYNC if "method" in updates and (updates["method"] == FULL_SYNC).any() else baseline
+             placed: dict | None = None, window: tuple[float, float] | None = None) -> dict:
+    """prediction.json's `regime`: the ratio this run's full sync (`full_sync`) achieved (its own compute
+    and bytes measured in the run, at its links), the target it was placed at (config.json `regime`, or
+    none: a literal rate), and the rate `--comm-ratio paper` would have used; {} without baseline rows.
+    `window`: (start, end) seconds of the trace full sync's measured updates ran over (a short run meets
+    only its first seconds): a traced link's rate is its mean there, said in `seen` beside `links` (the
+    whole trace's words, which name the run's links in the tables)."""
+    method = full_sync(updates, baseline)
     rows = updates[updates["method"] == method] if "method" in updates else updates.iloc[:0]
     m = measure(rows)
     if m is None:
@@ -201,13 +231,16 @@ def achieved(updates, baseline: str, profile: profiles.Profile | None, workers: 
            "target_ratio": (placed or {}).get("target_ratio"), "placed": dict(placed or {})}
     if profile is None:     # localhost, unshaped: no link to speak of
         return {**out, "ratio": None, "share": None, "link_s": None}
-    at = network_at(profile, workers, cc)
+    at = network_at(profile, workers, cc, window)
     ratio = ratio_at(at(1.0), m)
     out.update(ratio=ratio, share=share(ratio), link_s=ratio * m.compute_s,
                rate_bit_s=profile.link("w1").down.rate_bit_s)
     words = link_words(profile, workers)
     if words:   # a trace or unequal worker links: w1's rate alone would misstate them
         out["links"] = words
+        seen = link_words(profile, workers, window) if window else None
+        if seen and seen != words:
+            out["seen"], out["window_s"] = seen, list(window)
     try:
         f = scale_for(PAPER_RATIO, m, at, *factor_bounds(profile, workers))
         out["paper_rate_bit_s"] = profiles.scaled(profile, f).link("w1").down.rate_bit_s

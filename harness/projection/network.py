@@ -98,11 +98,15 @@ class Network:
         return cls(Node(learner, learner), (Node(w, w),) * workers, **kw)
 
     @classmethod
-    def from_profile(cls, profile, workers: int, **kw) -> "Network":
+    def from_profile(cls, profile, workers: int, window: tuple[float, float] | None = None, **kw) -> "Network":
         """A `harness.net.profiles.Profile` at time 0 (burst loss counts as its mean loss, a traced
-        direction as its trace's mean rate)."""
+        direction as its trace's mean rate: over `window`, (start, end) seconds into the trace, where
+        given, e.g. the part of it a run's updates ran over; else over the whole loop)."""
         def rate(d) -> float | None:
-            return d.trace.load().stats()["mean_bit_s"] if d.trace is not None else d.rate_bit_s
+            if d.trace is None:
+                return d.rate_bit_s
+            trace = d.trace.load()
+            return trace.mean_rate(*window) if window else trace.stats()["mean_bit_s"]
 
         def node(name: str) -> Node:
             link = profile.link(name)

@@ -30,7 +30,7 @@ from harness.net import profiles
 from harness.projection import commratio, costmodel as cm
 from harness.projection import dpbytes
 from harness.projection.inputs import adapter_for, delta_options, dp_rank, dp_tensors, host_cc, plugin_bytes
-from harness.results import compare, dataparallel_report, windows
+from harness.results import compare, dataparallel_report, trace_clock, windows
 from harness.results.tables import RunTables, read
 from trainers import spec
 
@@ -216,9 +216,12 @@ def build(run_dir: str | Path, cache: Path | None = None, tables: RunTables | No
     if u.empty:
         return out
     emulated = cfg.get("emulation", True)
-    out["regime"] = commratio.achieved(u, str(cfg.get("baseline") or "full-bf16"),
+    baseline = str(cfg.get("baseline") or commratio.FULL_SYNC)
+    full = u[(u["method"] == commratio.full_sync(u, baseline)) & (u["update_index"] > commratio.WARM_UP)]
+    window = trace_clock.covered(run.dir, full) if emulated else None   # a traced link: its rate where they ran
+    out["regime"] = commratio.achieved(u, baseline,
                                        profiles.from_doc(cfg["profile_doc"], cfg["profile_name"]) if emulated else None,
-                                       workers, net.cc, cfg.get("regime"))
+                                       workers, net.cc, cfg.get("regime"), window)
     adapter = _adapter(cfg, cache)
     # one box: the learner and every worker share its cores (emulated or not)
     fitted = cm.fit(u, adapter=adapter, shared_cores=cores, source=str(run_dir))
@@ -244,16 +247,18 @@ def build(run_dir: str | Path, cache: Path | None = None, tables: RunTables | No
             "bottleneck": bottleneck, "evidence": evidence,
             **_at_cpu(q, p, workers, cores, measured_cpu.get(variant))}
     if emulated and out["regime"].get("ratio") is not None:
-        out["regime"]["curve"] = regime_curve(u, cfg, out["regime"], workers, net.cc, adapter, fitted.compute, options)
+        out["regime"]["curve"] = regime_curve(u, cfg, out["regime"], workers, net.cc, adapter, fitted.compute, options,
+                                              window)
     return out
 
 
 def regime_curve(u, cfg: dict, regime: dict, workers: int, cc: str, adapter: cm.Adapter, compute: cm.Compute,
-                 options: dict) -> list[dict]:
+                 options: dict, window: tuple[float, float] | None = None) -> list[dict]:
     """The cost model's speedup of each of the run's variants over its baseline against full sync's comm
     ratio, at the run's pipelining depth and compute, its links scaled as `--comm-ratio` would scale them
     (what the reproduction figure draws through its measured points: harness/results/regime_plots.py).
-    `regime`: commratio.achieved's block (full sync's compute and frames as this run measured them)."""
+    `regime`: commratio.achieved's block (full sync's compute and frames as this run measured them); `window`:
+    the seconds of a trace its updates ran over, as there (the factors are of that part's rate)."""
     m = commratio.Measured(regime["compute_s"], regime["down_bytes"], regime["up_bytes"])
     baseline = str(cfg.get("baseline") or commratio.FULL_SYNC)
     if baseline == spec.NO_BASELINE:
@@ -266,7 +271,8 @@ def regime_curve(u, cfg: dict, regime: dict, workers: int, cc: str, adapter: cm.
         base = cm.predict(baseline, adapter, net, compute, int(cfg["pipeline"]), None, options).seconds_per_update
         return {v: base / cm.predict(mth, adapter, net, compute, int(cfg["pipeline"]), b, options).seconds_per_update
                 for v, mth, b in pairs}
-    return commratio.curve(m, commratio.network_at(prof, workers, cc), commratio.factor_bounds(prof, workers), speedups)
+    return commratio.curve(m, commratio.network_at(prof, workers, cc, window), commratio.factor_bounds(prof, workers),
+                           speedups)
 
 
 # Why prediction.json has bytes but no seconds for the data-parallel family (the report prints it).

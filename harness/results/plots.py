@@ -10,7 +10,8 @@ decoding an image. Figures: held-out quality vs training seconds (one curve per 
 seeds, shaded 95 % CI where there are >= 3 seeds; the time-to-quality figure); quality vs bytes
 communicated (log x) with the Pareto front; quality at equal bytes, per update and cumulative, for
 both families (harness/results/equal_bytes.py); stacked phase breakdown per method; a Gantt timeline of
-one seed's learner and worker phases over a few updates (pipelining shows as rollouts overlapping
+one seed's learner and worker phases over a few updates (both with a bar or panel per sweep point where the runs
+plotted differ in a coordinate: series_labels) (pipelining shows as rollouts overlapping
 training); per-link throughput over time for one seed with the link capacity; seconds per update
 vs bandwidth (only where the runs plotted vary the bandwidth); for data-parallel runs
 (harness/results/dataparallel_plots.py) held-out perplexity vs bytes per optimizer step and the
@@ -30,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from harness.results import compare, dataparallel_plots, quality  # noqa: E402
+from harness.results import compare, dataparallel_plots, quality, quality_report  # noqa: E402
 from harness.results.tables import LEARNER_PHASES, RunTables, read  # noqa: E402
 from harness.results import equal_bytes, regime_plots, trace_plots  # noqa: E402
 from harness.results.compare import CI_MIN_SEEDS  # noqa: E402
@@ -99,7 +100,7 @@ def draw_seconds_vs_bandwidth(comp: pd.DataFrame) -> Plot:
 def draw_phase_breakdown(updates: pd.DataFrame) -> Plot:
     """The learner's median time per phase per update, stacked; the stack is its share of s/update."""
     phases = [p for p in LEARNER_PHASES if f"{p}_s" in updates]
-    updates = updates.assign(bar=_bar_labels(updates))
+    updates = updates.assign(bar=series_labels(updates))
     med = updates.groupby("bar", sort=False)[[f"{p}_s" for p in phases]].median()
     fig, ax = plt.subplots(figsize=(4.2, 3))
     bottom = pd.Series(0.0, index=med.index)
@@ -118,14 +119,31 @@ def draw_phase_breakdown(updates: pd.DataFrame) -> Plot:
                 "per update. No error bars.")
 
 
-def _bar_labels(updates: pd.DataFrame) -> pd.Series:
-    """The variant, plus the coordinates that differ between the runs plotted (a sweep)."""
-    label = updates["variant"].astype(str)
-    for col, fmt in (("rate_bit_s", lambda v: f"{v / 1e6:g} Mbit/s"), ("delay_s", lambda v: f"{v * 1e3:g} ms"),
-                     ("loss_frac", lambda v: f"{v * 100:g}% loss"), ("workers", lambda v: f"{v} workers")):
-        if col in updates and updates[col].nunique(dropna=False) > 1:
-            label = label + "\n" + updates[col].map(lambda v: "-" if pd.isna(v) else fmt(v))
-    return label
+# a link coordinate that differs between the runs plotted, as a series' label says it
+_LINK_LABELS = {"profile": str, "links": str, "rate_bit_s": lambda v: f"{v / 1e6:g} Mbit/s",
+                "delay_s": lambda v: f"{v * 1e3:g} ms", "loss_frac": lambda v: f"{v * 100:g}% loss",
+                "run_id": lambda v: f"run {v}"}
+
+
+def series_labels(df: pd.DataFrame, sep: str = "\n") -> pd.Series:
+    """Each row's series (a bar, a panel): its variant, plus the coordinates that differ between the runs
+    plotted (compare.coords: the link, the workers, a run parameter a sweep varies, the run where runs
+    repeat), so two points of a sweep are never drawn as one: the link's formatted here, the rest as the
+    report's tables name them (quality_report.apart). `sep` goes between the variant and them: a newline
+    under a bar ("spar@1.6%\nlr 0.004"), " (" in a title ("spar@1.6% (lr 0.004)")."""
+    keys = [k for k in compare.coords(df) if k in df]
+    points = df[["variant", "method", *keys]].drop_duplicates().reset_index(drop=True)
+
+    def words(r) -> str:
+        link = [fmt(r[k]) if not pd.isna(r[k]) else "-" for k, fmt in _LINK_LABELS.items()
+                if k in keys and points[k].nunique(dropna=False) > 1]
+        extra = link + quality_report.apart(points, r)
+        close = ")" if sep.endswith("(") else ""
+        return str(r["variant"]) + (sep + ", ".join(extra) + close if extra else "")
+
+    points["series"] = [words(r) for _, r in points.iterrows()]
+    on = ["variant", "method", *keys]          # a left merge keeps df's order, and matches NaN to NaN
+    return pd.Series(df[on].merge(points, on=on, how="left")["series"].to_numpy(), index=df.index, dtype=object)
 
 
 # ---- quality vs bytes -------------------------------------------------------------------------
@@ -183,9 +201,18 @@ def draw_quality_vs_bytes(comp: pd.DataFrame) -> Plot:
 
 # ---- timeline ---------------------------------------------------------------------------------
 
-def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES) -> Plot:
-    """Gantt chart of the first seed's updates 2..max_updates+1, one panel per method, one row per process."""
-    variants = list(dict.fromkeys(phases["variant"])) if len(phases) else []
+def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES, updates: pd.DataFrame | None = None) -> Plot:
+    """Gantt chart of the first seed's updates 2..max_updates+1, one panel per method, one row per process;
+    `updates`: the runs' update rows, whose coordinates split a method into one panel per sweep point
+    (series_labels; the phase rows carry only the run's id)."""
+    if updates is not None and len(phases) and "run_id" in phases and "run_id" in updates:
+        points = updates[["run_id", "variant"]].assign(series=series_labels(updates, " (")).drop_duplicates(
+            ["run_id", "variant"])
+        phases = phases.merge(points, on=["run_id", "variant"], how="left")
+        phases["series"] = phases["series"].fillna(phases["variant"])
+    elif len(phases):
+        phases = phases.assign(series=phases["variant"])
+    variants = list(dict.fromkeys(phases["series"])) if len(phases) else []
     fig, axes = plt.subplots(max(1, len(variants)), 1, figsize=(6.5, 1.1 + 0.9 * max(1, len(variants))),
                              squeeze=False)
     # Updates 2..max_updates+1: the first one also holds the workers' start-up (model building).
@@ -194,7 +221,7 @@ def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES) -> Plo
     first, last = min(2, top), min(max_updates + 1, top)
     seed = int(phases["seed"].min()) if len(phases) else None
     for ax, variant in zip(axes[:, 0], variants):
-        g = phases[(phases["variant"] == variant) & (phases["seed"] == seed)]
+        g = phases[(phases["series"] == variant) & (phases["seed"] == seed)]
         g = g[(g["update_index"] <= last) & (g["update_index"] >= first)]
         procs = sorted(g["process"].unique(), key=lambda p: (p != "learner", len(p), p))
         for i, proc in enumerate(procs):
@@ -206,13 +233,14 @@ def draw_timeline(phases: pd.DataFrame, max_updates: int = GANTT_UPDATES) -> Plo
         ax.set_title(f"{variant}: seed {seed}, updates {first}-{last}", fontsize=8, loc="left",
                      color=style(g["method"].iloc[0] if len(g) else variant)[0])
     axes[-1, 0].set_xlabel("seconds since the learner started")
-    fig.subplots_adjust(hspace=0.7)
+    fig.subplots_adjust(hspace=0.9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     fig.legend(handles, [p.replace("_", " ") for p in PHASE_COLOURS], ncol=5, fontsize=7, loc="lower center",
                bbox_to_anchor=(0.5, 1.0))
     return Plot("timeline", fig,
                 f"What each process did over updates {first}-{last} of seed {seed} (update 1 also holds the "
-                "workers' start-up), one panel per method, one bar per phase span. No error bars: one seed's spans.")
+                "workers' start-up), one panel per method (and per point where the runs differ in a coordinate: "
+                "its title names it), one bar per phase span. No error bars: one seed's spans.")
 
 
 # ---- link throughput --------------------------------------------------------------------------
@@ -346,7 +374,7 @@ def render(t: RunTables, comp: pd.DataFrame | None = None) -> list[Plot]:
         plots = [draw_quality_vs_time(t.evals, comp)] if not t.evals.empty else []  # no evaluation: no curve
         if len(comp) and not comp["method"].astype(str).map(spec.is_data_parallel).all():
             plots.append(draw_quality_vs_bytes(comp))   # the data-parallel methods': equal_bytes' dp_equal_bytes
-        plots += [draw_phase_breakdown(t.updates), draw_timeline(t.phases)]
+        plots += [draw_phase_breakdown(t.updates), draw_timeline(t.phases, updates=t.updates)]
         if not t.links.empty or any(r.meta.get("emulation") is not False for r in t.runs):   # unshaped: no link
             plots.append(draw_link_throughput(t.links, trace_plots.followed(t.runs)))
         if varies_bandwidth(comp):

@@ -41,15 +41,15 @@ def _methods(comp: pd.DataFrame) -> pd.DataFrame:
     return comp[(comp["method"] != comp["baseline"]) & comp["heldout_mean"].notna()]
 
 
-def _apart(comp: pd.DataFrame, r) -> list[str]:
+def apart(comp: pd.DataFrame, r) -> list[str]:
     """What tells a row apart from the report's other rows beside its link (a swept run parameter, the
     workers of runs at one link: verdict.beyond_link)."""
     return beyond_link(r, comp, [k for k in compare.coords(comp) if k in comp])
 
 
 def method_cell(comp: pd.DataFrame, r) -> str:
-    """A table row's method, with what tells it apart beside its link column (`_apart`)."""
-    extra = _apart(comp, r)
+    """A table row's method, with what tells it apart beside its link column (`apart`)."""
+    extra = apart(comp, r)
     return r["variant"] + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -57,7 +57,7 @@ def _who(comp: pd.DataFrame, r) -> str:
     """A line's method, with its link where the report holds more than one and what else tells it apart (two
     runs or a sweep: the same method twice would read alike)."""
     several = len({_link(row) for _, row in comp.iterrows()}) > 1
-    extra = ([_link(r)] if several else []) + _apart(comp, r)
+    extra = ([_link(r)] if several else []) + apart(comp, r)
     return f"`{r['variant']}`" + (f" ({', '.join(extra)})" if extra else "")
 
 

@@ -29,6 +29,15 @@ def _links(doc: dict) -> str | None:
     return doc["links"] if isinstance(doc.get("links"), str) and doc["links"] else None
 
 
+def _seen(doc: dict) -> str | None:
+    """The traced links over the part of the trace full sync's measured updates ran over, where that is not
+    the whole trace (commratio.achieved `seen`: the ratio is at that part's rate); None otherwise."""
+    return doc["seen"] if isinstance(doc.get("seen"), str) and doc["seen"] else None
+
+
+_SEEN = "the part of its trace full sync's measured updates ran over, "
+
+
 def _factor(doc: dict) -> float | None:
     """The factor that places full sync at the paper's ratio (None where no factor reaches it)."""
     f = doc.get("paper_factor")
@@ -53,7 +62,7 @@ def words(doc: dict) -> str:
     text = (f"full sync's link carries {share:.0%} of its update here (link/compute {ratio:.2f}: "
             f"{doc['link_s']:.3g} s on the links per {doc['compute_s']:.3g} s of CPU compute)")
     placed, target = doc.get("placed") or {}, doc.get("target_ratio")
-    links = _links(doc)
+    links, seen = _links(doc), _seen(doc)
     if target is not None:
         name = "the paper's" if placed.get("target") == "paper" else "`--comm-ratio`"
         rates = (f"{links}, the profile's rates x{placed.get('factor', 1):.3g}" if links else
@@ -61,8 +70,10 @@ def words(doc: dict) -> str:
                  f"{_mbit(placed.get('literal_rate_bit_s'))} x{placed.get('factor', 1):.3g}")
         return (text + f", placed at {name} {target:.2f} ({(ratio - target) / target:+.0%} off): {rates}, from full "
                 "sync's compute measured " + ("earlier on this machine" if placed.get("cached") else
-                                              "by a pilot before the cells"))
-    text += (f" at {links}" if links else f" at a literal {_mbit(doc.get('rate_bit_s'))}")
+                                              "by a pilot before the cells")
+                + (f"; the ratio is at {_SEEN}{seen}" if seen else ""))
+    text += (f" at {_SEEN}{seen}" if seen else f" at {links}" if links else
+             f" at a literal {_mbit(doc.get('rate_bit_s'))}")
     text += f"; in the paper it carries {doc['paper_share']:.0%} ({paper})"
     if links and _factor(doc):
         text += f": placing full sync at the paper's ratio would scale these links x{_factor(doc):.3g}{_HOW_PAPER}"
@@ -107,7 +118,7 @@ def section(runs: list[tables.Run]) -> list[str]:
         fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
         rows.append([run.dir.name, d.get("method", "-"), fmt(d.get("target_ratio"), ".2f"), fmt(d.get("ratio"), ".2f"),
                      fmt(d.get("share"), ".0%"), fmt(d.get("link_s"), ".3g"), fmt(d.get("compute_s"), ".3g"),
-                     links or _mbit(d.get("rate_bit_s")), how])
+                     _seen(d) or links or _mbit(d.get("rate_bit_s")), how])
     if not rows:
         return []
     head = ["run", "full sync", "target ratio", "achieved ratio", "link share", "link s/update", "compute s/update (CPU)",

@@ -3,36 +3,27 @@ for each method, the rate the shaper applied to w1's links (each cell's schedule
 w1's links achieved (the link counters, links.csv) and the seconds per update at the time each
 update finished, on the trace's clock (every cell replays the trace from the start of its first update:
 harness/run/launch.py ScheduleClock; a run recorded before that started it with the cell, and is drawn
-on the same clock all the same, each cell shifted by when its schedule started).
+on the same clock all the same, each cell shifted by when its schedule started). The axis starts at the
+trace's time 0: the hold before it (the links at the trace's first step while the services start) is not drawn.
 
 Returns (name, figure, caption) tuples; plots.py wraps them (this module imports no other results
-module but tables and style, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
+module but tables, style and trace_clock, so plots.py may import it). ``followed`` and ``capacity_caption`` word the
 link_throughput figure's capacity for such a run: its links had no one capacity to draw, and were shaped.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.results.files import ResultsError
+from harness.results import trace_clock
 from harness.results.tables import Run, RunTables
 from harness.results.style import style
 from trainers import spec
 
 NODE = "w1"
-
-
-def _t0(cell_dir: Path) -> float | None:
-    """The cell's time origin (its learner's first event, monotonic seconds), as files.CellFiles.t0."""
-    path = cell_dir / "events-learner.jsonl"
-    try:
-        with path.open() as fh:
-            return float(json.loads(fh.readline())["t"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def schedule(run: Run) -> pd.DataFrame:
@@ -41,7 +32,7 @@ def schedule(run: Run) -> pd.DataFrame:
     started on that clock (at its first update; <= 0 in runs that started it with the cell)."""
     frames = []
     for path in sorted((Path(run.dir) / "cells").glob("*/schedule.csv")):
-        t0 = _t0(path.parent)
+        t0 = trace_clock.cell_t0(path.parent)
         try:
             df = pd.read_csv(path)
         except (OSError, ValueError, pd.errors.EmptyDataError) as err:
@@ -80,7 +71,9 @@ def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
                     label=variant)
         end = max(end, float((g["t_end_s"] + shift).max()))
         if not links.empty:
-            lg = links[links["variant"] == variant]
+            # before time 0 the links were held at the trace's first step while the services started: that
+            # hold is not the trace, so its samples are left out (a 0.5 s sample ending after 0 is kept)
+            lg = links[(links["variant"] == variant) & (links["t_s"] + shift >= 0)]
             ax_rate.plot(lg["t_s"] + shift, lg["throughput_bit_s"] / 1e6, color=colour, lw=0.8, alpha=0.8,
                          label=f"{variant}: achieved ({NODE} down, 0.5 s)")
             if not lg.empty:
@@ -90,13 +83,16 @@ def figures(t: RunTables) -> list[tuple[str, plt.Figure, str]]:
     if x and end > x[-1]:                # the last step held until the last cell stopped
         x, rate = x + [end], rate + [rate[-1]]
     ax_rate.step(x, rate, where="post", color="black", lw=1.2, label=f"trace as applied ({NODE} down)")
+    ax_rate.set_xlim(left=0.0)           # the trace's time 0: the start of each cell's first update
     ax_rate.set_ylabel("Mbit/s")
     ax_rate.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3)
     ax_spu.set_ylabel("seconds per update")
     ax_spu.set_xlabel("seconds into the trace (each cell's own replay of it, from 0)")
     ax_spu.legend(fontsize=7)
     caption = (f"The trace on {NODE}'s downlink as the shaper applied it, the rate the link carried (0.5 s link "
-               "counters), and each method's seconds per update at the time the update finished (first seed).")
+               "counters), and each method's seconds per update at the time the update finished (first seed). Time 0 "
+               "is the start of each cell's first update, where its replay of the trace began; before it the links "
+               "were held at the trace's first step while the services started, which is not drawn.")
     return [("trace", fig, caption)]
 
 

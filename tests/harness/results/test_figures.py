@@ -7,6 +7,7 @@ read back (not only that a file exists), from checked-in real runs (tests/fixtur
 Expected values are recomputed from the tables or the raw event files."""
 import json
 import re
+import shutil
 from pathlib import Path
 
 import matplotlib.colors as mcolors
@@ -191,3 +192,35 @@ def test_fixture_has_three_seeds_and_a_baseline_that_moves(heldout):
     t, comp = heldout
     assert sorted(t.evals["seed"].unique()) == [1, 2, 3] and (comp["baseline"] == "full-bf16").all()
     assert comp["baseline_improvement_sd"].iloc[0] > 3      # a curve that goes somewhere
+
+
+# ---- a swept parameter's points stay apart ----------------------------------------------------
+
+def test_the_timeline_draws_each_sweep_point_in_its_own_panel():
+    """Both runs of the --bw sweep were drawn in one panel per method: two updates 2 side by side in one
+    row of bars, neither named by its rate."""
+    titles = [ax.get_title(loc="left") for ax in by_name(tables.read(SWEEP))["timeline"].fig.axes]
+    assert len(titles) == 4
+    assert {t.split(":")[0] for t in titles} == {"spar@1.6% (10 Mbit/s)", "full (10 Mbit/s)",
+                                                 "spar@1.6% (50 Mbit/s)", "full (50 Mbit/s)"}
+    assert [ax.get_title(loc="left") for ax in by_name(tables.read(RUN))["timeline"].fig.axes] == [
+        "spar@1.6%: seed 1, updates 2-4", "full: seed 1, updates 2-4"]      # one run: the method alone
+
+
+def test_runs_that_differ_in_a_run_parameter_get_a_bar_and_a_panel_each(tmp_path):
+    """Two runs at one link that differ only in --lr: phase_breakdown drew one bar per method (their
+    updates pooled into one median) and the timeline one panel per method."""
+    for name, lr in (("lr-low", 0.001), ("lr-high", 0.004)):
+        shutil.copytree(RUN, tmp_path / name)
+        cfg = json.loads((tmp_path / name / "config.json").read_text())
+        (tmp_path / name / "config.json").write_text(json.dumps({**cfg, "lr": lr}))
+    t = tables.read([tmp_path / "lr-low", tmp_path / "lr-high"])
+    drawn = by_name(t)
+    ticks = [tick.get_text() for tick in drawn["phase_breakdown"].fig.axes[0].get_xticklabels()]
+    assert sorted(ticks) == ["full\nlr 0.001", "full\nlr 0.004", "spar@1.6%\nlr 0.001", "spar@1.6%\nlr 0.004"]
+    high = t.updates[(t.updates["lr"] == 0.004) & (t.updates["variant"] == "full")]
+    bar = next(p for p in drawn["phase_breakdown"].fig.axes[0].patches
+               if round(p.get_x() + p.get_width() / 2) == ticks.index("full\nlr 0.004"))   # its bottom segment: idle
+    assert bar.get_height() == pytest.approx(high["idle_s"].median())
+    titles = [ax.get_title(loc="left").split(":")[0] for ax in drawn["timeline"].fig.axes]
+    assert sorted(titles) == ["full (lr 0.001)", "full (lr 0.004)", "spar@1.6% (lr 0.001)", "spar@1.6% (lr 0.004)"]

@@ -100,3 +100,24 @@ def test_the_trace_is_drawn_over_every_step_any_cell_applied_and_until_the_last_
     assert y == [20.0, 5.0, 20.0, 20.0]         # spar's cell applied the loop's step at 3 s; full-s1 stopped at 1 s
     first_seed = t.updates[t.updates["seed"] == t.updates["seed"].min()]
     assert x[-1] >= first_seed["t_end_s"].max() - 0.01    # held until the last cell of the figure stopped
+
+
+def test_the_figure_starts_at_the_traces_time_0_and_draws_no_rate_from_the_hold_before_it(tmp_path):
+    """Each cell's schedule starts at its first update (harness/run/launch.py ScheduleClock); the link
+    counters run from before the cell's first event. trace.png drew those samples seconds left of 0 (the
+    links held at the trace's first step while the services started), so the axis showed rate before the
+    trace began."""
+    run = _with_schedules(tmp_path)
+    for cell in (run / "cells").iterdir():          # every schedule starts 3 s after the cell's first event
+        t0 = json.loads((cell / "events-learner.jsonl").open().readline())["t"]
+        rows = [f"{k},{t0 + 3 + k},{t0 + 3 + k + 0.002},0.002,False,w1,{d},{rate},0.0,0.0\n"
+                for k, rate in enumerate((20e6, 5e6, 7e6)) for d in ("up", "down")]
+        (cell / "schedule.csv").write_text(HEAD + "".join(rows))
+    name, fig, caption = trace_plots.figures(tables.read(run))[0]
+    ax_rate, ax_spu = fig.axes
+    achieved = [ln for ln in ax_rate.get_lines() if "achieved" in str(ln.get_label())]
+    assert achieved and all(min(ln.get_xdata()) >= 0 for ln in achieved)
+    assert ax_rate.get_xlim()[0] == 0 and ax_spu.get_xlim()[0] == 0
+    trace = next(ln for ln in ax_rate.get_lines() if ln.get_label() == "trace as applied (w1 down)")
+    assert [round(v, 3) for v in list(trace.get_xdata())[:3]] == [0.002, 1.002, 2.002]
+    assert "held at the trace's first step" in caption
