@@ -247,28 +247,12 @@ def run_command(values: dict[str, Any], run_id: str | None, out: str, dry_run: b
                 log: str | None) -> int:
     """`harness run`: the spec's values (harness/run/flags.py) -> a RunConfig -> `run`; a bad value is one line, exit 2."""
     try:
-        check_results_folder(Path(out))
+        config.check_results_folder(Path(out))
         cfg = config.build(**values, run_id=run_id, out_dir=out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return run(cfg, quiet=quiet, as_json=json_out, dry_run=dry_run, log=log)
-
-
-def check_results_folder(out: Path) -> None:
-    """ConfigError unless `out` can hold run folders: a file there fails mid-run (errno 20), and a run
-    written into a sweep's or another run's folder is read as one of its points (`harness report`)."""
-    nearest = next((p for p in (out, *out.parents) if p.exists()), None)   # the folder it would be made in
-    if nearest is not None and not nearest.is_dir():
-        raise ConfigError(f"--out: {nearest} exists and is not a folder; name a folder for the results")
-    for folder in (out, *out.parents):   # the folder itself, or one it sits in (a sweep's runs/, a run's cells/)
-        inside = "" if folder == out else f" (inside {folder})"
-        if (folder / "sweep.json").is_file():
-            raise ConfigError(f"--out: {out} is in a sweep's folder{inside}: a run there would be read as one of its "
-                              f"points; name another folder (`harness sweep --out {folder}` resumes the sweep)")
-        if (folder / "config.json").is_file() and (folder / "cells").is_dir():
-            raise ConfigError(f"--out: {out} is in a run's folder{inside}: a run inside it would be reported with "
-                              "it (or break its tables); name another folder")
 
 
 def finish(run_dir: Path, quiet: bool, as_json: bool) -> int:

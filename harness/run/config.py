@@ -194,6 +194,22 @@ def check_run_id(run_id: str | None) -> None:
                           "letter or digit, then up to 80 more letters, digits, '.', '_' or '-'")
 
 
+def check_results_folder(out: Path) -> None:
+    """ConfigError unless `out` can hold run folders: a file there fails mid-run (errno 20), and a run
+    written into a sweep's or another run's folder is read as one of its points (`harness report`)."""
+    nearest = next((p for p in (out, *out.parents) if p.exists()), None)   # the folder it would be made in
+    if nearest is not None and not nearest.is_dir():
+        raise ConfigError(f"--out: {nearest} exists and is not a folder; name a folder for the results")
+    for folder in (out, *out.parents):   # the folder itself, or one it sits in (a sweep's runs/, a run's cells/)
+        inside = "" if folder == out else f" (inside {folder})"
+        if (folder / "sweep.json").is_file():
+            raise ConfigError(f"--out: {out} is in a sweep's folder{inside}: a run there would be read as one of its "
+                              f"points; name another folder (`harness sweep --out {folder}` resumes the sweep)")
+        if (folder / "config.json").is_file() and (folder / "cells").is_dir():
+            raise ConfigError(f"--out: {out} is in a run's folder{inside}: a run inside it would be reported with "
+                              "it (or break its tables); name another folder")
+
+
 def build(*, run_id: str | None = None, out_dir: str = "results", **given: Any) -> RunConfig:
     """Validate every value (spec names; raw strings or typed values); return the frozen config
     or raise ConfigError (one line)."""

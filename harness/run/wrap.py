@@ -49,7 +49,7 @@ from harness.owner import owner_record
 from harness.projection.network import Network, goodput_ratio
 from harness.projection.ring import payload_from_sent, ring_allreduce_s
 from harness.results import wrapped
-from harness.run.config import ConfigError, check_run_id
+from harness.run.config import ConfigError, check_results_folder, check_run_id
 from harness.run.launch import PreflightFailed, describe_exit, write_final_meta
 from harness.signals import exit_code, signals_raise
 from trainers import spec
@@ -155,6 +155,7 @@ def build(values: dict, nodes: int | None, command: list[str], run_id: str | Non
         raise ConfigError(str(err)) from None
     if shares and not parsed["emulation"]:
         raise ConfigError("--worker-cpu: CPU shares go with the emulated nodes; with --no-emulation there are none")
+    check_results_folder(Path(out_dir))
     rid = run_id or f"{dt.datetime.now():%Y%m%d-%H%M%S}-wrap-n{nodes}-{secrets.token_hex(2)}"
     cfg = WrapConfig(command=tuple(command), nodes=nodes, profile=prof, emulation=parsed["emulation"],
                      backend=parsed["backend"], run_id=rid, out_dir=out_dir, label=label or " ".join(command),

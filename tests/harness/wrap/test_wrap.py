@@ -110,6 +110,15 @@ def test_a_bad_flag_is_one_line_and_creates_nothing(tmp_path, flags, says):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_that_is_a_file_is_one_line_and_leaves_it_alone(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    done = harness("wrap", "--bw", "10mbit", "--nodes", "2", "--out", str(afile), "--", "true")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"error: --out: {afile} exists and is not a folder; name a folder for the results"
+    assert afile.read_text() == "mine\n"
+
+
 def test_without_nodes_it_says_nodes_is_required(tmp_path):
     done = harness("wrap", "--bw", "10mbit", "--out", str(tmp_path / "out"), "--", "true")
     assert done.returncode == 2 and done.stderr.strip() == "error: --nodes is required (1-1024)", done.stderr
