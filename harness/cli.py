@@ -177,16 +177,18 @@ def clean(run_id: str = typer.Option(None, help="only this run's leftovers, whoe
 
 
 @app.command()
-def doctor(backend: str = typer.Option(None, help="check for netem | fallback (default: the one a run would get)")):
-    """Check what an emulated run needs here (root, kernel features, binaries, disk); print one
-    line per missing piece saying what to install, and exit 2 if anything is missing."""
+def doctor(backend: str = typer.Option(None, help="check for netem | fallback (default: the one a run would get)"),
+           workers: int = typer.Option(2, min=1, max=1024, help="the run's workers: the open-files, neighbour-table "
+                                       "and task limits are checked for this many")):
+    """Check what an emulated run needs here (root, kernel features, binaries, disk, the limits for its
+    workers); print one line per missing piece saying what to install, and exit 2 if anything is missing."""
     from harness.net import doctor as doc
     from harness.net.backend import validate
     try:
         validate(backend, flag="--backend")
     except ValueError as err:
         raise usage_error(err) from None
-    report = doc.check(backend)
+    report = doc.check(backend, workers=workers)
     for line in report.ok:
         typer.echo(f"ok: {line}")
     if report.problems:

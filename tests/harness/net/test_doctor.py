@@ -83,6 +83,13 @@ def test_a_bad_backend_is_a_usage_error():
     assert res.returncode == 2 and res.stderr.strip() == "error: --backend: 'tbf' is unknown (valid: netem, fallback)"
 
 
+def test_the_limits_are_checked_for_the_workers_asked():
+    res = subprocess.run(HARNESS + ["doctor", "--workers", "5"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "for 5 workers" in res.stdout + res.stderr, res.stdout + res.stderr
+    bad = subprocess.run(HARNESS + ["doctor", "--workers", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--workers" in bad.stderr
+
+
 # ---- this machine without the iptables package -------------------------------------------------
 
 @pytest.fixture
