@@ -280,7 +280,6 @@ class _SketchSpectrum:
 # Factor bytes per chunk of `_GramPass`: a chunk's M, its products and its residual update stay in the
 # core's L2 cache (2 MiB here) between the steps of one pass, so each pass reads the adapter from memory once.
 _CHUNK_BYTES = 1 << 20
-_SMALLEST_POSITIVE = float(torch.finfo(torch.float32).smallest_normal) * 2.0 ** -23   # fp32's least subnormal
 
 
 class _GramPass:
@@ -339,8 +338,11 @@ class _GramPass:
                 km, x = max(ks[i0:i1]), view[i0:i1]
                 long = torch.bmm(short[i0:i1, :km], x if left_is_short else x.transpose(1, 2))   # (c, km, long side)
                 norms = torch.linalg.vector_norm(long, dim=2)
-                # a zero norm's row is zero: any positive divisor leaves it 0 (one op instead of where's three)
-                long /= norms.clamp_min(_SMALLEST_POSITIVE)[:, :, None]
+                # A row whose norm is 0 is sent as 0 (sigma 0, so the residual keeps it whole): dividing by inf
+                # zeroes it. That row need not be 0: below ~4e-23 per element every square underflows, and a
+                # tiny positive divisor would blow it up to inf in a 16-bit wire dtype (a run of zero gradients
+                # left such a residual after ~30 updates).
+                long /= torch.where(norms > 0, norms, torch.inf)[:, :, None]
                 long_w = long.to(wire)
                 left, right = (short_w[i0:i1, :km], long_w) if left_is_short else (long_w, short_w[i0:i1, :km])
                 if subtract:

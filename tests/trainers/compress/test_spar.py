@@ -350,3 +350,15 @@ def test_a_refused_gradient_leaves_the_encoder_as_it_was():
         enc.encode(bad)
     assert all(torch.equal(enc.residuals[n], twin.residuals[n]) for n in m)
     assert enc.encode(m) == twin.encode(m)
+
+
+def test_a_run_of_zero_gradients_drains_the_residual_without_an_inf():
+    """Zero gradients after a real one (a GRPO batch whose rewards are all equal has no gradient): error
+    feedback sends the residual away step by step until its rows are too small to square; those go as 0,
+    never as a row divided by a vanishing norm (inf in a 16-bit wire dtype: the learner refused update 31)."""
+    grads = power_law_factors(rank=8, d=64)
+    c = get_compressor("spar", budget="12.8%")
+    zeros = {k: torch.zeros_like(v) for k, v in grads.items()}
+    for step in range(200):   # the old divisor gave inf at step 64
+        decoded = c.decode(c.encode(grads if step == 0 else zeros))
+        assert all(torch.isfinite(t).all() for t in decoded.values()), step
